@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 )
 
 // Revision is an MCP protocol revision, e.g. "2025-06-18". It chooses which
@@ -18,7 +17,18 @@ const (
 	// Rev20251125 adds titled and multi-select enums and defaults on every
 	// primitive; opt in only for consumers that speak it.
 	Rev20251125 Revision = "2025-11-25"
+	// Rev20260728 has the elicitation shapes of 2025-11-25; its requests
+	// travel inside an InputRequiredResult.
+	Rev20260728 Revision = "2026-07-28"
 )
+
+// Known reports whether r is a revision this package supports.
+func (r Revision) Known() bool {
+	return r == Rev20250618 || r == Rev20251125 || r == Rev20260728
+}
+
+// extended reports whether r has the 2025-11-25 elicitation shapes.
+func (r Revision) extended() bool { return r == Rev20251125 || r == Rev20260728 }
 
 // DefaultRevision is the revision used when none is given.
 const DefaultRevision = Rev20250618
@@ -34,47 +44,69 @@ const (
 	ActionCancel  ElicitAction = "cancel"
 )
 
-// EnumOption is one titled option of a 2025-11-25 enum: {const, title}.
+// EnumOption is one titled option of a 2025-11-25 enum: {const, title}
+// (MCP 2025-11-25 schema, TitledSingleSelectEnumSchema.oneOf[] and
+// TitledMultiSelectEnumSchema.items.anyOf[]). Both are required and
+// non-empty.
 type EnumOption struct {
 	Const string `json:"const"`
 	Title string `json:"title"`
 }
 
-// ItemsSchema is the `items` of a 2025-11-25 multi-select property.
+// ItemsSchema is the `items` of a 2025-11-25 multi-select property: either
+// {"type": "string", "enum": [...]} (UntitledMultiSelectEnumSchema) or
+// {"anyOf": [{const, title}...]} (TitledMultiSelectEnumSchema). Extra holds
+// members this type does not define, and members of the wrong JSON type, as
+// decoded; Validate rejects them and MarshalJSON writes them back.
 type ItemsSchema struct {
-	Type  string       `json:"type,omitempty"`
-	Enum  []string     `json:"enum,omitempty"`
-	AnyOf []EnumOption `json:"anyOf,omitempty"`
+	Type  string                     `json:"type,omitempty"`
+	Enum  []string                   `json:"enum,omitempty"`
+	AnyOf []EnumOption               `json:"anyOf,omitempty"`
+	Extra map[string]json.RawMessage `json:"-"`
 }
 
 // PropertySchema is one property of an elicitation's requestedSchema: a
 // string, number/integer, boolean or enum schema (MCP 2025-06-18 schema,
-// PrimitiveSchemaDefinition), or, for 2025-11-25, a titled or multi-select
-// enum. Lengths and item counts are counts; minimum/maximum are numbers.
+// PrimitiveSchemaDefinition), or, for 2025-11-25, a titled single-select,
+// a multi-select (type "array") or any primitive with a default. Lengths
+// (minLength, maxLength, in Unicode code points) and item counts (minItems,
+// maxItems) are non-negative counts; minimum and maximum are numbers.
+// Default is the raw JSON default value.
+//
+// Extra holds keywords this type does not define ("pattern", "$ref",
+// "allOf"...) and keywords of the wrong JSON type (a type list, a
+// fractional minLength), as decoded; ElicitRequestParams.Validate rejects
+// them and MarshalJSON writes them back, so a foreign schema round-trips
+// exactly.
 type PropertySchema struct {
-	Type        string          `json:"type"`
-	Title       string          `json:"title,omitempty"`
-	Description string          `json:"description,omitempty"`
-	MinLength   *int            `json:"minLength,omitempty"`
-	MaxLength   *int            `json:"maxLength,omitempty"`
-	Format      string          `json:"format,omitempty"`
-	Minimum     *float64        `json:"minimum,omitempty"`
-	Maximum     *float64        `json:"maximum,omitempty"`
-	Default     json.RawMessage `json:"default,omitempty"`
-	Enum        []string        `json:"enum,omitempty"`
-	EnumNames   []string        `json:"enumNames,omitempty"`
-	OneOf       []EnumOption    `json:"oneOf,omitempty"`
-	Items       *ItemsSchema    `json:"items,omitempty"`
-	MinItems    *int            `json:"minItems,omitempty"`
-	MaxItems    *int            `json:"maxItems,omitempty"`
+	Type        string                     `json:"type"`
+	Title       string                     `json:"title,omitempty"`
+	Description string                     `json:"description,omitempty"`
+	MinLength   *int                       `json:"minLength,omitempty"`
+	MaxLength   *int                       `json:"maxLength,omitempty"`
+	Format      string                     `json:"format,omitempty"`
+	Minimum     *float64                   `json:"minimum,omitempty"`
+	Maximum     *float64                   `json:"maximum,omitempty"`
+	Default     json.RawMessage            `json:"default,omitempty"`
+	Enum        []string                   `json:"enum,omitempty"`
+	EnumNames   []string                   `json:"enumNames,omitempty"`
+	OneOf       []EnumOption               `json:"oneOf,omitempty"`
+	Items       *ItemsSchema               `json:"items,omitempty"`
+	MinItems    *int                       `json:"minItems,omitempty"`
+	MaxItems    *int                       `json:"maxItems,omitempty"`
+	Extra       map[string]json.RawMessage `json:"-"`
 }
 
 // RequestedSchema is an elicitation's form: a flat object of primitive
 // properties (MCP 2025-06-18 schema, ElicitRequest.params.requestedSchema).
+// Type must be "object"; Required names properties that must be answered on
+// accept. Extra holds other members as decoded ("$schema", allowed from
+// 2025-11-25, or anything Validate rejects).
 type RequestedSchema struct {
 	Type       string                     `json:"type"`
 	Properties map[string]*PropertySchema `json:"properties"`
 	Required   []string                   `json:"required,omitempty"`
+	Extra      map[string]json.RawMessage `json:"-"`
 }
 
 // PropertyNames returns the property names, required ones first (in the
@@ -98,45 +130,31 @@ func (s *RequestedSchema) PropertyNames() []string {
 	return append(out, rest...)
 }
 
+// MethodElicitationCreate is the JSON-RPC method of an MCP elicitation
+// request.
+const MethodElicitationCreate = "elicitation/create"
+
 // ElicitRequestParams is the params object of an MCP `elicitation/create`
-// request (MCP 2025-06-18 schema, ElicitRequest.params): the message shown to
-// the user, the requested form, and `_meta`.
+// request (MCP 2025-06-18 schema, ElicitRequest.params; 2025-11-25,
+// ElicitRequestFormParams): the message shown to the user, the requested
+// form, and `_meta`. Mode is empty or, from 2025-11-25, "form"; URL-mode
+// elicitation is not modelled here. Build one with NewElicitRequest or
+// NewConfirmationRequest; check a received one with Validate.
 type ElicitRequestParams struct {
+	Mode            string          `json:"mode,omitempty"`
 	Message         string          `json:"message"`
 	RequestedSchema RequestedSchema `json:"requestedSchema"`
-	Meta            Meta            `json:"_meta,omitempty"`
+	Meta            Meta            `json:"_meta,omitzero"`
 }
 
 // ElicitResult is the user's answer (MCP 2025-06-18 schema, ElicitResult):
-// the action and, on accept, the form content.
+// the action and, on accept, the form content keyed by property name. Values
+// are strings, numbers, booleans or (2025-11-25 multi-select) arrays of
+// strings. Check it against its request with Validate.
 type ElicitResult struct {
 	Action  ElicitAction   `json:"action"`
-	Content map[string]any `json:"content,omitempty"`
-	Meta    Meta           `json:"_meta,omitempty"`
-}
-
-// Violation is one rule a value breaks: Path names the field (a property
-// name, or a dotted path) and Rule says what is wrong.
-type Violation struct {
-	Path string `json:"path"`
-	Rule string `json:"rule"`
-}
-
-// String formats the violation as "path: rule".
-func (v Violation) String() string { return v.Path + ": " + v.Rule }
-
-// ValidationError lists every violation found. Its Error text is one
-// "path: rule" per violation, joined by "; ".
-type ValidationError struct {
-	Violations []Violation `json:"violations"`
-}
-
-func (e *ValidationError) Error() string {
-	parts := make([]string, len(e.Violations))
-	for i, v := range e.Violations {
-		parts[i] = v.String()
-	}
-	return strings.Join(parts, "; ")
+	Content map[string]any `json:"content,omitzero"`
+	Meta    Meta           `json:"_meta,omitzero"`
 }
 
 // ToolCallMeta is the value of _meta["drupal.org/ai.tool_call"] on a

@@ -1,6 +1,14 @@
 package schema
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/kaptinlin/jsonschema"
+)
 
 // ToolAnnotations are MCP's behaviour hints on a tool (MCP 2025-06-18
 // schema, ToolAnnotations). Absent hints take MCP's defaults: readOnlyHint
@@ -14,8 +22,11 @@ type ToolAnnotations struct {
 	OpenWorldHint   *bool  `json:"openWorldHint,omitempty"`
 }
 
-// ReadOnly reports the effective readOnlyHint (false when a or the hint is absent).
-func (a *ToolAnnotations) ReadOnly() bool { return a != nil && a.ReadOnlyHint != nil && *a.ReadOnlyHint }
+// ReadOnly reports the effective readOnlyHint (false when a or the hint is
+// absent).
+func (a *ToolAnnotations) ReadOnly() bool {
+	return a != nil && a.ReadOnlyHint != nil && *a.ReadOnlyHint
+}
 
 // Destructive reports the effective destructiveHint (true when absent).
 func (a *ToolAnnotations) Destructive() bool {
@@ -41,9 +52,10 @@ func ConfirmByAnnotation(a *ToolAnnotations) bool { return !a.ReadOnly() }
 // Bool returns a pointer to b, for annotation literals.
 func Bool(b bool) *bool { return &b }
 
-// Tool is an MCP tool definition (MCP 2025-06-18 schema, Tool). InputSchema
-// is a JSON Schema object with "type":"object"; OutputSchema, when set,
-// constrains CallToolResult.StructuredContent.
+// Tool is an MCP tool definition (MCP 2025-06-18 schema, Tool). Name is
+// required; InputSchema is a JSON Schema object with "type": "object";
+// OutputSchema, when set, is one too and constrains
+// CallToolResult.StructuredContent. Check one with ValidateTool.
 type Tool struct {
 	Name         string           `json:"name"`
 	Title        string           `json:"title,omitempty"`
@@ -51,7 +63,7 @@ type Tool struct {
 	InputSchema  json.RawMessage  `json:"inputSchema"`
 	OutputSchema json.RawMessage  `json:"outputSchema,omitempty"`
 	Annotations  *ToolAnnotations `json:"annotations,omitempty"`
-	Meta         Meta             `json:"_meta,omitempty"`
+	Meta         Meta             `json:"_meta,omitzero"`
 }
 
 // DisplayName returns the name to show a person: title, then
@@ -75,13 +87,14 @@ type ToolCall struct {
 }
 
 // CallToolResult is an MCP tool result (MCP 2025-06-18 schema,
-// CallToolResult): content blocks, optional structuredContent (a JSON
-// object) and isError for a tool's own failure.
+// CallToolResult): content blocks (always encoded, [] when nil), optional
+// structuredContent (a JSON object) and isError for a tool's own failure.
+// Check one with Validate.
 type CallToolResult struct {
 	Content           ContentList    `json:"content"`
 	StructuredContent map[string]any `json:"structuredContent,omitempty"`
 	IsError           bool           `json:"isError,omitempty"`
-	Meta              Meta           `json:"_meta,omitempty"`
+	Meta              Meta           `json:"_meta,omitzero"`
 }
 
 // ErrorResult returns a CallToolResult with isError set and one text block.
@@ -108,3 +121,187 @@ type InputRequiredResult struct {
 
 // ResultTypeInputRequired is InputRequiredResult.ResultType.
 const ResultTypeInputRequired = "input_required"
+
+// ValidateTool checks a tool definition (MCP 2025-06-18 and 2025-11-25
+// schema, Tool):
+//
+//   - name is 1 to 128 characters of A-Z a-z 0-9 _ - . (the MCP
+//     2025-11-25 tool-name rule; parley also puts names in NATS subjects);
+//   - inputSchema is a JSON Schema object with "type": "object" that
+//     compiles;
+//   - outputSchema, when present, is one too;
+//   - _meta passes Meta.Validate.
+//
+// The error is a *ValidationError, e.g. `inputSchema.type: must be
+// "object"`.
+func ValidateTool(t *Tool) error {
+	var vs violations
+	if t == nil {
+		vs.add("", "missing tool")
+		return vs.err()
+	}
+	switch {
+	case t.Name == "":
+		vs.add("name", "required")
+	case len(t.Name) > 128 || strings.Trim(t.Name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.") != "":
+		vs.add("name", "must be 1 to 128 characters of A-Z a-z 0-9 _ - .")
+	}
+	if len(t.InputSchema) == 0 || isNull(t.InputSchema) {
+		vs.add("inputSchema", "required")
+	} else {
+		checkObjectSchema(&vs, "inputSchema", t.InputSchema)
+	}
+	if len(t.OutputSchema) > 0 && !isNull(t.OutputSchema) {
+		checkObjectSchema(&vs, "outputSchema", t.OutputSchema)
+	}
+	vs.merge("", t.Meta.Validate())
+	return vs.err()
+}
+
+// checkObjectSchema checks that raw is a JSON Schema object with "type":
+// "object" that kaptinlin/jsonschema compiles.
+func checkObjectSchema(vs *violations, path string, raw json.RawMessage) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		vs.add(path, "must be a JSON Schema object")
+		return
+	}
+	var typ string
+	if json.Unmarshal(m["type"], &typ) != nil || typ != "object" {
+		vs.add(path+".type", `must be "object"`)
+	}
+	if _, err := jsonschema.NewCompiler().Compile(raw); err != nil {
+		vs.addf(path, "not a valid JSON Schema: %v", err)
+	}
+}
+
+// Validate checks the result: every content block (see ValidateContent;
+// paths "content[i]..."), _meta, and, when tool has an outputSchema and the
+// result is not an error, that structuredContent is present and valid
+// against it (JSON Schema 2020-12 via kaptinlin/jsonschema; "format" is an
+// annotation there). A nil tool checks the result alone. The error is a
+// *ValidationError, e.g. "structuredContent.temperature: minimum: 2 should
+// be at least 3".
+func (r *CallToolResult) Validate(tool *Tool) error {
+	var vs violations
+	vs.merge("content", r.Content.Validate())
+	vs.merge("", r.Meta.Validate())
+	if tool == nil || len(tool.OutputSchema) == 0 || isNull(tool.OutputSchema) || r.IsError {
+		return vs.err()
+	}
+	if r.StructuredContent == nil {
+		vs.add("structuredContent", "required by the tool's outputSchema")
+		return vs.err()
+	}
+	s, err := jsonschema.NewCompiler().Compile(tool.OutputSchema)
+	if err != nil {
+		vs.addf("outputSchema", "not a valid JSON Schema: %v", err)
+		return vs.err()
+	}
+	// Validate the JSON form, so Go values (structs, ints) are seen as JSON.
+	b, err := json.Marshal(r.StructuredContent)
+	if err != nil {
+		vs.addf("structuredContent", "not JSON: %v", err)
+		return vs.err()
+	}
+	res := s.ValidateJSON(b)
+	if !res.IsValid() {
+		var out violations
+		collectSchemaErrors(&out, res)
+		if len(out) == 0 {
+			out.add("", "does not match the tool's outputSchema")
+		}
+		for _, v := range out {
+			vs.add(joinPath("structuredContent", v.Path), v.Rule)
+		}
+	}
+	return vs.err()
+}
+
+// applicators are keywords whose error only summarises failures of nested
+// schemas; collectSchemaErrors reports the nested failures instead.
+var applicators = map[string]bool{
+	"properties": true, "patternProperties": true, "items": true, "prefixItems": true,
+	"$ref": true, "$dynamicRef": true, "allOf": true, "dependentSchemas": true,
+}
+
+// collectSchemaErrors turns a kaptinlin evaluation result into violations
+// with dotted instance paths.
+func collectSchemaErrors(vs *violations, r *jsonschema.EvaluationResult) {
+	hasInvalidChild := false
+	for _, d := range r.Details {
+		if !d.Valid {
+			hasInvalidChild = true
+			collectSchemaErrors(vs, d)
+		}
+	}
+	path := pointerToPath(r.InstanceLocation)
+	for _, kw := range slices.Sorted(maps.Keys(r.Errors)) {
+		if hasInvalidChild && applicators[kw] {
+			continue
+		}
+		v := Violation{path, kw + ": " + r.Errors[kw].Error()}
+		if !slices.Contains(*vs, v) {
+			*vs = append(*vs, v)
+		}
+	}
+}
+
+// pointerToPath converts a JSON pointer ("/a/0/b") to a dotted path
+// ("a.0.b").
+func pointerToPath(p string) string {
+	p = strings.TrimPrefix(p, "/")
+	if p == "" {
+		return ""
+	}
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return strings.Join(parts, ".")
+}
+
+// Validate checks the result for revision rev (see
+// ElicitRequestParams.Validate): resultType is "input_required", at least
+// one of inputRequests and requestState is present, and every input request
+// is a valid `elicitation/create` request. The error is a *ValidationError
+// with paths like "inputRequests.pick.params.message".
+func (r *InputRequiredResult) Validate(rev Revision) error {
+	var vs violations
+	if r.ResultType != ResultTypeInputRequired {
+		vs.addf("resultType", "must be %q", ResultTypeInputRequired)
+	}
+	if len(r.InputRequests) == 0 && r.RequestState == "" {
+		vs.add("", "must have inputRequests or requestState")
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.InputRequests)) {
+		ir := r.InputRequests[k]
+		p := "inputRequests." + k
+		if ir.Method != MethodElicitationCreate {
+			vs.add(p+".method", fmt.Sprintf("must be %q", MethodElicitationCreate))
+		}
+		vs.merge(p+".params", ir.Params.Validate(rev))
+	}
+	return vs.err()
+}
+
+// UnmarshalJSON decodes a tool definition; a member of the wrong JSON type
+// is a *ValidationError naming it ("name: must be a string").
+func (t *Tool) UnmarshalJSON(b []byte) error {
+	type wire Tool
+	var w wire
+	err := unmarshalAs(b, &w)
+	*t = Tool(w)
+	return err
+}
+
+// UnmarshalJSON decodes a tool result; bad content blocks or members of
+// the wrong JSON type are a *ValidationError naming them
+// ("content[0].mimeType: required").
+func (r *CallToolResult) UnmarshalJSON(b []byte) error {
+	type wire CallToolResult
+	var w wire
+	err := unmarshalAs(b, &w, "content")
+	*r = CallToolResult(w)
+	return err
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
+)
+
+type demoCmd struct {
+	JSON    bool          `name:"json" help:"Print every event on parley.chat.> in stream order, one CloudEvent JSON per line."`
+	Verbose bool          `name:"verbose" short:"v" help:"Also print the workers' logs (stderr)."`
+	Timeout time.Duration `name:"timeout" default:"30s" help:"How long to wait for each expected event."`
+}
+
+// demo is one run of the three seed scenarios.
+type demo struct {
+	e       *env
+	cfg     *demoCmd
+	url     string
+	client  *client.Client
+	site    *builtin.Site
+	items   <-chan client.Item
+	out     io.Writer // transcript (stdout, or discarded with --json)
+	note    io.Writer // scenario headings and verdicts
+	workers roleConfig
+	logger  *slog.Logger
+}
+
+func (c *demoCmd) Run(e *env) error {
+	dir, err := os.MkdirTemp("", "parley-demo-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	logw := io.Discard
+	if c.Verbose {
+		logw = e.stderr
+	}
+	d := &demo{e: e, cfg: c, url: srv.ClientURL(), out: e.stdout, note: e.stdout,
+		logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if c.JSON {
+		d.out, d.note = io.Discard, e.stderr
+	}
+	d.workers = roleConfig{processor: processorFlags{PauseTTL: 10 * time.Minute, Concurrency: 8},
+		agent: agentFlags{PreExecuteTimeout: 2 * time.Second}}
+	wenv := &env{Globals: &Globals{LogLevel: "info", LogFormat: "text"}, ctx: ctx, stderr: logw}
+
+	// The gate, tool-executor and agent run for the whole demo; the
+	// processor is started separately so scenario 3 can replace it.
+	waitOthers, err := startWorkers(ctx, d.url, []string{"gate", "toolexec", "agent"}, d.workers, wenv)
+	if err != nil {
+		return err
+	}
+	stopProc1, err := d.startProcessor(ctx, "processor-1")
+	if err != nil {
+		return err
+	}
+
+	nc, err := client.Connect(d.url, "parley-demo")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		return err
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		return err
+	}
+	d.client = client.New(b, "/parley/demo")
+	if d.site, err = builtin.OpenSite(ctx, b.JetStream(), nil); err != nil {
+		return err
+	}
+	if d.items, err = d.client.Watch(ctx, client.WatchOptions{FromStart: true}); err != nil {
+		return err
+	}
+	if err := waitRegistered(ctx, d); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(d.note, "parley demo: embedded NATS with JetStream at %s, store in %s\n", d.url, dir)
+	fmt.Fprintln(d.note, "workers: processor-1, agent, toolexec, gate, each on its own NATS connection")
+	results := []error{
+		d.scenario("1. show me the About page", d.aboutPage),
+		d.scenario("2. create an event for the launch party", d.createEvent),
+		d.scenario("3. delete the 10 draft articles", func() error { return d.deleteDrafts(ctx, stopProc1) }),
+	}
+	d.drain(ctx)
+	cancel()
+	_ = waitOthers()
+	failed := 0
+	fmt.Fprintln(d.note)
+	for i, err := range results {
+		if err != nil {
+			failed++
+			fmt.Fprintf(d.note, "scenario %d: FAILED: %v\n", i+1, err)
+		} else {
+			fmt.Fprintf(d.note, "scenario %d: ok\n", i+1)
+		}
+	}
+	if failed > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d of %d scenarios failed", failed, len(results))}
+	}
+	fmt.Fprintln(d.note, "all scenarios ended as expected")
+	return nil
+}
+
+// startProcessor runs a processor instance on its own connection; stop
+// cancels it and waits until it has drained.
+func (d *demo) startProcessor(parent context.Context, name string) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(parent)
+	nc, err := client.Connect(d.url, "parley-"+name)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer nc.Close()
+		if err := runRole(ctx, "processor", nc, d.workers, d.logger.With("instance", name)); err != nil {
+			fmt.Fprintf(d.note, "%s: %v\n", name, err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// waitRegistered waits until the tool-executor has registered its tools.
+func waitRegistered(ctx context.Context, d *demo) error {
+	deadline := time.Now().Add(d.cfg.Timeout)
+	for time.Now().Before(deadline) {
+		kv, err := d.client.Bus().JetStream().KeyValue(ctx, "parley_tools")
+		if err == nil {
+			if _, err := kv.Get(ctx, builtin.ToolDeleteEntities); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return errors.New("the tool-executor did not register its tools in time")
+}
+
+func (d *demo) scenario(title string, f func() error) error {
+	fmt.Fprintf(d.note, "\n=== %s\n", title)
+	return f()
+}
+
+// expect reads (and prints) events until one of typ arrives on thread.
+func (d *demo) expect(thread string, types ...string) (*event.Event, error) {
+	timeout := time.After(d.cfg.Timeout)
+	for {
+		select {
+		case it, ok := <-d.items:
+			if !ok {
+				return nil, errors.New("event stream closed")
+			}
+			d.print(it)
+			if it.Event == nil || it.Event.Subject() != thread {
+				continue
+			}
+			for _, t := range types {
+				if it.Event.Type() == t {
+					return it.Event, nil
+				}
+			}
+			if it.Event.Type() == events.TypeTurnFailed || it.Event.Type() == events.TypeElicitationRejected {
+				return it.Event, fmt.Errorf("unexpected %s: %s", it.Event.Type(), string(it.Event.Data()))
+			}
+		case <-timeout:
+			return nil, fmt.Errorf("no %s on thread %s within %v", strings.Join(types, " or "), thread, d.cfg.Timeout)
+		}
+	}
+}
+
+// drain prints what is left in the stream.
+func (d *demo) drain(ctx context.Context) {
+	last, err := d.client.Pending(ctx)
+	if err != nil {
+		return
+	}
+	timeout := time.After(2 * time.Second)
+	for {
+		select {
+		case it, ok := <-d.items:
+			if !ok {
+				return
+			}
+			d.print(it)
+			if it.Seq >= last {
+				return
+			}
+		case <-timeout:
+			return
+		}
+	}
+}
+
+func (d *demo) print(it client.Item) {
+	if d.cfg.JSON {
+		printItem(d.e.stdout, it, true)
+		return
+	}
+	printItem(d.out, it, false)
+}
+
+func (d *demo) send(thread, text string) error {
+	_, err := d.client.Send(d.e.ctx, thread, "", text, "demo-user")
+	return err
+}
+
+func (d *demo) answer(thread, id string, action schema.ElicitAction, content map[string]any, by string) error {
+	_, err := d.client.Answer(d.e.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, by)
+	return err
+}
+
+// question waits for elicitation.requested on thread and decodes it.
+func (d *demo) question(thread string) (string, *schema.ElicitRequestParams, error) {
+	ev, err := d.expect(thread, events.TypeElicitationRequested)
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := events.Data[schema.ElicitRequestParams](ev)
+	if err != nil {
+		return "", nil, err
+	}
+	id, _ := p.Meta[schema.MetaElicitationID].(string)
+	if id == "" {
+		return "", nil, errors.New("elicitation.requested without _meta[drupal.org/ai.elicitation_id]")
+	}
+	if err := p.Validate(schema.Rev20250618); err != nil {
+		return "", nil, fmt.Errorf("elicitation is not valid MCP 2025-06-18: %w", err)
+	}
+	return id, &p, nil
+}
+
+func (d *demo) completed(thread string) (*events.TurnCompleted, error) {
+	ev, err := d.expect(thread, events.TypeTurnCompleted)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := events.Data[events.TurnCompleted](ev)
+	return &tc, err
+}
+
+func (d *demo) aboutPage() error {
+	const thread = "demo-about"
+	if err := d.send(thread, "show me the About page"); err != nil {
+		return err
+	}
+	id, q, err := d.question(thread)
+	if err != nil {
+		return err
+	}
+	prop := q.RequestedSchema.Properties["id"]
+	if prop == nil || len(prop.Enum) != 3 || len(prop.EnumNames) != 3 {
+		return fmt.Errorf("want an enum question with 3 pages, got %+v", q.RequestedSchema)
+	}
+	choice := ""
+	for i, name := range prop.EnumNames {
+		if name == "About us" {
+			choice = prop.Enum[i]
+		}
+	}
+	if choice == "" {
+		return fmt.Errorf("no page titled %q among %v", "About us", prop.EnumNames)
+	}
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"id": choice}, "demo-user"); err != nil {
+		return err
+	}
+	tc, err := d.completed(thread)
+	if err != nil {
+		return err
+	}
+	if !hasEntityLink(tc.Message.Content, choice) && !strings.Contains(tc.Message.Text, "About us") {
+		return fmt.Errorf("the answer does not show the About us page: %q", tc.Message.Text)
+	}
+	return nil
+}
+
+func hasEntityLink(cs schema.ContentList, id string) bool {
+	for _, c := range cs {
+		if rl, ok := c.(*schema.ResourceLink); ok {
+			b, _ := json.Marshal(rl.Meta[schema.MetaEntity])
+			if strings.Contains(string(b), `"`+id+`"`) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (d *demo) createEvent() error {
+	const thread = "demo-event"
+	if err := d.send(thread, "create an event for the launch party"); err != nil {
+		return err
+	}
+	id, q, err := d.question(thread)
+	if err != nil {
+		return err
+	}
+	rs := q.RequestedSchema
+	if rs.Properties["title"] == nil || rs.Properties["date"] == nil || rs.Properties["date"].Format != "date" || len(rs.Required) != 2 {
+		return fmt.Errorf("want a form with title and date (format date), both required; got %+v", rs)
+	}
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"title": "Launch party", "date": "2026-12-12"}, "demo-user"); err != nil {
+		return err
+	}
+	if _, err := d.completed(thread); err != nil {
+		return err
+	}
+	ents, err := d.site.Entities(d.e.ctx)
+	if err != nil {
+		return err
+	}
+	for _, en := range ents {
+		if en.Type == builtin.TypeEvent && en.Title == "Launch party" && en.Date == "2026-12-12" {
+			return nil
+		}
+	}
+	return errors.New("the site has no event titled Launch party on 2026-12-12")
+}
+
+func (d *demo) drafts() (int, error) {
+	ents, err := d.site.Entities(d.e.ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, en := range ents {
+		if en.Type == builtin.TypeArticle && en.Status == builtin.StatusDraft {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
+	const thread = "demo-delete"
+	const instructions = "Keep them until the editor has reviewed them."
+	if err := d.send(thread, "delete the 10 draft articles"); err != nil {
+		return err
+	}
+	id, q, err := d.question(thread)
+	if err != nil {
+		return err
+	}
+	if !q.IsToolConfirmation() {
+		return errors.New("want a tool confirmation (_meta[drupal.org/ai.tool_call])")
+	}
+	fmt.Fprintln(d.note, "--- declining, with instructions")
+	if err := d.answer(thread, id, schema.ActionDecline, map[string]any{"instructions": instructions}, "editor@example.com"); err != nil {
+		return err
+	}
+	tc, err := d.completed(thread)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(tc.Message.Text, "User declined execution of delete_entities: "+instructions) {
+		return fmt.Errorf("the model did not receive the decline: %q", tc.Message.Text)
+	}
+	if n, err := d.drafts(); err != nil || n != 10 {
+		return fmt.Errorf("after decline want 10 drafts, have %d (%v)", n, err)
+	}
+
+	fmt.Fprintln(d.note, "--- asking again")
+	if err := d.send(thread, "delete the 10 draft articles"); err != nil {
+		return err
+	}
+	id, _, err = d.question(thread)
+	if err != nil {
+		return err
+	}
+	if _, err := d.expect(thread, events.TypeTurnPaused); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.note, "--- the turn is paused in KV; stopping processor-1 and starting processor-2")
+	stopProc1()
+	stopProc2, err := d.startProcessor(ctx, "processor-2")
+	if err != nil {
+		return err
+	}
+	defer stopProc2()
+	fmt.Fprintln(d.note, "--- accepting (processor-2 resumes the turn)")
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{}, "editor@example.com"); err != nil {
+		return err
+	}
+	tc, err = d.completed(thread)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(tc.Message.Text, "Deleted 10") {
+		return fmt.Errorf("want the deletion confirmed, got %q", tc.Message.Text)
+	}
+	if n, err := d.drafts(); err != nil || n != 0 {
+		return fmt.Errorf("after accept want 0 drafts, have %d (%v)", n, err)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+// Command parley runs parley's workers and talks to them over NATS.
+//
+//	parley demo                      three seed scenarios on an embedded server
+//	parley dev                       embedded NATS + JetStream and every worker
+//	parley processor|agent|toolexec|gate --nats URL   one worker
+//	parley send|answer|events|chat   what an integrator does
+//	parley validate ...              check MCP shapes
+//
+// Flags can also be set with PARLEY_* environment variables (see --help).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// Globals are flags every command takes.
+type Globals struct {
+	NATS      string `name:"nats" env:"PARLEY_NATS" default:"nats://127.0.0.1:4222" help:"NATS server URL."`
+	LogLevel  string `name:"log-level" env:"PARLEY_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
+	LogFormat string `name:"log-format" env:"PARLEY_LOG_FORMAT" default:"json" enum:"json,text" help:"Log format (${enum})."`
+}
+
+// logger builds the slog logger the flags ask for, writing to w.
+func (g *Globals) logger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(g.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if g.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+type cli struct {
+	Globals
+
+	Demo      demoCmd     `cmd:"" help:"Run the three seed scenarios end to end on an embedded NATS server."`
+	Dev       devCmd      `cmd:"" help:"Run an embedded NATS server with JetStream and every worker."`
+	Processor workerCmd   `cmd:"" help:"Run the processor worker (turns, pauses, resumes)."`
+	Agent     agentCmd    `cmd:"" help:"Run the agent worker (the model and tool loop)."`
+	Toolexec  toolexecCmd `cmd:"" help:"Run the tool-executor worker (built-in tools)."`
+	Gate      gateCmd     `cmd:"" help:"Run the gate: the default pre-execute policy service."`
+	Send      sendCmd     `cmd:"" help:"Send a user message to a thread (publishes turn.requested)."`
+	Answer    answerCmd   `cmd:"" help:"Answer an elicitation (publishes elicitation.responded)."`
+	Events    eventsCmd   `cmd:"" help:"Print chat events."`
+	Chat      chatCmd     `cmd:"" help:"Chat in the terminal: messages, forms and confirmations."`
+	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
+}
+
+// exitError carries a process exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// run parses args and runs the command; it returns the exit status: 0 ok,
+// 1 failure, 2 usage error.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "validate" {
+		return runValidate(args[1:], stdin, stdout, stderr)
+	}
+	var c cli
+	parser, err := kong.New(&c, kong.Name("parley"),
+		kong.Description("parley runs AI chat turns as workers that exchange CloudEvents over NATS JetStream, with MCP elicitation for human-in-the-loop pauses."),
+		kong.UsageOnError(), kong.Writers(stdout, stderr),
+		kong.Exit(func(code int) { panic(&exitError{code: code}) }))
+	if err != nil {
+		fmt.Fprintln(stderr, "parley:", err)
+		return 2
+	}
+	code := 0
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if ee, ok := r.(*exitError); ok {
+					code = ee.code
+					return
+				}
+				panic(r)
+			}
+		}()
+		kctx, err := parser.Parse(args)
+		if err != nil {
+			fmt.Fprintln(stderr, "parley:", err)
+			code = 2
+			return
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		env := &env{Globals: &c.Globals, ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
+		if err := kctx.Run(env); err != nil {
+			var ee *exitError
+			if errors.As(err, &ee) {
+				if ee.err != nil {
+					fmt.Fprintln(stderr, "parley:", strings.TrimSpace(ee.err.Error()))
+				}
+				code = ee.code
+				return
+			}
+			fmt.Fprintln(stderr, "parley:", err)
+			code = 1
+		}
+	}()
+	return code
+}
+
+// env is what every command's Run receives.
+type env struct {
+	*Globals
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+type validateCmd struct {
+	Args []string `arg:"" optional:"" passthrough:"" help:"elicitation-request|elicitation-result|meta-key|content|tool and their arguments."`
+}
+
+func (v *validateCmd) Run(e *env) error {
+	if code := runValidate(v.Args, e.stdin, e.stdout, e.stderr); code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}

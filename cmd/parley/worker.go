@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/telemetry"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/workers/agent"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/gate"
+	"github.com/parley-dev/parley/workers/processor"
+	"github.com/parley-dev/parley/workers/toolexec"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
+)
+
+// storeFlags choose where streams and buckets live.
+type storeFlags struct {
+	Storage  string `name:"storage" env:"PARLEY_STORAGE" default:"file" enum:"file,memory" help:"JetStream storage of streams and buckets (${enum})."`
+	Replicas int    `name:"replicas" env:"PARLEY_REPLICAS" default:"1" help:"Replicas of streams and buckets (3 on a cluster)."`
+}
+
+func (s storeFlags) storage() jetstream.StorageType {
+	if s.Storage == "memory" {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+type processorFlags struct {
+	PauseTTL    time.Duration `name:"pause-ttl" env:"PARLEY_PAUSE_TTL" default:"24h" help:"How long a paused turn waits for answers."`
+	Concurrency int           `name:"concurrency" env:"PARLEY_CONCURRENCY" default:"8" help:"Events handled at once per consumer."`
+}
+
+type agentFlags struct {
+	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
+	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for a policy service."`
+}
+
+type gateFlags struct {
+	GateConfig string `name:"gate-config" env:"PARLEY_GATE_CONFIG" type:"existingfile" help:"Gating configuration (JSON); default: confirm every non-read-only tool."`
+}
+
+// roleConfig is everything a worker role needs.
+type roleConfig struct {
+	store     storeFlags
+	processor processorFlags
+	agent     agentFlags
+	gate      gateFlags
+}
+
+// runRole runs one worker role on nc until ctx is cancelled.
+func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, log *slog.Logger) error {
+	log = log.With("worker", role)
+	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
+	if err != nil {
+		return err
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		return err
+	}
+	log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
+	defer log.Info("worker stopped")
+	switch role {
+	case "processor":
+		p, err := processor.New(ctx, b, &processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency})
+		if err != nil {
+			return err
+		}
+		return p.Run(ctx)
+	case "agent":
+		provider, err := model.LoadScripted(cfg.agent.Rules)
+		if err != nil {
+			return err
+		}
+		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout})
+		if err != nil {
+			return err
+		}
+		return a.Run(ctx)
+	case "toolexec":
+		site, err := builtin.OpenSite(ctx, b.JetStream(), &builtin.SiteOptions{Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
+		if err != nil {
+			return err
+		}
+		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log})
+		if err != nil {
+			return err
+		}
+		return x.Run(ctx)
+	case "gate":
+		gc, err := gate.LoadConfig(cfg.gate.GateConfig)
+		if err != nil {
+			return err
+		}
+		return gate.New(b, gc, log).Run(ctx)
+	}
+	return fmt.Errorf("unknown worker role %q", role)
+}
+
+// serveRole connects to url and runs role until ctx is cancelled (SIGTERM
+// drains: no new work is taken, in-flight work finishes or is left for
+// redelivery), then closes the connection.
+func serveRole(e *env, role string, cfg roleConfig) error {
+	log := e.logger(e.stderr)
+	shutdown, err := telemetry.Setup(e.ctx, "parley-"+role)
+	if err != nil {
+		log.Warn("tracing disabled", "error", err)
+	}
+	defer func() { _ = shutdown(context.Background()) }()
+	nc, err := client.Connect(e.NATS, "parley-"+role)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = nc.Drain() }()
+	return runRole(e.ctx, role, nc, cfg, log)
+}
+
+type workerCmd struct {
+	storeFlags
+	processorFlags
+}
+
+func (c *workerCmd) Run(e *env) error {
+	return serveRole(e, "processor", roleConfig{store: c.storeFlags, processor: c.processorFlags})
+}
+
+type agentCmd struct {
+	storeFlags
+	agentFlags
+}
+
+func (c *agentCmd) Run(e *env) error {
+	return serveRole(e, "agent", roleConfig{store: c.storeFlags, agent: c.agentFlags})
+}
+
+type toolexecCmd struct {
+	storeFlags
+}
+
+func (c *toolexecCmd) Run(e *env) error {
+	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags})
+}
+
+type gateCmd struct {
+	storeFlags
+	gateFlags
+}
+
+func (c *gateCmd) Run(e *env) error {
+	return serveRole(e, "gate", roleConfig{store: c.storeFlags, gate: c.gateFlags})
+}

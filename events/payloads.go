@@ -1,0 +1,242 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/parley-dev/parley/schema"
+)
+
+// TurnRequested is the data of dev.parley.turn.requested: a user message for
+// a thread (the CloudEvents subject), and the agent that should answer.
+type TurnRequested struct {
+	// Agent names the agent; optional, default "default". A subject token.
+	Agent string `json:"agent,omitempty"`
+	// Message is the user's message; Role must be "user" and Text non-empty.
+	Message schema.ChatMessage `json:"message"`
+	// User identifies who sent it (free text, recorded); optional.
+	User string `json:"user,omitempty"`
+}
+
+// TurnPaused is the data of dev.parley.turn.paused: the assistant message
+// that restates the pending question(s) in prose, for consumers that ignore
+// elicitations.
+type TurnPaused struct {
+	TurnID         string             `json:"turnId"`
+	Message        schema.ChatMessage `json:"message"`
+	ElicitationIDs []string           `json:"elicitationIds"`
+}
+
+// TurnCompleted is the data of dev.parley.turn.completed.
+type TurnCompleted struct {
+	TurnID  string             `json:"turnId"`
+	Message schema.ChatMessage `json:"message"`
+}
+
+// TurnFailed is the data of dev.parley.turn.failed: Reason is a stable code
+// (e.g. "agent_failed", "state_incompatible", "dead_lettered"), Detail text a
+// person can act on.
+type TurnFailed struct {
+	TurnID string `json:"turnId,omitempty"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+}
+
+// TurnRejected is the data of dev.parley.turn.rejected: the turn.requested
+// event (by ID) was refused; Errors name each field and rule.
+type TurnRejected struct {
+	RequestEventID string             `json:"requestEventId"`
+	Reason         string             `json:"reason"`
+	Errors         []schema.Violation `json:"errors,omitempty"`
+}
+
+// ElicitationResponded is the data of dev.parley.elicitation.responded: the
+// MCP ElicitResult fields (action, content, _meta) plus which elicitation it
+// answers and who answered.
+type ElicitationResponded struct {
+	ElicitationID string `json:"elicitationId"`
+	// AnsweredBy identifies the person (recorded on the decision); optional.
+	AnsweredBy string `json:"answeredBy,omitempty"`
+	// Action is "accept", "decline" or "cancel" (MCP ElicitResult.action).
+	Action schema.ElicitAction `json:"action"`
+	// Content is the form content (MCP ElicitResult.content).
+	Content map[string]any `json:"content,omitempty"`
+	// Meta is MCP ElicitResult._meta.
+	Meta schema.Meta `json:"_meta,omitempty"`
+}
+
+// Result returns the MCP ElicitResult the event carries.
+func (r ElicitationResponded) Result() schema.ElicitResult {
+	return schema.ElicitResult{Action: r.Action, Content: r.Content, Meta: r.Meta}
+}
+
+// Rejection reasons of dev.parley.elicitation.rejected, in the order the
+// processor checks them.
+const (
+	RejectInvalidEvent      = "invalid_event"
+	RejectUnknownOrExpired  = "unknown_or_expired"
+	RejectInvalidContent    = "invalid_content"
+	RejectAlreadyConsumed   = "already_consumed"
+	RejectStateIncompatible = "state_incompatible"
+)
+
+// ElicitationRejected is the data of dev.parley.elicitation.rejected. On
+// invalid_content, Errors lists every "property: rule" and the elicitation
+// stays pending.
+type ElicitationRejected struct {
+	ElicitationID    string             `json:"elicitationId"`
+	RespondedEventID string             `json:"respondedEventId"`
+	Reason           string             `json:"reason"`
+	Detail           string             `json:"detail,omitempty"`
+	Errors           []schema.Violation `json:"errors,omitempty"`
+}
+
+// ElicitationExpired is the data of dev.parley.elicitation.expired.
+type ElicitationExpired struct {
+	TurnID         string   `json:"turnId"`
+	ElicitationIDs []string `json:"elicitationIds"`
+}
+
+// ElicitationCancelled is the data of dev.parley.elicitation.cancelled.
+type ElicitationCancelled struct {
+	TurnID         string   `json:"turnId"`
+	ElicitationIDs []string `json:"elicitationIds"`
+	Reason         string   `json:"reason"`
+}
+
+// RunRequested is the data of dev.parley.agent.run.requested.
+type RunRequested struct {
+	RunID    string               `json:"runId"`
+	TurnID   string               `json:"turnId"`
+	Thread   string               `json:"thread"`
+	Agent    string               `json:"agent"`
+	Messages []schema.ChatMessage `json:"messages"`
+}
+
+// Answer is one settled elicitation handed back to the agent.
+type Answer struct {
+	ElicitationID string              `json:"elicitationId"`
+	Result        schema.ElicitResult `json:"result"`
+	AnsweredBy    string              `json:"answeredBy,omitempty"`
+	AnsweredAt    time.Time           `json:"answeredAt"`
+}
+
+// RunResumed is the data of dev.parley.agent.run.resumed: the snapshot the
+// agent paused with (opaque to the processor) and every answer.
+type RunResumed struct {
+	RunID    string          `json:"runId"`
+	TurnID   string          `json:"turnId"`
+	Thread   string          `json:"thread"`
+	Agent    string          `json:"agent"`
+	Snapshot json.RawMessage `json:"snapshot"`
+	Answers  []Answer        `json:"answers"`
+}
+
+// RunCompleted is the data of dev.parley.agent.run.completed.
+type RunCompleted struct {
+	RunID   string             `json:"runId"`
+	TurnID  string             `json:"turnId"`
+	Message schema.ChatMessage `json:"message"`
+}
+
+// Elicitation kinds.
+const (
+	KindForm             = "form"
+	KindToolConfirmation = "tool_confirmation"
+)
+
+// PendingElicitation is one question a paused run waits on.
+type PendingElicitation struct {
+	ID      string                     `json:"id"`
+	Kind    string                     `json:"kind"`
+	CallID  string                     `json:"callId"`
+	Tool    string                     `json:"tool"`
+	Request schema.ElicitRequestParams `json:"request"`
+	// Decision is the policy decision behind a tool confirmation.
+	Decision *Decision `json:"decision,omitempty"`
+}
+
+// RunPaused is the data of dev.parley.agent.run.paused.
+type RunPaused struct {
+	RunID        string               `json:"runId"`
+	TurnID       string               `json:"turnId"`
+	Agent        string               `json:"agent"`
+	Elicitations []PendingElicitation `json:"elicitations"`
+	Snapshot     json.RawMessage      `json:"snapshot"`
+}
+
+// RunFailed is the data of dev.parley.agent.run.failed.
+type RunFailed struct {
+	RunID  string `json:"runId"`
+	TurnID string `json:"turnId"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail"`
+}
+
+// ToolCallRequested is the data of dev.parley.tool.call.requested. Round is
+// 0 for the first execution and n for the n-th retry with InputResponses.
+type ToolCallRequested struct {
+	RunID          string                         `json:"runId"`
+	Thread         string                         `json:"thread"`
+	Agent          string                         `json:"agent"`
+	Call           schema.ToolCall                `json:"call"`
+	Round          int                            `json:"round"`
+	InputResponses map[string]schema.ElicitResult `json:"inputResponses,omitempty"`
+	RequestState   string                         `json:"requestState,omitempty"`
+}
+
+// ToolResult is the data of dev.parley.tool.result.ready: exactly one of
+// Result or InputRequired.
+type ToolResult struct {
+	RunID         string                      `json:"runId"`
+	CallID        string                      `json:"callId"`
+	Round         int                         `json:"round"`
+	Result        *schema.CallToolResult      `json:"result,omitempty"`
+	InputRequired *schema.InputRequiredResult `json:"inputRequired,omitempty"`
+}
+
+// PreExecuteRequest is the data of dev.parley.tool.pre_execute.requested,
+// sent on parley.tool.pre_execute.<agent>.<tool> before every tool call.
+type PreExecuteRequest struct {
+	Agent  string          `json:"agent"`
+	Thread string          `json:"thread"`
+	RunID  string          `json:"runId"`
+	Call   schema.ToolCall `json:"call"`
+	// Tool is the trusted definition (from the tool registry, not the model).
+	Tool schema.Tool `json:"tool"`
+}
+
+// Policy decisions.
+const (
+	DecisionAllow   = "allow"
+	DecisionVeto    = "veto"
+	DecisionConfirm = "confirm"
+	// DecisionUnavailable is recorded by the agent, never sent by a policy:
+	// no policy service answered.
+	DecisionUnavailable = "policy_unavailable"
+)
+
+// Decision is the data of dev.parley.tool.pre_execute.decided.
+type Decision struct {
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
+	// Elicitation is the confirmation request, with Decision "confirm".
+	Elicitation *schema.ElicitRequestParams `json:"elicitation,omitempty"`
+	// Policy names the policy service that decided.
+	Policy string `json:"policy,omitempty"`
+	// ConfigVersion identifies the configuration the decision came from.
+	ConfigVersion string `json:"configVersion,omitempty"`
+}
+
+// DeadLetter is the data of dev.parley.dead_lettered, published on
+// parley.dlq.<stream>.<consumer>: why, and the original message.
+type DeadLetter struct {
+	Reason       string              `json:"reason"`
+	Stream       string              `json:"stream"`
+	Consumer     string              `json:"consumer"`
+	Subject      string              `json:"subject"`
+	StreamSeq    uint64              `json:"streamSeq"`
+	NumDelivered uint64              `json:"numDelivered"`
+	Headers      map[string][]string `json:"headers"`
+	Body         []byte              `json:"body"`
+}

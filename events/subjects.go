@@ -1,0 +1,104 @@
+package events
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Streams and the subjects they hold.
+const (
+	// StreamChat holds everything integrators see: parley.chat.<thread>.>.
+	StreamChat = "PARLEY_CHAT"
+	// StreamAgent is the agent's work queue: run requests, resumes and tool
+	// results (parley.agent.run.requested|resumed, parley.tool.result.>).
+	StreamAgent = "PARLEY_AGENT"
+	// StreamRuns is the processor's work queue of run outcomes
+	// (parley.agent.run.completed|paused|failed).
+	StreamRuns = "PARLEY_RUNS"
+	// StreamTools is the tool-executor's work queue: parley.tool.call.>.
+	StreamTools = "PARLEY_TOOLS"
+	// StreamDeadLetter keeps events that could not be handled: parley.dlq.>.
+	StreamDeadLetter = "PARLEY_DLQ"
+)
+
+// Subject prefixes and fixed subjects.
+const (
+	SubjectChatAll      = "parley.chat.>"
+	SubjectRunRequested = "parley.agent.run.requested"
+	SubjectRunResumed   = "parley.agent.run.resumed"
+	SubjectRunCompleted = "parley.agent.run.completed"
+	SubjectRunPaused    = "parley.agent.run.paused"
+	SubjectRunFailed    = "parley.agent.run.failed"
+	SubjectToolCallAll  = "parley.tool.call.>"
+	SubjectToolResAll   = "parley.tool.result.>"
+	SubjectPreExecAll   = "parley.tool.pre_execute.>"
+	SubjectDeadLetters  = "parley.dlq.>"
+)
+
+// Chat subject suffixes: parley.chat.<thread>.<suffix>.
+const (
+	ChatTurnRequested         = "turn.requested"
+	ChatTurnPaused            = "turn.paused"
+	ChatTurnCompleted         = "turn.completed"
+	ChatTurnFailed            = "turn.failed"
+	ChatTurnRejected          = "turn.rejected"
+	ChatElicitationRequested  = "elicitation.requested"
+	ChatElicitationResponded  = "elicitation.responded"
+	ChatElicitationRejected   = "elicitation.rejected"
+	ChatElicitationExpired    = "elicitation.expired"
+	ChatElicitationCancelled  = "elicitation.cancelled"
+	ChatProgress              = "progress"
+	subjectChatPrefix         = "parley.chat."
+	subjectToolCallPrefix     = "parley.tool.call."
+	subjectToolResultPrefix   = "parley.tool.result."
+	subjectPreExecutePrefix   = "parley.tool.pre_execute."
+	subjectDeadLetterTemplate = "parley.dlq.%s.%s"
+)
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ValidToken checks a thread ID, agent or tool name that goes into a subject
+// or a KV key: 1 to 128 of A-Z a-z 0-9 _ -. The error names field.
+func ValidToken(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s: required", field)
+	}
+	if !tokenRE.MatchString(s) {
+		return fmt.Errorf("%s: %q must be 1-128 characters of A-Z a-z 0-9 _ -", field, s)
+	}
+	return nil
+}
+
+// ChatSubject returns parley.chat.<thread>.<suffix>.
+func ChatSubject(thread, suffix string) string { return subjectChatPrefix + thread + "." + suffix }
+
+// ChatThreadSubjects returns the filter parley.chat.<thread>.> (all of one thread).
+func ChatThreadSubjects(thread string) string { return subjectChatPrefix + thread + ".>" }
+
+// ParseChatSubject splits parley.chat.<thread>.<suffix>; ok is false for
+// any other subject.
+func ParseChatSubject(subject string) (thread, suffix string, ok bool) {
+	rest, found := strings.CutPrefix(subject, subjectChatPrefix)
+	if !found {
+		return "", "", false
+	}
+	thread, suffix, ok = strings.Cut(rest, ".")
+	return thread, suffix, ok && thread != "" && suffix != ""
+}
+
+// ToolCallSubject returns parley.tool.call.<tool>.
+func ToolCallSubject(tool string) string { return subjectToolCallPrefix + tool }
+
+// ToolResultSubject returns parley.tool.result.<run>.
+func ToolResultSubject(run string) string { return subjectToolResultPrefix + run }
+
+// PreExecuteSubject returns parley.tool.pre_execute.<agent>.<tool>.
+func PreExecuteSubject(agent, tool string) string {
+	return subjectPreExecutePrefix + agent + "." + tool
+}
+
+// DeadLetterSubject returns parley.dlq.<stream>.<consumer>.
+func DeadLetterSubject(stream, consumer string) string {
+	return fmt.Sprintf(subjectDeadLetterTemplate, stream, consumer)
+}

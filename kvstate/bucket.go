@@ -1,0 +1,196 @@
+package kvstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketOptions configures a bucket.
+type BucketOptions struct {
+	// Storage. Optional. Default: jetstream.FileStorage.
+	Storage jetstream.StorageType
+	// Replicas. Optional. Default: 1.
+	Replicas int
+	// TTL is the bucket-wide maximum age of a value. Optional. Default: none.
+	TTL time.Duration
+	// PerKeyTTL enables per-key TTLs and expiry markers (LimitMarkerTTL).
+	PerKeyTTL bool
+}
+
+// Bucket is a JSON-valued KV bucket with revision-checked writes.
+type Bucket[T any] struct {
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	name   string
+	perKey bool
+}
+
+// markerTTL is how long an expiry marker lives (the server's minimum is 1s).
+const markerTTL = time.Minute
+
+// OpenBucket creates or updates the bucket name and returns it.
+func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string, opts BucketOptions) (*Bucket[T], error) {
+	if opts.Replicas <= 0 {
+		opts.Replicas = 1
+	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket: name, History: 1, TTL: opts.TTL, Storage: opts.Storage, Replicas: opts.Replicas,
+		MaxValueSize: 1 << 20,
+	}
+	if opts.PerKeyTTL {
+		cfg.LimitMarkerTTL = markerTTL
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ensuring bucket %s: %w", name, err)
+	}
+	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL}, nil
+}
+
+// KV returns the underlying key-value store.
+func (b *Bucket[T]) KV() jetstream.KeyValue { return b.kv }
+
+// Get returns the value under key and its revision, or ErrNotFound.
+func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
+	var v T
+	e, err := b.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return v, 0, ErrNotFound
+	}
+	if err != nil {
+		return v, 0, fmt.Errorf("reading %s/%s: %w", b.name, key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return v, 0, fmt.Errorf("decoding %s/%s: %w (%w)", b.name, key, err, ErrIncompatible)
+	}
+	return v, e.Revision(), nil
+}
+
+// Create stores v under key if no live value is there (ErrConflict
+// otherwise). ttl > 0 sets a per-key TTL (whole seconds, at least 1s;
+// the bucket must have PerKeyTTL).
+func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Duration) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
+	}
+	var opts []jetstream.KVCreateOpt
+	if ttl > 0 {
+		opts = append(opts, jetstream.KeyTTL(roundTTL(ttl)))
+	}
+	rev, err := b.kv.Create(ctx, key, data, opts...)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
+	}
+	return rev, nil
+}
+
+// Update replaces the value under key if its revision is still rev
+// (ErrConflict otherwise). ttl > 0 keeps a per-key TTL: kv.Update would drop
+// it, so the write goes straight to the KV subject with Nats-TTL and an
+// expected last subject sequence.
+func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl time.Duration) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
+	}
+	if ttl <= 0 {
+		nrev, err := b.kv.Update(ctx, key, data, rev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, ErrConflict
+		}
+		if err != nil {
+			return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
+		}
+		return nrev, nil
+	}
+	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data},
+		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(roundTTL(ttl)))
+	if isWrongLastSequence(err) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
+	}
+	return ack.Sequence, nil
+}
+
+// Put stores v under key unconditionally.
+func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
+	}
+	rev, err := b.kv.Put(ctx, key, data)
+	if err != nil {
+		return 0, fmt.Errorf("writing %s/%s: %w", b.name, key, err)
+	}
+	return rev, nil
+}
+
+// Delete removes key if its revision is still rev (rev 0: unconditionally).
+func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev > 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := b.kv.Delete(ctx, key, opts...)
+	if isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyExists) {
+		return ErrConflict
+	}
+	if err != nil {
+		return fmt.Errorf("deleting %s/%s: %w", b.name, key, err)
+	}
+	return nil
+}
+
+func isWrongLastSequence(err error) bool {
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// roundTTL rounds up to whole seconds, minimum 1s (the server truncates to
+// seconds and rejects less than one).
+func roundTTL(d time.Duration) time.Duration {
+	if d < time.Second {
+		return time.Second
+	}
+	return ((d + time.Second - 1) / time.Second) * time.Second
+}
+
+// WatchExpired calls fn with the key of every value the server expired
+// (per-key TTL or bucket max age), until ctx is cancelled. Every watcher
+// sees every expiry, so fn must be idempotent.
+func (b *Bucket[T]) WatchExpired(ctx context.Context, fn func(key string)) error {
+	w, err := b.kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", b.name, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil
+			}
+			if e != nil && e.Operation() == jetstream.KeyValuePurge {
+				fn(e.Key())
+			}
+		}
+	}
+}

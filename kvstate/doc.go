@@ -1,0 +1,25 @@
+// Package kvstate keeps parley's state in JetStream key-value buckets:
+// paused turns (bucket parley_paused, key = thread ID, per-key TTL, History
+// 1, LimitMarkerTTL so every watcher sees expiry), threads (parley_threads,
+// key = thread ID, revision-checked updates), agent run checkpoints
+// (parley_runs, key = run ID) and tool results (parley_tool_results, key =
+// run and call). Buckets are created idempotently.
+//
+// Library errors are translated at this boundary: ErrNotFound, ErrConflict
+// (a revision-checked write lost a race) and ErrIncompatible (a stored
+// record of a format this code does not read).
+package kvstate
+
+import "errors"
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no live value under the key (absent, deleted or expired).
+	ErrNotFound = errors.New("kvstate: not found")
+	// ErrConflict: the key changed since the revision the write expected
+	// (or a create found a live value).
+	ErrConflict = errors.New("kvstate: revision conflict")
+	// ErrIncompatible: the stored record's format version is not one this
+	// code reads; fail closed (state_incompatible).
+	ErrIncompatible = errors.New("kvstate: stored state is incompatible with this version")
+)

@@ -1,0 +1,338 @@
+package kvstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Bucket names.
+const (
+	BucketPaused      = "parley_paused"
+	BucketThreads     = "parley_threads"
+	BucketRuns        = "parley_runs"
+	BucketToolResults = "parley_tool_results"
+	BucketTools       = "parley_tools"
+)
+
+// PausedFormat is the format version of PausedTurn this code writes and
+// reads. A record of another version fails closed with ErrIncompatible.
+const PausedFormat = 1
+
+// Elicitation statuses.
+const (
+	StatusPending   = "pending"
+	StatusConsumed  = "consumed"
+	StatusCancelled = "cancelled"
+)
+
+// Elicitation is one question of a paused turn and what became of it.
+type Elicitation struct {
+	events.PendingElicitation
+	// Status is pending, consumed (answered) or cancelled.
+	Status string `json:"status"`
+	// Result is the accepted answer, once consumed.
+	Result *schema.ElicitResult `json:"result,omitempty"`
+	// AnsweredBy is who answered (from the responded event); AnsweredAt when.
+	AnsweredBy string    `json:"answeredBy,omitempty"`
+	AnsweredAt time.Time `json:"answeredAt,omitzero"`
+	// ResponseEventID is the elicitation.responded event that consumed it.
+	ResponseEventID string `json:"responseEventId,omitempty"`
+}
+
+// PausedTurn is the record of a turn waiting for the user, stored under the
+// thread ID with a per-key TTL.
+type PausedTurn struct {
+	// Format is PausedFormat.
+	Format       int             `json:"format"`
+	Thread       string          `json:"thread"`
+	TurnID       string          `json:"turnId"`
+	RunID        string          `json:"runId"`
+	Agent        string          `json:"agent"`
+	CreatedAt    time.Time       `json:"createdAt"`
+	ExpiresAt    time.Time       `json:"expiresAt"`
+	Elicitations []Elicitation   `json:"elicitations"`
+	Snapshot     json.RawMessage `json:"snapshot"`
+	// TraceParent is the W3C trace context the turn started in, so the
+	// resume joins the same trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	// Resumed is set once every elicitation is settled and the resume was
+	// published; the record then only answers late submits.
+	Resumed bool `json:"resumed,omitempty"`
+}
+
+// Find returns the elicitation with id, or nil.
+func (p *PausedTurn) Find(id string) *Elicitation {
+	for i := range p.Elicitations {
+		if p.Elicitations[i].ID == id {
+			return &p.Elicitations[i]
+		}
+	}
+	return nil
+}
+
+// Settled reports whether no elicitation is pending.
+func (p *PausedTurn) Settled() bool {
+	for _, e := range p.Elicitations {
+		if e.Status == StatusPending {
+			return false
+		}
+	}
+	return true
+}
+
+// PendingIDs lists the IDs still pending.
+func (p *PausedTurn) PendingIDs() []string {
+	var ids []string
+	for _, e := range p.Elicitations {
+		if e.Status == StatusPending {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}
+
+// PausedStore keeps paused turns.
+type PausedStore struct {
+	b *Bucket[PausedTurn]
+}
+
+// OpenPaused creates or updates the paused-turns bucket.
+func OpenPaused(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (*PausedStore, error) {
+	b, err := OpenBucket[PausedTurn](ctx, js, BucketPaused, BucketOptions{Storage: storage, Replicas: replicas, PerKeyTTL: true})
+	if err != nil {
+		return nil, err
+	}
+	return &PausedStore{b: b}, nil
+}
+
+// Load returns the paused turn of thread and its revision: ErrNotFound when
+// there is none (or it expired), ErrIncompatible when its format is not
+// PausedFormat.
+func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uint64, error) {
+	p, rev, err := s.b.Get(ctx, thread)
+	if err != nil {
+		return nil, 0, err
+	}
+	if p.Format != PausedFormat {
+		return &p, rev, fmt.Errorf("paused turn of %s has format %d, want %d: %w", thread, p.Format, PausedFormat, ErrIncompatible)
+	}
+	return &p, rev, nil
+}
+
+// Save stores p under its thread with a TTL until p.ExpiresAt. A live
+// record already there is replaced only if it is settled (the previous
+// pause of the thread); a record still pending fails with ErrConflict.
+func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
+	p.Format = PausedFormat
+	ttl := time.Until(p.ExpiresAt)
+	rev, err := s.b.Create(ctx, p.Thread, *p, ttl)
+	if !errors.Is(err, ErrConflict) {
+		return rev, err
+	}
+	old, oldRev, err := s.Load(ctx, p.Thread)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return s.b.Create(ctx, p.Thread, *p, ttl)
+	case err != nil && !errors.Is(err, ErrIncompatible):
+		return 0, err
+	}
+	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
+		return oldRev, nil // a redelivered pause: already stored
+	}
+	if err == nil && !old.Settled() {
+		return 0, fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
+	}
+	return s.b.Update(ctx, p.Thread, *p, oldRev, ttl)
+}
+
+func sameIDs(a, b *PausedTurn) bool {
+	if len(a.Elicitations) != len(b.Elicitations) {
+		return false
+	}
+	for i := range a.Elicitations {
+		if a.Elicitations[i].ID != b.Elicitations[i].ID {
+			return false
+		}
+	}
+	return true
+}
+
+// Update writes p if the record is still at rev (ErrConflict otherwise),
+// keeping its TTL until p.ExpiresAt.
+func (s *PausedStore) Update(ctx context.Context, p *PausedTurn, rev uint64) (uint64, error) {
+	return s.b.Update(ctx, p.Thread, *p, rev, time.Until(p.ExpiresAt))
+}
+
+// Delete removes the record of thread if still at rev.
+func (s *PausedStore) Delete(ctx context.Context, thread string, rev uint64) error {
+	return s.b.Delete(ctx, thread, rev)
+}
+
+// WatchExpired calls fn(thread) for every paused turn the server expired.
+func (s *PausedStore) WatchExpired(ctx context.Context, fn func(thread string)) error {
+	return s.b.WatchExpired(ctx, fn)
+}
+
+// Thread states.
+const (
+	ThreadIdle    = "idle"
+	ThreadRunning = "running"
+	ThreadPaused  = "paused"
+)
+
+// QueuedMessage is a user message waiting for the thread's active turn.
+type QueuedMessage struct {
+	EventID string             `json:"eventId"`
+	Agent   string             `json:"agent"`
+	User    string             `json:"user,omitempty"`
+	Message schema.ChatMessage `json:"message"`
+}
+
+// Expiry names a paused turn that expired and its questions.
+type Expiry struct {
+	TurnID         string    `json:"turnId"`
+	ElicitationIDs []string  `json:"elicitationIds"`
+	At             time.Time `json:"at"`
+}
+
+// ThreadFormat is the format version of Thread.
+const ThreadFormat = 1
+
+// Thread is a conversation: its state, bounded history, active turn and the
+// messages queued behind it (FIFO).
+type Thread struct {
+	Format int    `json:"format"`
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	Agent  string `json:"agent,omitempty"`
+	TurnID string `json:"turnId,omitempty"`
+	RunID  string `json:"runId,omitempty"`
+	// StartedBy is the ID of the turn.requested event that started the
+	// active turn.
+	StartedBy string               `json:"startedBy,omitempty"`
+	History   []schema.ChatMessage `json:"history,omitempty"`
+	Queue     []QueuedMessage      `json:"queue,omitempty"`
+	// Pending lists the elicitation IDs the paused turn waits on.
+	Pending []string `json:"pending,omitempty"`
+	// Expired records the last paused turn that expired, so every replica
+	// that sees the expiry marker announces the same event.
+	Expired *Expiry `json:"expired,omitempty"`
+	// Handled lists recent event IDs already applied (dedup on redelivery).
+	Handled   []string  `json:"handled,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// MaxHistory bounds Thread.History (oldest messages drop first).
+const MaxHistory = 50
+
+const maxHandled = 64
+
+// Append adds messages to the history, keeping at most MaxHistory.
+func (t *Thread) Append(msgs ...schema.ChatMessage) {
+	t.History = append(t.History, msgs...)
+	if n := len(t.History); n > MaxHistory {
+		t.History = append([]schema.ChatMessage(nil), t.History[n-MaxHistory:]...)
+	}
+}
+
+// MarkHandled records an applied event ID; Seen reports one.
+func (t *Thread) MarkHandled(id string) {
+	t.Handled = append(t.Handled, id)
+	if n := len(t.Handled); n > maxHandled {
+		t.Handled = append([]string(nil), t.Handled[n-maxHandled:]...)
+	}
+}
+
+// Seen reports whether the event ID was already applied to the thread.
+func (t *Thread) Seen(id string) bool {
+	for _, h := range t.Handled {
+		if h == id {
+			return true
+		}
+	}
+	return false
+}
+
+// ThreadStore keeps threads.
+type ThreadStore struct {
+	b *Bucket[Thread]
+}
+
+// OpenThreads creates or updates the threads bucket; ttl bounds how long an
+// untouched thread is kept (0: forever).
+func OpenThreads(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, ttl time.Duration) (*ThreadStore, error) {
+	b, err := OpenBucket[Thread](ctx, js, BucketThreads, BucketOptions{Storage: storage, Replicas: replicas, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	return &ThreadStore{b: b}, nil
+}
+
+// Load returns the thread (a new idle one, revision 0, if absent).
+func (s *ThreadStore) Load(ctx context.Context, id string) (*Thread, uint64, error) {
+	t, rev, err := s.b.Get(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if t.Format != ThreadFormat {
+		return nil, 0, fmt.Errorf("thread %s has format %d, want %d: %w", id, t.Format, ThreadFormat, ErrIncompatible)
+	}
+	return &t, rev, nil
+}
+
+// Save writes t if it is still at rev (0: must not exist); ErrConflict otherwise.
+func (s *ThreadStore) Save(ctx context.Context, t *Thread, rev uint64) (uint64, error) {
+	t.Format = ThreadFormat
+	t.UpdatedAt = time.Now().UTC()
+	if rev == 0 {
+		return s.b.Create(ctx, t.ID, *t, 0)
+	}
+	return s.b.Update(ctx, t.ID, *t, rev, 0)
+}
+
+// Reset replaces the thread with a new idle one, whatever is stored (used
+// when the stored record is incompatible, so the thread stays usable).
+func (s *ThreadStore) Reset(ctx context.Context, id string) error {
+	_, err := s.b.Put(ctx, id, Thread{Format: ThreadFormat, ID: id, State: ThreadIdle, UpdatedAt: time.Now().UTC()})
+	return err
+}
+
+// ErrNoChange may be returned by a Mutate function to skip the write.
+var ErrNoChange = errors.New("kvstate: no change")
+
+// Mutate loads the thread, applies fn and saves it with a revision check,
+// retrying on conflict (up to 20 times). fn may run more than once and must
+// only change t. If fn returns ErrNoChange nothing is written and Mutate
+// returns the loaded thread and nil; any other error is returned as is.
+func (s *ThreadStore) Mutate(ctx context.Context, id string, fn func(t *Thread) error) (*Thread, error) {
+	for range 20 {
+		t, rev, err := s.Load(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(t); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				return t, nil
+			}
+			return nil, err
+		}
+		if _, err := s.Save(ctx, t, rev); errors.Is(err, ErrConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+	return nil, fmt.Errorf("updating thread %s: too many concurrent writers: %w", id, ErrConflict)
+}

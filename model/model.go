@@ -1,0 +1,72 @@
+// Package model is the model-provider boundary of the agent: a Provider
+// completes a conversation with text or tool calls. Scripted is the
+// deterministic provider driven by a rules file (tests, demos, offline use).
+package model
+
+import (
+	"context"
+
+	"github.com/parley-dev/parley/schema"
+)
+
+// Roles of Message.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Message is one entry of the conversation sent to a model.
+type Message struct {
+	// Role is system, user, assistant or tool.
+	Role string `json:"role"`
+	// Text is the message text (for a tool message: the result as text).
+	Text string `json:"text,omitempty"`
+	// ToolCalls are the calls an assistant message asked for.
+	ToolCalls []schema.ToolCall `json:"toolCalls,omitempty"`
+	// ToolCallID and ToolName identify the call a tool message answers.
+	ToolCallID string `json:"toolCallId,omitempty"`
+	ToolName   string `json:"toolName,omitempty"`
+	// Result is the full MCP result of a tool message.
+	Result *schema.CallToolResult `json:"result,omitempty"`
+}
+
+// Request is one model call.
+type Request struct {
+	Agent    string        `json:"agent"`
+	Messages []Message     `json:"messages"`
+	Tools    []schema.Tool `json:"tools"`
+}
+
+// Response is the model's answer: final text, or tool calls (with
+// optional text).
+type Response struct {
+	Text      string            `json:"text,omitempty"`
+	ToolCalls []schema.ToolCall `json:"toolCalls,omitempty"`
+	// Content enriches Text with MCP content blocks (optional).
+	Content schema.ContentList `json:"content,omitempty"`
+}
+
+// Provider completes a conversation. Errors are infrastructure failures
+// (the agent retries the event); the model's own refusals are text.
+type Provider interface {
+	Complete(ctx context.Context, req Request) (Response, error)
+}
+
+// ResultText joins the text blocks of a tool result.
+func ResultText(r *schema.CallToolResult) string {
+	if r == nil {
+		return ""
+	}
+	var s string
+	for _, c := range r.Content {
+		if t, ok := c.(*schema.TextContent); ok {
+			if s != "" {
+				s += "\n"
+			}
+			s += t.Text
+		}
+	}
+	return s
+}

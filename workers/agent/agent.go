@@ -1,0 +1,547 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+)
+
+// Options configures an Agent.
+type Options struct {
+	// Logger. Optional. Default: discard.
+	Logger *slog.Logger
+	// PreExecuteTimeout bounds one pre-execute request. Optional. Default: 2s.
+	PreExecuteTimeout time.Duration
+	// MaxSteps bounds model calls per run. Optional. Default: 16.
+	MaxSteps int
+	// Concurrency is the number of events handled at once. Optional. Default: 8.
+	Concurrency int
+	// RunTTL bounds how long run checkpoints are kept. Optional. Default: 48h.
+	RunTTL time.Duration
+}
+
+// Agent is the agent worker.
+type Agent struct {
+	bus      *bus.Client
+	runs     *kvstate.Bucket[Run]
+	tools    *kvstate.ToolRegistry
+	provider model.Provider
+	opts     Options
+	log      *slog.Logger
+}
+
+// New opens the agent's buckets (idempotently). provider is required.
+func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Options) (*Agent, error) {
+	if b == nil || provider == nil {
+		panic("agent.New: nil bus or provider")
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.PreExecuteTimeout <= 0 {
+		o.PreExecuteTimeout = 2 * time.Second
+	}
+	if o.MaxSteps <= 0 {
+		o.MaxSteps = 16
+	}
+	if o.RunTTL <= 0 {
+		o.RunTTL = 48 * time.Hour
+	}
+	js := b.JetStream()
+	runs, err := kvstate.OpenBucket[Run](ctx, js, kvstate.BucketRuns, kvstate.BucketOptions{Storage: b.Storage(), Replicas: b.Replicas(), TTL: o.RunTTL})
+	if err != nil {
+		return nil, err
+	}
+	tools, err := kvstate.OpenTools(ctx, js, b.Storage(), b.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{bus: b, runs: runs, tools: tools, provider: provider, opts: o, log: o.Logger}, nil
+}
+
+// Run consumes agent work until ctx is cancelled, then drains and returns nil.
+func (a *Agent) Run(ctx context.Context) error {
+	return a.bus.Consume(ctx, bus.ConsumerSpec{
+		Stream: events.StreamAgent, Durable: "agent", Concurrency: a.opts.Concurrency,
+		AckWait: 30 * time.Second, OnDeadLetter: a.onDeadLetter,
+	}, a.Handle)
+}
+
+// Handle handles one event of the agent's work queue.
+func (a *Agent) Handle(ctx context.Context, d *bus.Delivery) error {
+	switch d.Event.Type() {
+	case events.TypeRunRequested:
+		in, err := events.Data[events.RunRequested](d.Event)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		return a.onRequested(ctx, in)
+	case events.TypeRunResumed:
+		in, err := events.Data[events.RunResumed](d.Event)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		return a.onResumed(ctx, d.Event, in)
+	case events.TypeToolResultReady:
+		in, err := events.Data[events.ToolResult](d.Event)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		return a.onToolResult(ctx, in)
+	}
+	return bus.Permanent(fmt.Errorf("type: %q is not handled by the agent", d.Event.Type()))
+}
+
+// onDeadLetter fails the run, so the thread is not left waiting.
+func (a *Agent) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
+	if d.Event == nil {
+		return
+	}
+	var ids struct {
+		RunID  string `json:"runId"`
+		TurnID string `json:"turnId"`
+	}
+	if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.RunID == "" {
+		return
+	}
+	run, _, err := a.runs.Get(ctx, ids.RunID)
+	if err != nil {
+		run = Run{RunID: ids.RunID, TurnID: ids.TurnID, Thread: d.Event.Subject()}
+	}
+	_ = a.publishFailed(ctx, &run, "dead_lettered", "the agent could not handle "+d.Event.Type()+": "+reason.Error())
+}
+
+func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
+	if in.RunID == "" || in.Thread == "" {
+		return bus.Permanent(errors.New("runId and thread: required"))
+	}
+	run, rev, err := a.runs.Get(ctx, in.RunID)
+	if errors.Is(err, kvstate.ErrNotFound) {
+		run = Run{Format: RunFormat, RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent,
+			Messages: fromChat(in.Messages)}
+		if rev, err = a.runs.Create(ctx, in.RunID, run, 0); errors.Is(err, kvstate.ErrConflict) {
+			return fmt.Errorf("run %s created concurrently: %w", in.RunID, err)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return a.advance(ctx, &run, rev)
+}
+
+func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
+	for attempt := 0; ; attempt++ {
+		run, rev, err := a.runs.Get(ctx, in.RunID)
+		if errors.Is(err, kvstate.ErrNotFound) {
+			return bus.Permanent(fmt.Errorf("tool result for unknown run %s", in.RunID))
+		}
+		if err != nil {
+			return err
+		}
+		c := run.call(in.CallID)
+		if c == nil || c.Status != callDispatched || c.Round != in.Round {
+			return nil // stale or duplicate: already applied
+		}
+		switch {
+		case in.InputRequired != nil:
+			a.awaitInput(&run, c, in.InputRequired)
+		case in.Result != nil:
+			c.Status, c.Result = callDone, in.Result
+		default:
+			c.Status, c.Result = callDone, schema.ErrorResult("the tool returned no result")
+		}
+		nrev, err := a.runs.Update(ctx, run.RunID, run, rev, 0)
+		if errors.Is(err, kvstate.ErrConflict) && attempt < 20 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return a.advance(ctx, &run, nrev)
+	}
+}
+
+// awaitInput turns an input-required result into pending elicitations.
+func (a *Agent) awaitInput(run *Run, c *CallState, ir *schema.InputRequiredResult) {
+	c.Status = callAwaiting
+	c.RequestState = ir.RequestState
+	c.InputKeys = map[string]string{}
+	c.Awaiting = nil
+	keys := make([]string, 0, len(ir.InputRequests))
+	for k := range ir.InputRequests {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		req := ir.InputRequests[k]
+		id := events.DerivedID("elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), k)
+		params := req.Params
+		params.Meta = cloneMeta(params.Meta)
+		params.Meta[schema.MetaElicitationID] = id
+		c.InputKeys[id] = k
+		c.Awaiting = append(c.Awaiting, events.PendingElicitation{
+			ID: id, Kind: events.KindForm, CallID: c.Call.ID, Tool: c.Call.Name, Request: params,
+		})
+	}
+}
+
+func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResumed) error {
+	run, rev, err := a.runs.Get(ctx, in.RunID)
+	switch {
+	case err == nil && run.resumed(e.ID()):
+		return a.advance(ctx, &run, rev) // redelivery: continue from the checkpoint
+	case err != nil && !errors.Is(err, kvstate.ErrNotFound):
+		return err
+	}
+	snap, serr := decodeSnapshot(in.Snapshot)
+	if serr != nil {
+		r := Run{RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent}
+		return a.publishFailed(ctx, &r, events.RejectStateIncompatible,
+			"the paused run cannot be resumed by this version of the agent: "+serr.Error())
+	}
+	answers := map[string]events.Answer{}
+	for _, ans := range in.Answers {
+		answers[ans.ElicitationID] = ans
+	}
+	for _, c := range snap.Calls {
+		if c.Status != callAwaiting {
+			continue
+		}
+		a.applyAnswers(snap, c, answers)
+		if snap.Final != nil {
+			break
+		}
+	}
+	snap.Resumes = append(snap.Resumes, e.ID())
+	var nrev uint64
+	if errors.Is(err, kvstate.ErrNotFound) {
+		nrev, err = a.runs.Create(ctx, snap.RunID, *snap, 0)
+	} else {
+		nrev, err = a.runs.Update(ctx, snap.RunID, *snap, rev, 0)
+	}
+	if err != nil {
+		return err
+	}
+	return a.advance(ctx, snap, nrev)
+}
+
+// applyAnswers settles a call from the user's answers (design section 4).
+func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.Answer) {
+	var got []events.Answer
+	for _, p := range c.Awaiting {
+		ans, ok := answers[p.ID]
+		if !ok {
+			// Not answered (should not happen: the processor resumes only
+			// when all are settled). Treat as cancel, never as a decline.
+			ans = events.Answer{ElicitationID: p.ID, Result: schema.ElicitResult{Action: schema.ActionCancel}}
+		}
+		got = append(got, ans)
+	}
+	for _, ans := range got {
+		if ans.Result.Action == schema.ActionCancel {
+			run.Final = &schema.ChatMessage{Role: schema.RoleAssistant,
+				Text: fmt.Sprintf("Stopped: %s was cancelled, so I did not continue.", c.Call.Name)}
+			c.Status, c.Result = callDone, schema.ErrorResult("User cancelled "+c.Call.Name)
+			return
+		}
+	}
+	kind := c.Awaiting[0].Kind
+	if kind == events.KindToolConfirmation {
+		ans := got[0]
+		instr, _ := ans.Result.Content[schema.InstructionsProperty].(string)
+		if ans.Result.Action == schema.ActionAccept {
+			c.Status, c.Instructions = callNew, instr
+			c.Decision = &events.Decision{Decision: events.DecisionAllow, Reason: "confirmed by " + who(ans),
+				Policy: c.Decision.Policy, ConfigVersion: c.Decision.ConfigVersion}
+			return
+		}
+		c.Status = callDone
+		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
+			fmt.Sprintf("User declined execution of %s: %s", c.Call.Name, instr))}}
+		return
+	}
+	responses := map[string]schema.ElicitResult{}
+	for _, ans := range got {
+		if ans.Result.Action != schema.ActionAccept {
+			c.Status = callDone
+			c.Result = schema.ErrorResult(fmt.Sprintf("User declined to provide the input %s asked for.", c.Call.Name))
+			return
+		}
+		responses[c.InputKeys[ans.ElicitationID]] = ans.Result
+	}
+	c.Status = callNew
+	c.Round++
+	c.Decision = &events.Decision{Decision: events.DecisionAllow, Reason: "input provided by " + who(got[0])}
+	c.InputResponses = responses
+}
+
+func who(a events.Answer) string {
+	if a.AnsweredBy != "" {
+		return a.AnsweredBy
+	}
+	return "the user"
+}
+
+// advance drives the run as far as it can go without waiting.
+func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) error {
+	save := func() error {
+		nrev, err := a.runs.Update(ctx, run.RunID, *run, rev, 0)
+		if err != nil {
+			return fmt.Errorf("checkpointing run %s: %w", run.RunID, err)
+		}
+		rev = nrev
+		return nil
+	}
+	for {
+		if run.Failed != nil {
+			return a.publishFailed(ctx, run, run.Failed.Reason, run.Failed.Detail)
+		}
+		if run.Final != nil {
+			return a.publishCompleted(ctx, run)
+		}
+		if len(run.Calls) == 0 {
+			if run.Step >= a.opts.MaxSteps {
+				run.Failed = &events.RunFailed{Reason: "max_steps", Detail: fmt.Sprintf("the agent stopped after %d model calls", run.Step)}
+				if err := save(); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := a.modelStep(ctx, run); err != nil {
+				return err
+			}
+			if err := save(); err != nil {
+				return err
+			}
+			continue
+		}
+		for _, c := range run.Calls {
+			if c.Status == callNew {
+				if err := a.decideAndDispatch(ctx, run, c); err != nil {
+					return err
+				}
+			}
+		}
+		if err := save(); err != nil {
+			return err
+		}
+		if run.count(callDispatched) > 0 {
+			return nil // wait for tool results
+		}
+		if run.count(callAwaiting) > 0 {
+			return a.publishPaused(ctx, run, save)
+		}
+		// Every call has exactly one result: feed them to the model.
+		for _, c := range run.Calls {
+			text := model.ResultText(c.Result)
+			if c.Instructions != "" {
+				text += "\nUser instructions: " + c.Instructions
+			}
+			run.Messages = append(run.Messages, model.Message{Role: model.RoleTool, ToolCallID: c.Call.ID,
+				ToolName: c.Call.Name, Text: text, Result: c.Result})
+		}
+		run.Calls = nil
+		if err := save(); err != nil {
+			return err
+		}
+	}
+}
+
+func (a *Agent) modelStep(ctx context.Context, run *Run) error {
+	tools, err := a.tools.List(ctx)
+	if err != nil {
+		return err
+	}
+	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: run.Messages, Tools: tools})
+	if err != nil {
+		return fmt.Errorf("model call: %w", err)
+	}
+	run.Step++
+	if len(resp.ToolCalls) == 0 {
+		run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text})
+		run.Final = &schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text, Content: resp.Content}
+		return nil
+	}
+	run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
+	seen := map[string]bool{}
+	for _, tc := range resp.ToolCalls {
+		if tc.ID == "" || seen[tc.ID] {
+			tc.ID = fmt.Sprintf("call_%d_%d", run.Step, len(run.Calls))
+		}
+		seen[tc.ID] = true
+		run.Calls = append(run.Calls, &CallState{Call: tc, Status: callNew})
+	}
+	return nil
+}
+
+// decideAndDispatch asks the policy services about c and acts on the answer.
+func (a *Agent) decideAndDispatch(ctx context.Context, run *Run, c *CallState) error {
+	if err := events.ValidToken("tool", c.Call.Name); err != nil {
+		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+fmt.Sprintf("%q", c.Call.Name))
+		return nil
+	}
+	tool, err := a.tools.Get(ctx, c.Call.Name)
+	if errors.Is(err, kvstate.ErrNotFound) {
+		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+c.Call.Name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if c.Decision == nil {
+		d, err := a.preExecute(ctx, run, c, tool)
+		if err != nil {
+			return err
+		}
+		c.Decision = d
+	}
+	switch c.Decision.Decision {
+	case events.DecisionAllow:
+		return a.dispatch(ctx, run, c)
+	case events.DecisionVeto:
+		c.Status = callDone
+		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
+			fmt.Sprintf("Execution of %s was denied: %s", c.Call.Name, c.Decision.Reason))}}
+	case events.DecisionConfirm:
+		req := c.Decision.Elicitation
+		if req == nil {
+			req = schema.NewConfirmationRequest(tool, c.Call)
+		}
+		id := events.DerivedID("elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), "confirm")
+		params := *req
+		params.Meta = cloneMeta(params.Meta)
+		params.Meta[schema.MetaElicitationID] = id
+		c.Status = callAwaiting
+		c.Awaiting = []events.PendingElicitation{{ID: id, Kind: events.KindToolConfirmation, CallID: c.Call.ID,
+			Tool: c.Call.Name, Request: params, Decision: c.Decision}}
+	case events.DecisionUnavailable:
+		if tool.Annotations.ReadOnly() {
+			a.log.WarnContext(ctx, "no policy service answered; running read-only tool", "tool", c.Call.Name, "run_id", run.RunID)
+			return a.dispatch(ctx, run, c)
+		}
+		a.log.ErrorContext(ctx, "no policy service answered; tool not run (fail closed)", "tool", c.Call.Name, "run_id", run.RunID, "reason", c.Decision.Reason)
+		c.Status = callDone
+		c.Result = schema.ErrorResult(fmt.Sprintf("Execution of %s failed: no policy service answered the pre-execute request (policy_unavailable), so the tool was not run.", c.Call.Name))
+	default:
+		c.Status = callDone
+		c.Result = schema.ErrorResult(fmt.Sprintf("Execution of %s failed: the policy service answered %q, which the agent does not understand.", c.Call.Name, c.Decision.Decision))
+	}
+	return nil
+}
+
+// preExecute sends the vetoable pre-execute request.
+func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *schema.Tool) (*events.Decision, error) {
+	if err := events.ValidToken("agent", run.Agent); err != nil {
+		return nil, bus.Permanent(err)
+	}
+	req, err := events.NewWithID(events.DerivedID("pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),
+		events.SourceAgent, events.TypePreExecuteRequested, run.Thread,
+		events.PreExecuteRequest{Agent: run.Agent, Thread: run.Thread, RunID: run.RunID, Call: c.Call, Tool: *tool})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
+	defer cancel()
+	reply, err := a.bus.Request(rctx, events.PreExecuteSubject(run.Agent, c.Call.Name), req)
+	if err != nil {
+		reason := "no policy service answered within " + a.opts.PreExecuteTimeout.String()
+		if bus.IsNoResponders(err) {
+			reason = "no policy service is subscribed"
+		}
+		return &events.Decision{Decision: events.DecisionUnavailable, Reason: reason + ": " + err.Error()}, nil
+	}
+	d, err := events.Data[events.Decision](reply)
+	if err != nil {
+		return &events.Decision{Decision: events.DecisionUnavailable, Reason: "unreadable policy reply: " + err.Error()}, nil
+	}
+	return &d, nil
+}
+
+func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
+	in := events.ToolCallRequested{RunID: run.RunID, Thread: run.Thread, Agent: run.Agent, Call: c.Call, Round: c.Round,
+		InputResponses: c.InputResponses, RequestState: c.RequestState}
+	e, err := events.NewWithID(events.DerivedID("tool.call", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),
+		events.SourceAgent, events.TypeToolCallRequested, run.Thread, in)
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtRunID, run.RunID)
+	if _, err := a.bus.Publish(ctx, events.ToolCallSubject(c.Call.Name), e); err != nil {
+		return err
+	}
+	c.Status = callDispatched
+	return nil
+}
+
+func (a *Agent) publishPaused(ctx context.Context, run *Run, save func() error) error {
+	var pend []events.PendingElicitation
+	for _, c := range run.Calls {
+		if c.Status == callAwaiting {
+			pend = append(pend, c.Awaiting...)
+		}
+	}
+	snap, err := json.Marshal(run)
+	if err != nil {
+		return err
+	}
+	e, err := events.NewWithID(events.DerivedID("run.paused", run.RunID, fmt.Sprint(run.Step), pend[0].ID),
+		events.SourceAgent, events.TypeRunPaused, run.Thread,
+		events.RunPaused{RunID: run.RunID, TurnID: run.TurnID, Agent: run.Agent, Elicitations: pend, Snapshot: snap})
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtRunID, run.RunID)
+	e.SetExtension(events.ExtTurnID, run.TurnID)
+	_, err = a.bus.Publish(ctx, events.SubjectRunPaused, e)
+	return err
+}
+
+func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
+	e, err := events.NewWithID(events.DerivedID("run.completed", run.RunID), events.SourceAgent, events.TypeRunCompleted,
+		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final})
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtRunID, run.RunID)
+	e.SetExtension(events.ExtTurnID, run.TurnID)
+	_, err = a.bus.Publish(ctx, events.SubjectRunCompleted, e)
+	return err
+}
+
+func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
+	e, err := events.NewWithID(events.DerivedID("run.failed", run.RunID), events.SourceAgent, events.TypeRunFailed,
+		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail})
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtRunID, run.RunID)
+	if run.TurnID != "" {
+		e.SetExtension(events.ExtTurnID, run.TurnID)
+	}
+	_, err = a.bus.Publish(ctx, events.SubjectRunFailed, e)
+	return err
+}
+
+func cloneMeta(m schema.Meta) schema.Meta {
+	out := make(schema.Meta, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,12 @@
+// Package agent runs the agent loop: model call → tool calls → pre-execute
+// request-reply → tool dispatch → tool results → model call … It is
+// stateless between events: the loop state is checkpointed per step in the
+// parley_runs bucket (key = run ID) and travels as the snapshot of a paused
+// run, so a killed agent loses nothing and a redelivered event neither calls
+// the model again for a step already taken nor repeats a tool call.
+//
+// Consumes (durable "agent" on PARLEY_AGENT): parley.agent.run.requested,
+// parley.agent.run.resumed, parley.tool.result.<run>.
+// Produces: parley.tool.call.<tool>, parley.agent.run.completed|paused|failed.
+// Requests: parley.tool.pre_execute.<agent>.<tool> (policy services).
+package agent

@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+)
+
+// RunFormat is the format version of Run (checkpoint and snapshot).
+const RunFormat = 1
+
+// Call statuses.
+const (
+	callNew        = "new"
+	callDispatched = "dispatched"
+	callAwaiting   = "awaiting"
+	callDone       = "done"
+)
+
+// Run is an agent run's state: the checkpoint in parley_runs and the
+// snapshot of a paused run.
+type Run struct {
+	Format int    `json:"format"`
+	RunID  string `json:"runId"`
+	TurnID string `json:"turnId"`
+	Thread string `json:"thread"`
+	Agent  string `json:"agent"`
+	// Messages is the conversation so far, including this run's tool calls
+	// and results.
+	Messages []model.Message `json:"messages"`
+	// Step counts model calls made.
+	Step int `json:"step"`
+	// Calls are the tool calls of the current step.
+	Calls []*CallState `json:"calls,omitempty"`
+	// Resumes lists the run.resumed event IDs applied.
+	Resumes []string `json:"resumes,omitempty"`
+	// Final is the answer once the run is done.
+	Final *schema.ChatMessage `json:"final,omitempty"`
+	// Failed is set when the run failed (reason code and detail).
+	Failed *events.RunFailed `json:"failed,omitempty"`
+}
+
+// CallState is one tool call of the current step.
+type CallState struct {
+	Call     schema.ToolCall        `json:"call"`
+	Status   string                 `json:"status"`
+	Round    int                    `json:"round"`
+	Decision *events.Decision       `json:"decision,omitempty"`
+	Result   *schema.CallToolResult `json:"result,omitempty"`
+	// Awaiting are the elicitations this call waits on, with the key each
+	// answers (input-required results) or "" (confirmation).
+	Awaiting     []events.PendingElicitation `json:"awaiting,omitempty"`
+	InputKeys    map[string]string           `json:"inputKeys,omitempty"`
+	RequestState string                      `json:"requestState,omitempty"`
+	// InputResponses are the answers for the next round of an
+	// input-required call.
+	InputResponses map[string]schema.ElicitResult `json:"inputResponses,omitempty"`
+	// Instructions the user gave when accepting a confirmation.
+	Instructions string `json:"instructions,omitempty"`
+}
+
+func (r *Run) call(id string) *CallState {
+	for _, c := range r.Calls {
+		if c.Call.ID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func (r *Run) count(status string) int {
+	n := 0
+	for _, c := range r.Calls {
+		if c.Status == status {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *Run) resumed(eventID string) bool {
+	for _, id := range r.Resumes {
+		if id == eventID {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeSnapshot(raw json.RawMessage) (*Run, error) {
+	var r Run
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if r.Format != RunFormat {
+		return nil, fmt.Errorf("snapshot format %d, this agent reads %d", r.Format, RunFormat)
+	}
+	return &r, nil
+}
+
+// fromChat converts thread history to model messages.
+func fromChat(msgs []schema.ChatMessage) []model.Message {
+	out := make([]model.Message, 0, len(msgs))
+	for _, m := range msgs {
+		out = append(out, model.Message{Role: string(m.Role), Text: m.Text})
+	}
+	return out
+}

@@ -1,0 +1,276 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/parley-dev/parley/events"
+)
+
+// Delivery is one event handed to a Handler.
+type Delivery struct {
+	// Event is the decoded CloudEvent.
+	Event *event.Event
+	// Subject is the NATS subject the event was stored on.
+	Subject string
+	// Msg is the JetStream message; handlers do not settle it (the runner
+	// does), but may call Msg.InProgress.
+	Msg jetstream.Msg
+	// NumDelivered counts deliveries of this message, from 1.
+	NumDelivered uint64
+	// StreamSeq is the message's stream sequence.
+	StreamSeq uint64
+}
+
+// Handler handles one delivery. nil acks it; an error naks it with backoff
+// until the consumer's MaxDeliver, then dead-letters it; an error wrapped
+// with Permanent dead-letters it at once.
+type Handler func(ctx context.Context, d *Delivery) error
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying: the message goes to the
+// dead-letter subject at once.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err was wrapped with Permanent.
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// ConsumerSpec describes a durable pull consumer shared by replicas.
+type ConsumerSpec struct {
+	// Stream is the stream name. Required.
+	Stream string
+	// Durable is the consumer name, the same in every replica. Required.
+	Durable string
+	// FilterSubjects limits the consumer to these subjects. Optional.
+	FilterSubjects []string
+	// AckWait is how long a delivery may stay unacknowledged before the
+	// server redelivers it; handlers heartbeat InProgress every AckWait/3.
+	// Optional. Default: 30s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one message before it is
+	// dead-lettered. Optional. Default: 5.
+	MaxDeliver int
+	// Backoff is the nak delay after the n-th failed delivery (the last
+	// value repeats). Optional. Default: 250ms, 1s, 3s, 10s.
+	Backoff []time.Duration
+	// Concurrency is the number of messages handled at once by this
+	// replica; it also bounds prefetch. Optional. Default: 8.
+	Concurrency int
+	// MaxAckPending bounds unacknowledged messages across all replicas.
+	// Optional. Default: 1000.
+	MaxAckPending int
+	// OnDeadLetter is called after a message was dead-lettered, with the
+	// reason (e.g. to tell the thread). Delivery.Event is nil when the
+	// message could not be decoded. Optional.
+	OnDeadLetter func(ctx context.Context, d *Delivery, reason error)
+	// DrainTimeout bounds how long Consume waits for in-flight handlers
+	// after ctx is cancelled. Optional. Default: 30s.
+	DrainTimeout time.Duration
+}
+
+func (s *ConsumerSpec) defaults() {
+	if s.AckWait <= 0 {
+		s.AckWait = 30 * time.Second
+	}
+	if s.MaxDeliver <= 0 {
+		s.MaxDeliver = 5
+	}
+	if len(s.Backoff) == 0 {
+		s.Backoff = []time.Duration{250 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second}
+	}
+	if s.Concurrency <= 0 {
+		s.Concurrency = 8
+	}
+	if s.MaxAckPending <= 0 {
+		s.MaxAckPending = 1000
+	}
+	if s.DrainTimeout <= 0 {
+		s.DrainTimeout = 30 * time.Second
+	}
+}
+
+// EnsureConsumer creates or updates the durable consumer of spec.
+func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstream.Consumer, error) {
+	spec.defaults()
+	cfg := jetstream.ConsumerConfig{
+		Durable:        spec.Durable,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        spec.AckWait,
+		MaxDeliver:     spec.MaxDeliver + 1, // the runner dead-letters at MaxDeliver; +1 covers a crash during that
+		MaxAckPending:  spec.MaxAckPending,
+		FilterSubjects: spec.FilterSubjects,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	cons, err := c.js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ensuring consumer %s on %s: %w", spec.Durable, spec.Stream, err)
+	}
+	return cons, nil
+}
+
+// Consume runs h for every message of the durable consumer spec until ctx
+// is cancelled, then stops taking messages, waits for in-flight handlers
+// (up to spec.DrainTimeout) and returns nil. Handlers run on up to
+// spec.Concurrency goroutines; a handler's context is not cancelled by the
+// shutdown, so in-flight work finishes (or is redelivered after AckWait).
+func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) error {
+	spec.defaults()
+	cons, err := c.EnsureConsumer(ctx, spec)
+	if err != nil {
+		return err
+	}
+	sem := make(chan struct{}, spec.Concurrency)
+	var wg sync.WaitGroup
+	base := context.WithoutCancel(ctx)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.handle(base, &spec, m, h)
+		})
+	}, jetstream.PullMaxMessages(spec.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+			c.logger.Debug("consume", "consumer", spec.Durable, "error", err)
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(spec.DrainTimeout):
+		c.logger.Warn("drain timed out; unfinished messages will be redelivered", "consumer", spec.Durable)
+	}
+	select {
+	case <-cc.Closed():
+	case <-time.After(time.Second):
+	}
+	return nil
+}
+
+func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Msg, h Handler) {
+	md, err := m.Metadata()
+	if err != nil {
+		c.logger.Error("message without metadata", "subject", m.Subject(), "error", err)
+		_ = m.Term()
+		return
+	}
+	d := &Delivery{Subject: m.Subject(), Msg: m, NumDelivered: md.NumDelivered, StreamSeq: md.Sequence.Stream}
+	ctx := extract(base, m.Headers())
+	ctx, span := tracer().Start(ctx, "process "+templateOf(m.Subject()), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrSystem, keyOperation.String("process"), keyOpType.String("process"),
+			keyDestination.String(m.Subject()), keyConsumer.String(spec.Durable)))
+	defer span.End()
+
+	ev, err := events.Decode(events.Header(m.Headers()), m.Data())
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		c.deadLetter(ctx, spec, d, fmt.Errorf("undecodable event: %w", err))
+		return
+	}
+	d.Event = ev
+	span.SetAttributes(keyMessageID.String(ev.ID()), keyCEID.String(ev.ID()), keyCEType.String(ev.Type()),
+		keyConversation.String(ev.Subject()))
+
+	stop := c.heartbeat(m, spec.AckWait)
+	err = h(ctx, d)
+	stop()
+	switch {
+	case err == nil:
+		if aerr := m.Ack(); aerr != nil {
+			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", ev.ID(), "error", aerr)
+		}
+	case IsPermanent(err) || int(md.NumDelivered) >= spec.MaxDeliver:
+		span.SetStatus(codes.Error, err.Error())
+		c.deadLetter(ctx, spec, d, err)
+	default:
+		span.SetStatus(codes.Error, err.Error())
+		delay := spec.Backoff[min(int(md.NumDelivered)-1, len(spec.Backoff)-1)]
+		c.logger.WarnContext(ctx, "handler failed; retrying", "consumer", spec.Durable, "event_id", ev.ID(),
+			"event_type", ev.Type(), "subject", ev.Subject(), "delivery", md.NumDelivered, "retry_in", delay, "error", err)
+		_ = m.NakWithDelay(delay)
+	}
+}
+
+// heartbeat calls m.InProgress every ackWait/3 until stop is called.
+func (c *Client) heartbeat(m jetstream.Msg, ackWait time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// deadLetter publishes the message with the reason on
+// parley.dlq.<stream>.<consumer>, terminates it, and calls OnDeadLetter.
+// If the dead-letter publish fails the message is nakked instead, so it is
+// never lost.
+func (c *Client) deadLetter(ctx context.Context, spec *ConsumerSpec, d *Delivery, reason error) {
+	m := d.Msg
+	dl := events.DeadLetter{
+		Reason: reason.Error(), Stream: spec.Stream, Consumer: spec.Durable, Subject: m.Subject(),
+		StreamSeq: d.StreamSeq, NumDelivered: d.NumDelivered, Headers: m.Headers(), Body: m.Data(),
+	}
+	thread := ""
+	if d.Event != nil {
+		thread = d.Event.Subject()
+	}
+	e, err := events.NewWithID(events.DerivedID("dlq", spec.Stream, spec.Durable, fmt.Sprint(d.StreamSeq)),
+		"/parley/bus", events.TypeDeadLettered, thread, dl)
+	if err == nil {
+		_, err = c.Publish(ctx, events.DeadLetterSubject(spec.Stream, spec.Durable), e)
+	}
+	if err != nil {
+		c.logger.ErrorContext(ctx, "dead-lettering failed; retrying later", "consumer", spec.Durable, "error", err)
+		_ = m.NakWithDelay(5 * time.Second)
+		return
+	}
+	c.logger.ErrorContext(ctx, "event dead-lettered", "consumer", spec.Durable, "subject", m.Subject(),
+		"stream_seq", d.StreamSeq, "deliveries", d.NumDelivered, "reason", reason.Error())
+	_ = m.TermWithReason(truncate(reason.Error(), 200))
+	if spec.OnDeadLetter != nil {
+		spec.OnDeadLetter(ctx, d, reason)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

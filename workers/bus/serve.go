@@ -1,0 +1,79 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/parley-dev/parley/events"
+)
+
+// ServeFunc answers one request event with a reply event. An error is sent
+// back as a micro error (Nats-Service-Error-Code 400 for a request that
+// could not be decoded, 500 otherwise).
+type ServeFunc func(ctx context.Context, req *event.Event) (*event.Event, error)
+
+// Endpoint describes a request-reply service endpoint (NATS micro).
+type Endpoint struct {
+	// Service is the micro service name, e.g. "parley-gate". Required.
+	Service string
+	// Version is the service's semantic version. Required.
+	Version string
+	// Name is the endpoint name. Required.
+	Name string
+	// Subject the endpoint listens on (wildcards allowed). Required.
+	Subject string
+	// QueueGroup load-balances replicas. Optional. Default: "q".
+	QueueGroup string
+	// Description for discovery ($SRV.INFO). Optional.
+	Description string
+}
+
+// Serve runs fn for every request on ep.Subject until ctx is cancelled, then
+// stops the service (draining its subscription) and returns nil. The
+// service answers NATS micro discovery ($SRV.PING/INFO/STATS).
+func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
+	cfg := micro.Config{Name: ep.Service, Version: ep.Version, Description: ep.Description, QueueGroup: ep.QueueGroup}
+	svc, err := micro.AddService(c.nc, cfg)
+	if err != nil {
+		return fmt.Errorf("adding service %s: %w", ep.Service, err)
+	}
+	base := context.WithoutCancel(ctx)
+	handler := micro.HandlerFunc(func(r micro.Request) {
+		h := nats.Header(r.Headers())
+		rctx := extract(base, h)
+		rctx, span := tracer().Start(rctx, "process "+ep.Name, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attrSystem, keyOperation.String("process"), keyOpType.String("process"),
+				keyDestination.String(r.Subject())))
+		defer span.End()
+		req, err := events.Decode(events.Header(h), r.Data())
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			_ = r.Error("400", err.Error(), nil)
+			return
+		}
+		reply, err := fn(rctx, req)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			_ = r.Error("500", err.Error(), nil)
+			return
+		}
+		rh, body, err := events.Encode(reply)
+		if err != nil {
+			_ = r.Error("500", err.Error(), nil)
+			return
+		}
+		_ = r.Respond(body, micro.WithHeaders(micro.Headers(rh)))
+	})
+	if err := svc.AddEndpoint(ep.Name, handler, micro.WithEndpointSubject(ep.Subject)); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("adding endpoint %s: %w", ep.Subject, err)
+	}
+	<-ctx.Done()
+	return svc.Stop()
+}

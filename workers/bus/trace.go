@@ -1,0 +1,70 @@
+package bus
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// HeaderCarrier adapts a nats.Header to OpenTelemetry's TextMapCarrier
+// without canonicalising names: "traceparent" stays lowercase, as other
+// languages' clients expect (propagation.HeaderCarrier would write
+// "Traceparent", which nats.Header.Get does not find).
+type HeaderCarrier nats.Header
+
+// Get returns the first value of key (case-sensitive).
+func (c HeaderCarrier) Get(key string) string {
+	if vs := c[key]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// Set replaces key's values with value.
+func (c HeaderCarrier) Set(key, value string) { c[key] = []string{value} }
+
+// Keys lists the header names.
+func (c HeaderCarrier) Keys() []string {
+	ks := make([]string, 0, len(c))
+	for k := range c {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+const instrumentationName = "github.com/parley-dev/parley/workers/bus"
+
+func tracer() trace.Tracer { return otel.Tracer(instrumentationName) }
+
+func propagator() propagation.TextMapPropagator { return otel.GetTextMapPropagator() }
+
+// Messaging semantic-convention attribute keys (OpenTelemetry semconv
+// messaging spans; "nats" is a custom messaging.system value).
+var (
+	attrSystem      = attribute.Key("messaging.system").String("nats")
+	keyOperation    = attribute.Key("messaging.operation.name")
+	keyOpType       = attribute.Key("messaging.operation.type")
+	keyDestination  = attribute.Key("messaging.destination.name")
+	keyMessageID    = attribute.Key("messaging.message.id")
+	keyConversation = attribute.Key("messaging.message.conversation_id")
+	keyConsumer     = attribute.Key("messaging.consumer.group.name")
+	keyCEType       = attribute.Key("cloudevents.event_type")
+	keyCEID         = attribute.Key("cloudevents.event_id")
+)
+
+// inject writes ctx's trace context into h.
+func inject(ctx context.Context, h nats.Header) {
+	propagator().Inject(ctx, HeaderCarrier(h))
+}
+
+// extract reads a trace context from h into ctx.
+func extract(ctx context.Context, h nats.Header) context.Context {
+	if h == nil {
+		return ctx
+	}
+	return propagator().Extract(ctx, HeaderCarrier(h))
+}

@@ -1,0 +1,187 @@
+// Package gate is parley's default pre-execute policy service (the seeds'
+// ToolConfirmationSubscriber): it answers requests on
+// parley.tool.pre_execute.<agent>.<tool> with allow, veto or confirm, from
+// the gating configuration (design section 4). It is a NATS micro service
+// ("parley-gate", queue group "gate"), so replicas share the load and other
+// policy services can listen next to it.
+package gate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+)
+
+// Tool gating modes.
+const (
+	// ModeByAnnotation confirms unless the tool is annotated readOnlyHint: true.
+	ModeByAnnotation = "by_annotation"
+	// ModeAlways always confirms.
+	ModeAlways = "always"
+	// ModeNever never confirms.
+	ModeNever = "never"
+	// ModeDeny vetoes the tool (a parley extension of the three modes).
+	ModeDeny = "deny"
+)
+
+// AgentConfig is the gating of one agent.
+type AgentConfig struct {
+	// RequireToolConfirmation turns gating on for the agent. Default: false
+	// (every call is allowed, except tools in ModeDeny).
+	RequireToolConfirmation bool `json:"require_tool_confirmation"`
+	// Tools maps a tool name to its mode. Default per tool: by_annotation.
+	Tools map[string]string `json:"tools,omitempty"`
+	// DenyReasons optionally explains a deny, per tool.
+	DenyReasons map[string]string `json:"deny_reasons,omitempty"`
+}
+
+// Config is the gating configuration: per agent, with "*" as the fallback
+// for agents not listed.
+type Config struct {
+	Agents map[string]AgentConfig `json:"agents"`
+}
+
+// ParseConfig reads a JSON configuration; errors name the field and rule.
+func ParseConfig(data []byte) (*Config, error) {
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("gating config: %w", err)
+	}
+	return &c, c.Validate()
+}
+
+// LoadConfig reads the configuration file at path; "" means DefaultConfig.
+func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		return DefaultConfig(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading gating config: %w", err)
+	}
+	return ParseConfig(data)
+}
+
+// DefaultConfig gates every agent by annotation, except that creating an
+// event (an additive tool that asks its own questions) runs unconfirmed.
+func DefaultConfig() *Config {
+	return &Config{Agents: map[string]AgentConfig{
+		"*": {RequireToolConfirmation: true, Tools: map[string]string{"create_event": ModeNever}},
+	}}
+}
+
+// Validate checks agent names and modes.
+func (c *Config) Validate() error {
+	for name, a := range c.Agents {
+		if name != "*" {
+			if err := events.ValidToken("agents key", name); err != nil {
+				return fmt.Errorf("gating config: %w", err)
+			}
+		}
+		for tool, mode := range a.Tools {
+			switch mode {
+			case ModeAlways, ModeNever, ModeByAnnotation, ModeDeny:
+			default:
+				return fmt.Errorf("gating config: agents.%s.tools.%s: mode %q must be always, never, by_annotation or deny", name, tool, mode)
+			}
+		}
+	}
+	return nil
+}
+
+// Version is a short hash of the configuration, recorded on every decision
+// so a resume knows which configuration decided.
+func (c *Config) Version() string {
+	names := make([]string, 0, len(c.Agents))
+	for n := range c.Agents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, _ := json.Marshal(c.Agents[n]) // map keys marshal sorted
+		fmt.Fprintf(h, "%s=%s\n", n, b)
+	}
+	return "cfg-" + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// Decide applies the configuration to one pre-execute request.
+func (c *Config) Decide(req events.PreExecuteRequest) events.Decision {
+	a, ok := c.Agents[req.Agent]
+	if !ok {
+		a = c.Agents["*"]
+	}
+	d := events.Decision{Policy: PolicyName, ConfigVersion: c.Version()}
+	mode := a.Tools[req.Call.Name]
+	if mode == "" {
+		mode = ModeByAnnotation
+	}
+	switch {
+	case mode == ModeDeny:
+		d.Decision = events.DecisionVeto
+		d.Reason = a.DenyReasons[req.Call.Name]
+		if d.Reason == "" {
+			d.Reason = "the gating configuration denies this tool for agent " + req.Agent
+		}
+	case !a.RequireToolConfirmation || mode == ModeNever:
+		d.Decision = events.DecisionAllow
+	case mode == ModeAlways || schema.ConfirmByAnnotation(req.Tool.Annotations):
+		d.Decision = events.DecisionConfirm
+		d.Elicitation = schema.NewConfirmationRequest(&req.Tool, req.Call)
+	default:
+		d.Decision = events.DecisionAllow
+	}
+	return d
+}
+
+// PolicyName is the name the gate signs its decisions with.
+const PolicyName = "parley-gate"
+
+// Gate is the policy service.
+type Gate struct {
+	bus *bus.Client
+	cfg *Config
+	log *slog.Logger
+}
+
+// New returns a gate with cfg (nil: DefaultConfig).
+func New(b *bus.Client, cfg *Config, logger *slog.Logger) *Gate {
+	if cfg == nil {
+		cfg = DefaultConfig()
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Gate{bus: b, cfg: cfg, log: logger}
+}
+
+// Run serves pre-execute requests until ctx is cancelled.
+func (g *Gate) Run(ctx context.Context) error {
+	g.log.Info("gate serving", "config_version", g.cfg.Version())
+	return g.bus.Serve(ctx, bus.Endpoint{
+		Service: PolicyName, Version: "0.1.0", Name: "pre_execute", Subject: events.SubjectPreExecAll,
+		QueueGroup: "gate", Description: "parley default pre-execute policy: allow, veto or confirm tool calls",
+	}, g.decide)
+}
+
+func (g *Gate) decide(ctx context.Context, req *event.Event) (*event.Event, error) {
+	in, err := events.Data[events.PreExecuteRequest](req)
+	if err != nil {
+		return nil, err
+	}
+	d := g.cfg.Decide(in)
+	g.log.InfoContext(ctx, "pre-execute decided", "agent", in.Agent, "tool", in.Call.Name, "decision", d.Decision,
+		"config_version", d.ConfigVersion, "run_id", in.RunID)
+	return events.NewWithID(events.DerivedID("decided", req.ID()), events.SourceGate, events.TypePreExecuteDecided, req.Subject(), d)
+}

@@ -1,0 +1,11 @@
+// Package processor owns each thread's turn lifecycle (the ChatProcessor):
+// it is the only writer of thread and paused-turn state.
+//
+// Consumes: parley.chat.*.turn.requested and parley.chat.*.elicitation.responded
+// (durable "processor" on PARLEY_CHAT), parley.agent.run.completed|paused|failed
+// (durable "processor-runs" on PARLEY_RUNS), and expiry markers of the
+// parley_paused bucket (a KV watcher in every replica).
+// Produces: parley.agent.run.requested|resumed, and on parley.chat.<thread>.:
+// turn.paused|completed|failed|rejected, elicitation.requested|rejected|expired|cancelled.
+// KV: parley_threads (thread ID), parley_paused (thread ID, per-key TTL).
+package processor

@@ -1,0 +1,289 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// onRunPaused stores the paused turn (TTL) and publishes its questions.
+func (p *Processor) onRunPaused(ctx context.Context, e *event.Event, in events.RunPaused) error {
+	thread := e.Subject()
+	if len(in.Elicitations) == 0 {
+		return fmt.Errorf("run.paused without elicitations: %w", errors.New("data.elicitations: required"))
+	}
+	t, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if t.TurnID != in.TurnID {
+		p.log.InfoContext(ctx, "ignoring pause of a superseded turn", "subject", thread, "turn_id", in.TurnID)
+		return nil
+	}
+	now := time.Now().UTC()
+	rec := &kvstate.PausedTurn{Thread: thread, TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent,
+		CreatedAt: now, ExpiresAt: now.Add(p.opts.PauseTTL), Snapshot: in.Snapshot}
+	for _, pe := range in.Elicitations {
+		rec.Elicitations = append(rec.Elicitations, kvstate.Elicitation{PendingElicitation: pe, Status: kvstate.StatusPending})
+	}
+	if _, err := p.paused.Save(ctx, rec); err != nil {
+		return fmt.Errorf("storing paused turn: %w", err)
+	}
+	ids := rec.PendingIDs()
+	if _, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t.Seen(e.ID()) || t.TurnID != in.TurnID {
+			return kvstate.ErrNoChange
+		}
+		t.MarkHandled(e.ID())
+		t.State, t.Pending = kvstate.ThreadPaused, ids
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, pe := range in.Elicitations {
+		params := pe.Request
+		if err := p.publishChat(ctx, thread, events.ChatElicitationRequested, events.TypeElicitationRequested,
+			events.DerivedID("elicitation.requested", pe.ID), in.TurnID, params); err != nil {
+			return err
+		}
+	}
+	msg := restate(in.Elicitations)
+	return p.publishChat(ctx, thread, events.ChatTurnPaused, events.TypeTurnPaused,
+		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
+		events.TurnPaused{TurnID: in.TurnID, Message: msg, ElicitationIDs: ids})
+}
+
+// restate writes the questions as an assistant message in prose, so a
+// consumer that ignores elicitations still shows the question.
+func restate(pend []events.PendingElicitation) schema.ChatMessage {
+	var b strings.Builder
+	for i, pe := range pend {
+		if i > 0 {
+			b.WriteString("\n\n")
+		}
+		b.WriteString(pe.Request.Message)
+		if pe.Kind == events.KindToolConfirmation {
+			if len(pe.Request.Message) > 0 && !strings.HasSuffix(pe.Request.Message, "?") && !strings.HasSuffix(pe.Request.Message, ".") {
+				b.WriteString(".")
+			}
+			fmt.Fprintf(&b, " (%s with arguments %s) Please confirm or decline.", pe.Tool, compactArgs(pe))
+			continue
+		}
+		rs := pe.Request.RequestedSchema
+		for _, name := range rs.PropertyNames() {
+			ps := rs.Properties[name]
+			label := ps.Title
+			if label == "" {
+				label = name
+			}
+			fmt.Fprintf(&b, "\n- %s", label)
+			if len(ps.Enum) > 0 {
+				opts := ps.Enum
+				if len(ps.EnumNames) == len(ps.Enum) {
+					opts = ps.EnumNames
+				}
+				fmt.Fprintf(&b, ": one of %s", strings.Join(opts, ", "))
+			} else if ps.Format != "" {
+				fmt.Fprintf(&b, " (%s)", ps.Format)
+			}
+		}
+	}
+	meta := schema.Meta{}
+	if len(pend) > 0 {
+		meta[schema.MetaElicitationID] = pend[0].ID
+	}
+	return schema.ChatMessage{Role: schema.RoleAssistant, Text: b.String(), Meta: meta}
+}
+
+func compactArgs(pe events.PendingElicitation) string {
+	raw, err := json.Marshal(pe.Request.Meta[schema.MetaToolCall])
+	var tc schema.ToolCallMeta
+	if err != nil || json.Unmarshal(raw, &tc) != nil || len(tc.Arguments) == 0 {
+		return "as shown"
+	}
+	return string(tc.Arguments)
+}
+
+// onResponded checks an answer in the design's order and consumes it:
+// unknown_or_expired, invalid_content (stays pending), already_consumed.
+func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Event) error {
+	in, err := events.Data[events.ElicitationResponded](e)
+	if err != nil || in.ElicitationID == "" {
+		detail := "data.elicitationId: required"
+		if err != nil {
+			detail = err.Error()
+		}
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, nil)
+	}
+	if err := events.ValidToken("subject", thread); err != nil {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+	}
+	for range 20 {
+		rec, rev, err := p.paused.Load(ctx, thread)
+		switch {
+		case errors.Is(err, kvstate.ErrNotFound):
+			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
+				"the thread has no paused turn (it expired, or was never paused)", nil)
+		case errors.Is(err, kvstate.ErrIncompatible):
+			return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
+		case err != nil:
+			return err
+		}
+		el := rec.Find(in.ElicitationID)
+		if el == nil || time.Now().After(rec.ExpiresAt) {
+			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
+				"no pending elicitation with this ID on the thread", nil)
+		}
+		if el.Status == kvstate.StatusCancelled {
+			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
+				"the elicitation was cancelled by a newer message", nil)
+		}
+		result := in.Result()
+		if verr := result.Validate(&el.Request); verr != nil {
+			var ve *schema.ValidationError
+			var vs []schema.Violation
+			if errors.As(verr, &ve) {
+				vs = ve.Violations
+			} else {
+				vs = []schema.Violation{{Path: "content", Rule: verr.Error()}}
+			}
+			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
+				"the answer does not fit the requested schema; the question is still open", vs)
+		}
+		if el.Status == kvstate.StatusConsumed {
+			if el.ResponseEventID == e.ID() {
+				return p.resumeIfSettled(ctx, rec) // redelivery of the winning answer
+			}
+			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectAlreadyConsumed,
+				"this elicitation was already answered", nil)
+		}
+		el.Status = kvstate.StatusConsumed
+		el.Result = &result
+		el.AnsweredBy = in.AnsweredBy
+		el.AnsweredAt = time.Now().UTC()
+		el.ResponseEventID = e.ID()
+		if rec.Settled() {
+			rec.Resumed = true
+		}
+		if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
+			continue // another answer changed the record: check again
+		} else if err != nil {
+			return err
+		}
+		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
+			"action", in.Action, "answered_by", in.AnsweredBy)
+		return p.resumeIfSettled(ctx, rec)
+	}
+	return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, kvstate.ErrConflict)
+}
+
+// resumeIfSettled publishes run.resumed once every elicitation is settled.
+// The ID is deterministic, so a crash between consuming and publishing
+// repeats the publish and JetStream drops the copy.
+func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn) error {
+	if !rec.Settled() {
+		return nil
+	}
+	t, err := p.threads.Mutate(ctx, rec.Thread, func(t *kvstate.Thread) error {
+		if t.TurnID != rec.TurnID || t.State != kvstate.ThreadPaused {
+			return kvstate.ErrNoChange
+		}
+		t.State, t.Pending = kvstate.ThreadRunning, nil
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if t.TurnID != rec.TurnID || t.State != kvstate.ThreadRunning {
+		return nil // the thread moved on (new message, expiry)
+	}
+	var answers []events.Answer
+	ids := make([]string, 0, len(rec.Elicitations))
+	for _, el := range rec.Elicitations {
+		ids = append(ids, el.ID)
+		if el.Status == kvstate.StatusConsumed && el.Result != nil {
+			answers = append(answers, events.Answer{ElicitationID: el.ID, Result: *el.Result,
+				AnsweredBy: el.AnsweredBy, AnsweredAt: el.AnsweredAt})
+		}
+	}
+	e, err := events.NewWithID(events.DerivedID(append([]string{"run.resumed", rec.RunID}, ids...)...),
+		events.SourceProcessor, events.TypeRunResumed, rec.Thread,
+		events.RunResumed{RunID: rec.RunID, TurnID: rec.TurnID, Thread: rec.Thread, Agent: rec.Agent,
+			Snapshot: rec.Snapshot, Answers: answers})
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtTurnID, rec.TurnID)
+	e.SetExtension(events.ExtRunID, rec.RunID)
+	return p.publish(ctx, events.SubjectRunResumed, e)
+}
+
+func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
+	p.log.InfoContext(ctx, "answer rejected", "subject", thread, "elicitation_id", elicitationID, "reason", reason)
+	return p.publishChat(ctx, thread, events.ChatElicitationRejected, events.TypeElicitationRejected,
+		events.DerivedID("elicitation.rejected", respondedID), "",
+		events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: respondedID, Reason: reason,
+			Detail: detail, Errors: vs})
+}
+
+// incompatiblePause fails closed: the answer is rejected state_incompatible,
+// the turn fails, and the thread becomes idle (usable) again.
+func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, elicitationID string, cause error) error {
+	if err := p.reject(ctx, thread, respondedID, elicitationID, events.RejectStateIncompatible,
+		cause.Error(), nil); err != nil {
+		return err
+	}
+	t, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t.State != kvstate.ThreadPaused {
+			return kvstate.ErrNoChange
+		}
+		t.State, t.Pending = kvstate.ThreadIdle, nil
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+		events.DerivedID("turn.failed.incompatible", thread, t.TurnID), t.TurnID,
+		events.TurnFailed{TurnID: t.TurnID, Reason: events.RejectStateIncompatible,
+			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"})
+}
+
+// onExpired announces elicitation.expired once per paused turn (every
+// replica sees the marker; the thread CAS and the deterministic event ID
+// make it idempotent) and makes the thread idle.
+func (p *Processor) onExpired(ctx context.Context, thread string) error {
+	var turnID string
+	var ids []string
+	t, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t.State != kvstate.ThreadPaused {
+			return kvstate.ErrNoChange
+		}
+		turnID, ids = t.TurnID, t.Pending
+		t.State, t.Pending = kvstate.ThreadIdle, nil
+		t.Expired = &kvstate.Expiry{TurnID: turnID, ElicitationIDs: ids, At: time.Now().UTC()}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// A replica that lost the race still announces (the event ID is the
+	// same), in case the winner crashed before publishing; an old expiry
+	// is not announced again.
+	if t.Expired == nil || time.Since(t.Expired.At) > time.Minute {
+		return nil
+	}
+	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", t.Expired.TurnID)
+	return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
+		events.DerivedID("elicitation.expired", t.Expired.TurnID), t.Expired.TurnID,
+		events.ElicitationExpired{TurnID: t.Expired.TurnID, ElicitationIDs: t.Expired.ElicitationIDs})
+}

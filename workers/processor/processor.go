@@ -1,0 +1,196 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/workers/bus"
+)
+
+// Options configures a Processor.
+type Options struct {
+	// Logger. Optional. Default: discard.
+	Logger *slog.Logger
+	// PauseTTL is how long a paused turn waits for answers. Optional.
+	// Default: 24h. The server's granularity is one second.
+	PauseTTL time.Duration
+	// ThreadTTL bounds how long an untouched thread is kept. Optional.
+	// Default: 30 days.
+	ThreadTTL time.Duration
+	// Concurrency is the number of events handled at once per consumer.
+	// Optional. Default: 8.
+	Concurrency int
+	// DefaultAgent answers turns that name no agent. Optional. Default: "default".
+	DefaultAgent string
+}
+
+// Processor is the processor worker.
+type Processor struct {
+	bus     *bus.Client
+	threads *kvstate.ThreadStore
+	paused  *kvstate.PausedStore
+	opts    Options
+	log     *slog.Logger
+}
+
+// New opens the processor's buckets (idempotently).
+func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.PauseTTL <= 0 {
+		o.PauseTTL = 24 * time.Hour
+	}
+	if o.PauseTTL < time.Second {
+		return nil, fmt.Errorf("PauseTTL: %v is below the server's minimum of 1s", o.PauseTTL)
+	}
+	if o.ThreadTTL <= 0 {
+		o.ThreadTTL = 30 * 24 * time.Hour
+	}
+	if o.DefaultAgent == "" {
+		o.DefaultAgent = "default"
+	}
+	js := b.JetStream()
+	threads, err := kvstate.OpenThreads(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
+	if err != nil {
+		return nil, err
+	}
+	paused, err := kvstate.OpenPaused(ctx, js, b.Storage(), b.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	return &Processor{bus: b, threads: threads, paused: paused, opts: o, log: o.Logger}, nil
+}
+
+// Run consumes chat events and run outcomes and watches for expired pauses
+// until ctx is cancelled; then it drains and returns nil (or the first error
+// that stopped a part).
+func (p *Processor) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	run := func(f func(context.Context) error) {
+		wg.Go(func() {
+			if err := f(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
+		})
+	}
+	run(func(ctx context.Context) error {
+		return p.bus.Consume(ctx, bus.ConsumerSpec{
+			Stream: events.StreamChat, Durable: "processor", Concurrency: p.opts.Concurrency,
+			FilterSubjects: []string{
+				events.ChatSubject("*", events.ChatTurnRequested),
+				events.ChatSubject("*", events.ChatElicitationResponded),
+			},
+			OnDeadLetter: p.onDeadLetter,
+		}, p.HandleChat)
+	})
+	run(func(ctx context.Context) error {
+		return p.bus.Consume(ctx, bus.ConsumerSpec{
+			Stream: events.StreamRuns, Durable: "processor-runs", Concurrency: p.opts.Concurrency,
+			OnDeadLetter: p.onDeadLetter,
+		}, p.HandleRun)
+	})
+	run(func(ctx context.Context) error {
+		return p.paused.WatchExpired(ctx, func(thread string) {
+			if err := p.onExpired(context.WithoutCancel(ctx), thread); err != nil {
+				p.log.ErrorContext(ctx, "announcing expiry", "subject", thread, "error", err)
+			}
+		})
+	})
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// HandleChat handles turn.requested and elicitation.responded.
+func (p *Processor) HandleChat(ctx context.Context, d *bus.Delivery) error {
+	thread, suffix, ok := events.ParseChatSubject(d.Subject)
+	if !ok {
+		return bus.Permanent(fmt.Errorf("subject %q is not a chat subject", d.Subject))
+	}
+	switch suffix {
+	case events.ChatTurnRequested:
+		return p.onTurnRequested(ctx, thread, d.Event)
+	case events.ChatElicitationResponded:
+		return p.onResponded(ctx, thread, d.Event)
+	}
+	return bus.Permanent(fmt.Errorf("subject %q is not handled by the processor", d.Subject))
+}
+
+// HandleRun handles agent run outcomes.
+func (p *Processor) HandleRun(ctx context.Context, d *bus.Delivery) error {
+	switch d.Event.Type() {
+	case events.TypeRunCompleted:
+		in, err := events.Data[events.RunCompleted](d.Event)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		return p.onRunCompleted(ctx, d.Event, in)
+	case events.TypeRunPaused:
+		in, err := events.Data[events.RunPaused](d.Event)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		return p.onRunPaused(ctx, d.Event, in)
+	case events.TypeRunFailed:
+		in, err := events.Data[events.RunFailed](d.Event)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		return p.onRunFailed(ctx, d.Event, in)
+	}
+	return bus.Permanent(fmt.Errorf("type: %q is not a run outcome", d.Event.Type()))
+}
+
+// onDeadLetter tells the thread that an event of its could not be handled.
+func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
+	thread, _, ok := events.ParseChatSubject(d.Subject)
+	if !ok && d.Event != nil {
+		thread = d.Event.Subject()
+	}
+	if events.ValidToken("thread", thread) != nil {
+		return
+	}
+	detail := fmt.Sprintf("an event on %s could not be handled after %d attempts and was moved to the dead-letter stream %s: %v",
+		d.Subject, d.NumDelivered, events.StreamDeadLetter, reason)
+	var turnID string
+	if t, _, err := p.threads.Load(ctx, thread); err == nil {
+		turnID = t.TurnID
+	}
+	_ = p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+		events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), turnID,
+		events.TurnFailed{TurnID: turnID, Reason: "dead_lettered", Detail: detail})
+}
+
+// publishChat publishes a processor event on parley.chat.<thread>.<suffix>.
+func (p *Processor) publishChat(ctx context.Context, thread, suffix string, typ events.Type, id, turnID string, data any) error {
+	e, err := events.NewWithID(id, events.SourceProcessor, typ, thread, data)
+	if err != nil {
+		return err
+	}
+	if turnID != "" {
+		e.SetExtension(events.ExtTurnID, turnID)
+	}
+	_, err = p.bus.Publish(ctx, events.ChatSubject(thread, suffix), e)
+	return err
+}
+
+func (p *Processor) publish(ctx context.Context, subject string, e *event.Event) error {
+	_, err := p.bus.Publish(ctx, subject, e)
+	return err
+}

@@ -1,0 +1,249 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// onTurnRequested starts a turn, queues the message behind the running
+// turn (FIFO), or, on a paused thread, cancels the pending elicitations and
+// starts the new turn.
+func (p *Processor) onTurnRequested(ctx context.Context, thread string, e *event.Event) error {
+	in, verr := p.validateTurn(thread, e)
+	if verr != nil {
+		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
+		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+			events.DerivedID("turn.rejected", e.ID()), "",
+			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectInvalidEvent, Errors: verr})
+	}
+	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message}
+
+	// A paused thread: withdraw its questions first, so no answer can
+	// resume the old turn once the new one starts.
+	t, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return p.failIncompatible(ctx, thread, err)
+	}
+	var cancelled []string
+	var cancelledTurn string
+	if t.State == kvstate.ThreadPaused && !t.Seen(e.ID()) {
+		cancelledTurn = t.TurnID
+		if cancelled, err = p.cancelPending(ctx, thread, t.TurnID); err != nil {
+			return err
+		}
+	}
+	t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t.Seen(e.ID()) {
+			return kvstate.ErrNoChange
+		}
+		t.MarkHandled(e.ID())
+		switch t.State {
+		case kvstate.ThreadRunning:
+			t.Queue = append(t.Queue, queued)
+		default: // idle, or paused (its questions were just withdrawn)
+			t.Pending = nil
+			startTurn(t, queued)
+		}
+		return nil
+	})
+	if err != nil {
+		return p.failIncompatible(ctx, thread, err)
+	}
+	if len(cancelled) > 0 {
+		if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+			events.DerivedID("elicitation.cancelled", cancelledTurn), cancelledTurn,
+			events.ElicitationCancelled{TurnID: cancelledTurn, ElicitationIDs: cancelled,
+				Reason: "a new user message started a new turn"}); err != nil {
+			return err
+		}
+	}
+	return p.requestRun(ctx, t, e.ID())
+}
+
+// validateTurn checks a turn.requested event; the violations name fields.
+func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequested, []schema.Violation) {
+	var vs []schema.Violation
+	if err := events.ValidToken("subject", thread); err != nil {
+		vs = append(vs, schema.Violation{Path: "subject", Rule: err.Error()})
+	}
+	if e.Subject() != thread {
+		vs = append(vs, schema.Violation{Path: "subject", Rule: fmt.Sprintf("must equal the thread of the NATS subject (%q)", thread)})
+	}
+	in, err := events.Data[events.TurnRequested](e)
+	if err != nil {
+		return in, append(vs, schema.Violation{Path: "data", Rule: err.Error()})
+	}
+	if in.Agent == "" {
+		in.Agent = p.opts.DefaultAgent
+	}
+	if err := events.ValidToken("agent", in.Agent); err != nil {
+		vs = append(vs, schema.Violation{Path: "data.agent", Rule: err.Error()})
+	}
+	if in.Message.Role == "" {
+		in.Message.Role = schema.RoleUser
+	}
+	if in.Message.Role != schema.RoleUser {
+		vs = append(vs, schema.Violation{Path: "data.message.role", Rule: `must be "user"`})
+	}
+	if strings.TrimSpace(in.Message.Text) == "" {
+		vs = append(vs, schema.Violation{Path: "data.message.text", Rule: "required"})
+	}
+	return in, vs
+}
+
+// startTurn makes m the thread's active turn.
+func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
+	t.State = kvstate.ThreadRunning
+	t.TurnID = events.DerivedID("turn", m.EventID)
+	t.RunID = t.TurnID
+	t.Agent = m.Agent
+	t.StartedBy = m.EventID
+	t.Pending = nil
+	t.Append(m.Message)
+}
+
+// requestRun publishes run.requested for the thread's active turn if the
+// event startedBy started it (again after a crash: the ID is deterministic).
+func (p *Processor) requestRun(ctx context.Context, t *kvstate.Thread, startedBy string) error {
+	if t.State != kvstate.ThreadRunning || t.StartedBy != startedBy {
+		return nil
+	}
+	e, err := events.NewWithID(events.DerivedID("run.requested", t.RunID), events.SourceProcessor,
+		events.TypeRunRequested, t.ID, events.RunRequested{RunID: t.RunID, TurnID: t.TurnID, Thread: t.ID,
+			Agent: t.Agent, Messages: t.History})
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtTurnID, t.TurnID)
+	e.SetExtension(events.ExtRunID, t.RunID)
+	return p.publish(ctx, events.SubjectRunRequested, e)
+}
+
+// cancelPending marks the pending elicitations of turnID cancelled.
+func (p *Processor) cancelPending(ctx context.Context, thread, turnID string) ([]string, error) {
+	for range 20 {
+		rec, rev, err := p.paused.Load(ctx, thread)
+		if errors.Is(err, kvstate.ErrNotFound) || errors.Is(err, kvstate.ErrIncompatible) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.TurnID != turnID {
+			return nil, nil
+		}
+		ids := rec.PendingIDs()
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		for i := range rec.Elicitations {
+			if rec.Elicitations[i].Status == kvstate.StatusPending {
+				rec.Elicitations[i].Status = kvstate.StatusCancelled
+			}
+		}
+		if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return ids, nil
+	}
+	return nil, fmt.Errorf("cancelling elicitations of %s: %w", thread, kvstate.ErrConflict)
+}
+
+// finishTurn ends the thread's active turn (if it is turnID) and starts the
+// next queued message. It returns the thread and whether this event ended it.
+func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, reply *schema.ChatMessage) (*kvstate.Thread, error) {
+	return p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t.Seen(eventID) || t.TurnID != turnID || t.State == kvstate.ThreadIdle {
+			return kvstate.ErrNoChange
+		}
+		t.MarkHandled(eventID)
+		if reply != nil {
+			t.Append(*reply)
+		}
+		t.State, t.Pending = kvstate.ThreadIdle, nil
+		if len(t.Queue) > 0 {
+			next := t.Queue[0]
+			t.Queue = t.Queue[1:]
+			startTurn(t, next)
+		}
+		return nil
+	})
+}
+
+func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in events.RunCompleted) error {
+	thread := e.Subject()
+	t, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if t.TurnID != in.TurnID && !t.Seen(e.ID()) {
+		p.log.InfoContext(ctx, "ignoring outcome of a superseded turn", "subject", thread, "turn_id", in.TurnID)
+		return nil
+	}
+	msg := in.Message
+	msg.Role = schema.RoleAssistant
+	if err := p.publishChat(ctx, thread, events.ChatTurnCompleted, events.TypeTurnCompleted,
+		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, Message: msg}); err != nil {
+		return err
+	}
+	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), &msg)
+	if err != nil {
+		return err
+	}
+	return p.requestNext(ctx, t)
+}
+
+// requestNext publishes run.requested for a turn started from the queue.
+func (p *Processor) requestNext(ctx context.Context, t *kvstate.Thread) error {
+	return p.requestRun(ctx, t, t.StartedBy)
+}
+
+func (p *Processor) onRunFailed(ctx context.Context, e *event.Event, in events.RunFailed) error {
+	thread := e.Subject()
+	t, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if t.TurnID != in.TurnID && !t.Seen(e.ID()) {
+		return nil
+	}
+	if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+		events.DerivedID("turn.failed", in.TurnID), in.TurnID,
+		events.TurnFailed{TurnID: in.TurnID, Reason: in.Reason, Detail: in.Detail}); err != nil {
+		return err
+	}
+	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), nil)
+	if err != nil {
+		return err
+	}
+	return p.requestNext(ctx, t)
+}
+
+// failIncompatible turns a thread record this code cannot read into a
+// turn.failed (state_incompatible) and resets the thread so it stays usable.
+func (p *Processor) failIncompatible(ctx context.Context, thread string, err error) error {
+	if !errors.Is(err, kvstate.ErrIncompatible) {
+		return err
+	}
+	p.log.ErrorContext(ctx, "thread state incompatible; resetting thread", "subject", thread, "error", err)
+	if derr := p.threads.Reset(ctx, thread); derr != nil {
+		return derr
+	}
+	if perr := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+		events.DerivedID("turn.failed.incompatible", thread, err.Error()), "",
+		events.TurnFailed{Reason: events.RejectStateIncompatible, Detail: err.Error() + "; the thread was reset"}); perr != nil {
+		return perr
+	}
+	// Retry the event on the reset thread.
+	return fmt.Errorf("thread %s was reset after incompatible state: %w", thread, err)
+}

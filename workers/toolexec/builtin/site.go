@@ -1,0 +1,293 @@
+package builtin
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Entity types and statuses.
+const (
+	TypeArticle = "article"
+	TypePage    = "page"
+	TypeEvent   = "event"
+
+	StatusDraft     = "draft"
+	StatusPublished = "published"
+)
+
+// DefaultBucket is the KV bucket OpenSite uses when SiteOptions.Bucket is empty.
+const DefaultBucket = "parley_content"
+
+// DefaultBaseURL is the site URL entity links point into when
+// SiteOptions.BaseURL is empty: an entity's link is <base>/node/<id>.
+const DefaultBaseURL = "https://site.example"
+
+// ErrNotFound is returned by Site.Entity when no live entity has the ID
+// (never created, deleted, or not a valid entity ID).
+var ErrNotFound = errors.New("builtin: entity not found")
+
+// Entity is one piece of site content, stored as JSON under "entity.<id>".
+type Entity struct {
+	// ID is unique and matches [A-Za-z0-9_-]+, e.g. "article-3", "page-1".
+	ID string `json:"id"`
+	// Type is TypeArticle, TypePage or TypeEvent; it is also the bundle.
+	Type string `json:"type"`
+	// Title is the human-readable title.
+	Title string `json:"title"`
+	// Status is StatusDraft or StatusPublished.
+	Status string `json:"status"`
+	// Body is the plain-text body.
+	Body string `json:"body,omitempty"`
+	// Date is the day of an event, "YYYY-MM-DD"; empty for other types.
+	Date string `json:"date,omitempty"`
+	// Created is when the entity was created (UTC).
+	Created time.Time `json:"created"`
+}
+
+// LedgerEntry is one recorded effect of a mutating tool call: exactly one
+// per CallID that changed (or was planned to change) the site.
+type LedgerEntry struct {
+	// CallID is the model's tool-call ID of the effecting execution.
+	CallID string `json:"call_id"`
+	// Tool is the tool name, e.g. "delete_entities".
+	Tool string `json:"tool"`
+	// IDs are the entities affected (created, published or deleted), in
+	// argument order.
+	IDs []string `json:"ids"`
+	// At is when the effect was first recorded (UTC).
+	At time.Time `json:"at"`
+}
+
+// SiteOptions configures OpenSite. A nil *SiteOptions means all defaults.
+type SiteOptions struct {
+	// Bucket is the KV bucket name ([A-Za-z0-9_-]). Optional. Default:
+	// DefaultBucket ("parley_content").
+	Bucket string
+	// Storage is the bucket's storage. Optional. Default:
+	// jetstream.FileStorage (the zero value).
+	Storage jetstream.StorageType
+	// Replicas is the bucket's replica count. Optional. Default: 1.
+	Replicas int
+	// BaseURL is the site URL that entity links (resource_link uri) point
+	// into, without a trailing slash. Optional. Default: DefaultBaseURL.
+	BaseURL string
+}
+
+// Site is the content store: a KV bucket seeded with the embedded fixture.
+// It is safe for concurrent use, also by many processes sharing the bucket.
+type Site struct {
+	kv      jetstream.KeyValue
+	baseURL string
+	now     func() time.Time
+}
+
+//go:embed fixture/site.json
+var fixtureJSON []byte
+
+// Keys in the bucket.
+const (
+	entityPrefix = "entity."
+	ledgerPrefix = "ledger."
+	seededKey    = "meta.seeded"
+)
+
+// validID matches entity IDs: one KV key token.
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+func entityKey(id string) string { return entityPrefix + id }
+
+// ledgerKey maps any CallID to a valid, collision-free KV key.
+func ledgerKey(callID string) string {
+	if validID.MatchString(callID) {
+		return ledgerPrefix + callID
+	}
+	sum := sha256.Sum256([]byte(callID))
+	return ledgerPrefix + "x." + hex.EncodeToString(sum[:])
+}
+
+// eventID derives the ID of the event a create_event call creates.
+func eventID(callID string) string {
+	sum := sha256.Sum256([]byte(callID))
+	return TypeEvent + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// OpenSite creates or updates the content bucket (CreateOrUpdateKeyValue,
+// History 1) and seeds the embedded fixture unless "meta.seeded" exists.
+// Seeding is idempotent under concurrent starters: every entity is written
+// only if its key never held a value (so an entity deleted meanwhile is not
+// brought back), then the marker is created; existing keys are skipped.
+// It returns the errors of the bucket and KV calls, wrapped; js must not
+// be nil.
+func OpenSite(ctx context.Context, js jetstream.JetStream, opts *SiteOptions) (*Site, error) {
+	if js == nil {
+		panic("builtin: OpenSite with nil JetStream")
+	}
+	var o SiteOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Bucket == "" {
+		o.Bucket = DefaultBucket
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.BaseURL == "" {
+		o.BaseURL = DefaultBaseURL
+	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      o.Bucket,
+		Description: "parley built-in demo site content",
+		History:     1,
+		Storage:     o.Storage,
+		Replicas:    o.Replicas,
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Lost a creation race with another starter; the bucket exists now.
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening content bucket %s: %w", o.Bucket, err)
+	}
+	s := &Site{kv: kv, baseURL: strings.TrimRight(o.BaseURL, "/"), now: func() time.Time { return time.Now().UTC() }}
+	if err := s.seed(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Site) seed(ctx context.Context) error {
+	if _, err := s.kv.Get(ctx, seededKey); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("reading %s: %w", seededKey, err)
+	}
+	var fixture []Entity
+	if err := json.Unmarshal(fixtureJSON, &fixture); err != nil {
+		return fmt.Errorf("decoding fixture: %w", err)
+	}
+	for _, e := range fixture {
+		data, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("encoding fixture entity %s: %w", e.ID, err)
+		}
+		// Update with revision 0 succeeds only if the key never held a
+		// message, unlike Create, which also succeeds over a delete marker.
+		if _, err := s.kv.Update(ctx, entityKey(e.ID), data, 0); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("seeding entity %s: %w", e.ID, err)
+		}
+	}
+	marker, _ := json.Marshal(map[string]any{"at": s.now(), "entities": len(fixture)})
+	if _, err := s.kv.Create(ctx, seededKey, marker); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("writing %s: %w", seededKey, err)
+	}
+	return nil
+}
+
+// Entity returns the live entity with the given ID. It returns ErrNotFound
+// when the entity is absent, deleted or id is not a valid entity ID, and a
+// wrapped KV error otherwise.
+func (s *Site) Entity(ctx context.Context, id string) (Entity, error) {
+	e, _, err := s.get(ctx, id)
+	return e, err
+}
+
+// get returns the entity and its KV revision.
+func (s *Site) get(ctx context.Context, id string) (Entity, uint64, error) {
+	if !validID.MatchString(id) {
+		return Entity{}, 0, ErrNotFound
+	}
+	kve, err := s.kv.Get(ctx, entityKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Entity{}, 0, ErrNotFound
+	}
+	if err != nil {
+		return Entity{}, 0, fmt.Errorf("reading entity %s: %w", id, err)
+	}
+	var e Entity
+	if err := json.Unmarshal(kve.Value(), &e); err != nil {
+		return Entity{}, 0, fmt.Errorf("decoding entity %s: %w", id, err)
+	}
+	return e, kve.Revision(), nil
+}
+
+// Entities returns all live entities, sorted by ID (byte order, so
+// "article-10" sorts before "article-2"). It returns a wrapped KV or decode
+// error.
+func (s *Site) Entities(ctx context.Context) ([]Entity, error) {
+	var out []Entity
+	err := s.scan(ctx, entityPrefix+">", func(key string, v []byte) error {
+		var e Entity
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("decoding %s: %w", key, err)
+		}
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing entities: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Entity) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Ledger returns every recorded effect, one entry per effecting CallID,
+// sorted by At then CallID. It returns a wrapped KV or decode error.
+func (s *Site) Ledger(ctx context.Context) ([]LedgerEntry, error) {
+	var out []LedgerEntry
+	err := s.scan(ctx, ledgerPrefix+">", func(key string, v []byte) error {
+		var r ledgerRecord
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("decoding %s: %w", key, err)
+		}
+		out = append(out, LedgerEntry{CallID: r.CallID, Tool: r.Tool, IDs: r.IDs, At: r.At})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing ledger: %w", err)
+	}
+	slices.SortFunc(out, func(a, b LedgerEntry) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.CallID, b.CallID)
+	})
+	return out, nil
+}
+
+// scan calls fn with the latest value of every live key matching filter.
+func (s *Site) scan(ctx context.Context, filter string, fn func(key string, value []byte) error) error {
+	w, err := s.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watcher closed")
+			}
+			if e == nil { // all initial values delivered
+				return nil
+			}
+			if err := fn(e.Key(), e.Value()); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parley-dev/parley/schema"
+)
+
+// detailsKey is the InputRequests key of create_event's form.
+const detailsKey = "details"
+
+// maxTitle is the longest title create_event accepts, in characters.
+const maxTitle = 200
+
+var datePattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
+
+// checkDate reports whether s is a calendar date "YYYY-MM-DD".
+func checkDate(s string) bool {
+	if !datePattern.MatchString(s) {
+		return false
+	}
+	_, err := time.Parse(time.DateOnly, s)
+	return err == nil
+}
+
+type createEvent struct{ s *Site }
+
+func (createEvent) Definition() schema.Tool {
+	return schema.Tool{
+		Name:  ToolCreateEvent,
+		Title: "Create an event",
+		Description: "Create a new event on the site, as a draft, with a title and a date (YYYY-MM-DD). " +
+			"If either is missing, the user is asked for both. Each call creates one new event.",
+		InputSchema: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "title": {"type": "string", "minLength": 1, "maxLength": 200, "description": "The event's title."},
+    "date": {"type": "string", "format": "date", "description": "The event's day, YYYY-MM-DD."}
+  },
+  "additionalProperties": false
+}`),
+		Annotations: &schema.ToolAnnotations{
+			Title:           "Create an event",
+			ReadOnlyHint:    schema.Bool(false),
+			DestructiveHint: schema.Bool(false),
+			IdempotentHint:  schema.Bool(false),
+			OpenWorldHint:   schema.Bool(false),
+		},
+	}
+}
+
+// detailsRequest asks the user for the event's title and date.
+func detailsRequest() *schema.InputRequiredResult {
+	return &schema.InputRequiredResult{
+		ResultType: schema.ResultTypeInputRequired,
+		InputRequests: map[string]schema.InputRequest{
+			detailsKey: {
+				Method: "elicitation/create",
+				Params: schema.ElicitRequestParams{
+					Message: "Please give a title and a date for the new event.",
+					RequestedSchema: schema.RequestedSchema{
+						Type: "object",
+						Properties: map[string]*schema.PropertySchema{
+							"title": {Type: "string", Title: "Title", MinLength: new(1)},
+							"date":  {Type: "string", Format: "date", Title: "Date"},
+						},
+						Required: []string{"title", "date"},
+					},
+				},
+			},
+		},
+		RequestState: encodeState(requestState{Tool: ToolCreateEvent}),
+	}
+}
+
+func (t createEvent) Call(ctx context.Context, req Request) (Result, error) {
+	var title, date string
+	if r := decodeArgs(req.Arguments,
+		arg{"title", &title, "a string"},
+		arg{"date", &date, "a string"},
+	); r != nil {
+		return *r, nil
+	}
+	where := "invalid arguments"
+	if req.RequestState != "" || len(req.InputResponses) > 0 {
+		if _, ok := decodeState(req.RequestState, ToolCreateEvent); !ok {
+			return errorResult("invalid requestState: not from a create_event question"), nil
+		}
+		answer, ok := req.InputResponses[detailsKey]
+		if !ok {
+			return errorResult("missing input response %q", detailsKey), nil
+		}
+		if answer.Action != schema.ActionAccept {
+			return errorResult("No event created: the user answered %q.", answer.Action), nil
+		}
+		where = "invalid input response"
+		var okT, okD bool
+		title, okT = answer.Content["title"].(string)
+		date, okD = answer.Content["date"].(string)
+		switch {
+		case !okT:
+			return errorResult("%s: title: required, a string", where), nil
+		case !okD:
+			return errorResult("%s: date: required, a string YYYY-MM-DD", where), nil
+		}
+	} else if strings.TrimSpace(title) == "" || strings.TrimSpace(date) == "" {
+		return Result{InputRequired: detailsRequest()}, nil
+	}
+	title, date = strings.TrimSpace(title), strings.TrimSpace(date)
+	switch {
+	case title == "":
+		return errorResult("%s: title: must not be empty", where), nil
+	case utf8.RuneCountInString(title) > maxTitle:
+		return errorResult("%s: title: at most %d characters", where, maxTitle), nil
+	case !checkDate(date):
+		return errorResult("%s: date: %q is not a date in the form YYYY-MM-DD", where, date), nil
+	}
+
+	plan := func(context.Context) (*ledgerRecord, *Result, error) {
+		e := Entity{
+			ID:      eventID(callSeed(req)),
+			Type:    TypeEvent,
+			Title:   title,
+			Status:  StatusDraft,
+			Date:    date,
+			Created: t.s.now(),
+		}
+		return &ledgerRecord{IDs: []string{e.ID}, Event: &e, Result: t.s.entityResult("Created event ", e)}, nil, nil
+	}
+	apply := func(ctx context.Context, rec *ledgerRecord) error {
+		if rec.Event == nil {
+			return errors.New("ledger record has no event")
+		}
+		data, err := json.Marshal(rec.Event)
+		if err != nil {
+			return err
+		}
+		// Revision 0: only if the key never held a value, so an event
+		// created and deleted since is not brought back.
+		_, err = t.s.kv.Update(ctx, entityKey(rec.Event.ID), data, 0)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return nil
+		}
+		return err
+	}
+	return t.s.once(ctx, ToolCreateEvent, req, plan, apply)
+}
+
+// idsSchema is the input schema of publish_entities and delete_entities.
+const idsSchema = `{
+  "type": "object",
+  "properties": {
+    "ids": {
+      "type": "array",
+      "items": {"type": "string", "minLength": 1},
+      "minItems": 1,
+      "maxItems": 100,
+      "description": "Entity IDs, e.g. [\"article-2\", \"page-5\"]."
+    }
+  },
+  "required": ["ids"],
+  "additionalProperties": false
+}`
+
+// decodeIDs decodes {"ids": [...]}.
+func decodeIDs(raw json.RawMessage) ([]string, *Result) {
+	var ids []string
+	if r := decodeArgs(raw, arg{"ids", &ids, "an array of entity ID strings"}); r != nil {
+		return nil, r
+	}
+	return cleanIDs(ids)
+}
+
+// split returns the IDs of live entities (with the entities) and the unknown IDs.
+func (s *Site) split(ctx context.Context, ids []string) (found []Entity, unknown []string, err error) {
+	for _, id := range ids {
+		e, err := s.Entity(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			unknown = append(unknown, id)
+		case err != nil:
+			return nil, nil, err
+		default:
+			found = append(found, e)
+		}
+	}
+	return found, unknown, nil
+}
+
+func idsOf(es []Entity) []string {
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+type publishEntities struct{ s *Site }
+
+func (publishEntities) Definition() schema.Tool {
+	return schema.Tool{
+		Name:  ToolPublishEntities,
+		Title: "Publish site entities",
+		Description: "Publish site entities (articles, pages, events) by ID: set their status to published, " +
+			"making them visible to site visitors. Entities already published stay published.",
+		InputSchema: json.RawMessage(idsSchema),
+		Annotations: &schema.ToolAnnotations{
+			Title:           "Publish site entities",
+			ReadOnlyHint:    schema.Bool(false),
+			DestructiveHint: schema.Bool(false),
+			IdempotentHint:  schema.Bool(true),
+			OpenWorldHint:   schema.Bool(false),
+		},
+	}
+}
+
+func (t publishEntities) Call(ctx context.Context, req Request) (Result, error) {
+	ids, bad := decodeIDs(req.Arguments)
+	if bad != nil {
+		return *bad, nil
+	}
+	plan := func(ctx context.Context) (*ledgerRecord, *Result, error) {
+		found, unknown, err := t.s.split(ctx, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(found) == 0 {
+			r := callResult(&schema.CallToolResult{
+				Content:           schema.ContentList{schema.Text("No entities published: no entity has the ID " + strings.Join(unknown, ", ") + ".")},
+				StructuredContent: map[string]any{"published": []string{}, "unknown": unknown},
+				IsError:           true,
+			})
+			return nil, &r, nil
+		}
+		done := idsOf(found)
+		text := fmt.Sprintf("Published %s: %s.", plural(len(found), "entity", "entities"), strings.Join(done, ", "))
+		sc := map[string]any{"published": done}
+		if len(unknown) > 0 {
+			text += " Unknown IDs, not published: " + strings.Join(unknown, ", ") + "."
+			sc["unknown"] = unknown
+		}
+		content := schema.ContentList{schema.Text(text)}
+		for _, e := range found {
+			e.Status = StatusPublished
+			content = append(content, t.s.link(e))
+		}
+		return &ledgerRecord{IDs: done, Result: &schema.CallToolResult{Content: content, StructuredContent: sc}}, nil, nil
+	}
+	apply := func(ctx context.Context, rec *ledgerRecord) error {
+		for _, id := range rec.IDs {
+			if err := t.s.setStatus(ctx, id, StatusPublished); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return t.s.once(ctx, ToolPublishEntities, req, plan, apply)
+}
+
+// setStatus sets an entity's status with revision-checked updates, retrying
+// on conflicts. A deleted entity is left alone.
+func (s *Site) setStatus(ctx context.Context, id, status string) error {
+	for {
+		e, rev, err := s.get(ctx, id)
+		if errors.Is(err, ErrNotFound) || (err == nil && e.Status == status) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		e.Status = status
+		data, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		_, err = s.kv.Update(ctx, entityKey(id), data, rev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // changed meanwhile: re-read
+		}
+		if err != nil {
+			return fmt.Errorf("updating entity %s: %w", id, err)
+		}
+		return nil
+	}
+}
+
+type deleteEntities struct{ s *Site }
+
+func (deleteEntities) Definition() schema.Tool {
+	return schema.Tool{
+		Name:        ToolDeleteEntities,
+		Title:       "Delete site entities",
+		Description: "Delete site entities (articles, pages, events) by ID. This cannot be undone.",
+		InputSchema: json.RawMessage(idsSchema),
+		Annotations: &schema.ToolAnnotations{
+			Title:           "Delete site entities",
+			ReadOnlyHint:    schema.Bool(false),
+			DestructiveHint: schema.Bool(true),
+			IdempotentHint:  schema.Bool(true),
+			OpenWorldHint:   schema.Bool(false),
+		},
+	}
+}
+
+func (t deleteEntities) Call(ctx context.Context, req Request) (Result, error) {
+	ids, bad := decodeIDs(req.Arguments)
+	if bad != nil {
+		return *bad, nil
+	}
+	plan := func(ctx context.Context) (*ledgerRecord, *Result, error) {
+		found, unknown, err := t.s.split(ctx, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(found) == 0 {
+			r := callResult(&schema.CallToolResult{
+				Content:           schema.ContentList{schema.Text("No entities deleted: no entity has the ID " + strings.Join(unknown, ", ") + ".")},
+				StructuredContent: map[string]any{"deleted": []string{}, "unknown": unknown},
+				IsError:           true,
+			})
+			return nil, &r, nil
+		}
+		done := idsOf(found)
+		var text strings.Builder
+		fmt.Fprintf(&text, "Deleted %s:", plural(len(found), "entity", "entities"))
+		for _, e := range found {
+			fmt.Fprintf(&text, "\n- %s", summary(e))
+		}
+		sc := map[string]any{"deleted": done}
+		if len(unknown) > 0 {
+			fmt.Fprintf(&text, "\nUnknown IDs, not deleted: %s.", strings.Join(unknown, ", "))
+			sc["unknown"] = unknown
+		}
+		return &ledgerRecord{IDs: done, Result: &schema.CallToolResult{
+			Content:           schema.ContentList{schema.Text(text.String())},
+			StructuredContent: sc,
+		}}, nil, nil
+	}
+	apply := func(ctx context.Context, rec *ledgerRecord) error {
+		for _, id := range rec.IDs {
+			_, _, err := t.s.get(ctx, id)
+			if errors.Is(err, ErrNotFound) {
+				continue // already deleted: no second delete marker
+			}
+			if err != nil {
+				return err
+			}
+			if err := t.s.kv.Delete(ctx, entityKey(id)); err != nil {
+				return fmt.Errorf("deleting entity %s: %w", id, err)
+			}
+		}
+		return nil
+	}
+	return t.s.once(ctx, ToolDeleteEntities, req, plan, apply)
+}
