@@ -548,6 +548,10 @@ func (l ContentList) MarshalJSON() ([]byte, error) {
 // *ValidationError whose paths start with the block's index, e.g.
 // "[1].mimeType: required"; it lists the violations of every bad block.
 func (l *ContentList) UnmarshalJSON(data []byte) error {
+	if isNull(data) {
+		*l = nil
+		return nil
+	}
 	var raws []json.RawMessage
 	if err := json.Unmarshal(data, &raws); err != nil {
 		return &ValidationError{Violations: []Violation{{"", "must be an array of content blocks"}}}

@@ -33,6 +33,7 @@ type ValidationError struct {
 	Violations []Violation `json:"violations"`
 }
 
+// Error returns the violations as "path: rule", joined by "; ".
 func (e *ValidationError) Error() string {
 	parts := make([]string, len(e.Violations))
 	for i, v := range e.Violations {

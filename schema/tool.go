@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kaptinlin/jsonschema"
@@ -206,8 +207,10 @@ func (r *CallToolResult) Validate(tool *Tool) error {
 	}
 	res := s.ValidateJSON(b)
 	if !res.IsValid() {
+		var inst any
+		_ = json.Unmarshal(b, &inst)
 		var out violations
-		collectSchemaErrors(&out, res)
+		collectSchemaErrors(&out, res, inst)
 		if len(out) == 0 {
 			out.add("", "does not match the tool's outputSchema")
 		}
@@ -226,13 +229,18 @@ var applicators = map[string]bool{
 }
 
 // collectSchemaErrors turns a kaptinlin evaluation result into violations
-// with dotted instance paths.
-func collectSchemaErrors(vs *violations, r *jsonschema.EvaluationResult) {
+// with dotted instance paths. kaptinlin also evaluates a missing required
+// property as null; those results are dropped (the "required" error
+// remains).
+func collectSchemaErrors(vs *violations, r *jsonschema.EvaluationResult, inst any) {
+	if !pointerExists(inst, r.InstanceLocation) {
+		return
+	}
 	hasInvalidChild := false
 	for _, d := range r.Details {
 		if !d.Valid {
 			hasInvalidChild = true
-			collectSchemaErrors(vs, d)
+			collectSchemaErrors(vs, d, inst)
 		}
 	}
 	path := pointerToPath(r.InstanceLocation)
@@ -245,6 +253,33 @@ func collectSchemaErrors(vs *violations, r *jsonschema.EvaluationResult) {
 			*vs = append(*vs, v)
 		}
 	}
+}
+
+// pointerExists reports whether the JSON pointer p names a value in v.
+func pointerExists(v any, p string) bool {
+	p = strings.TrimPrefix(p, "/")
+	if p == "" {
+		return true
+	}
+	for _, tok := range strings.Split(p, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = x[tok]; !ok {
+				return false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return false
+			}
+			v = x[i]
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // pointerToPath converts a JSON pointer ("/a/0/b") to a dotted path

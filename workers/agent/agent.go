@@ -142,6 +142,9 @@ func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
 	if err != nil {
 		return err
 	}
+	if err := a.redispatch(ctx, &run); err != nil {
+		return err
+	}
 	return a.advance(ctx, &run, rev)
 }
 
@@ -205,7 +208,11 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 	run, rev, err := a.runs.Get(ctx, in.RunID)
 	switch {
 	case err == nil && run.resumed(e.ID()):
-		return a.advance(ctx, &run, rev) // redelivery: continue from the checkpoint
+		// Redelivery: continue from the checkpoint.
+		if err := a.redispatch(ctx, &run); err != nil {
+			return err
+		}
+		return a.advance(ctx, &run, rev)
 	case err != nil && !errors.Is(err, kvstate.ErrNotFound):
 		return err
 	}
@@ -331,15 +338,26 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) error {
 			}
 			continue
 		}
+		var toSend []*CallState
 		for _, c := range run.Calls {
 			if c.Status == callNew {
-				if err := a.decideAndDispatch(ctx, run, c); err != nil {
+				if err := a.decide(ctx, run, c); err != nil {
 					return err
+				}
+				if c.Status == callDispatched {
+					toSend = append(toSend, c)
 				}
 			}
 		}
+		// Checkpoint before dispatching, so a result arriving at once
+		// (on another replica) finds its call marked dispatched.
 		if err := save(); err != nil {
 			return err
+		}
+		for _, c := range toSend {
+			if err := a.dispatch(ctx, run, c); err != nil {
+				return err
+			}
 		}
 		if run.count(callDispatched) > 0 {
 			return nil // wait for tool results
@@ -375,7 +393,9 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	run.Step++
 	if len(resp.ToolCalls) == 0 {
 		run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text})
-		run.Final = &schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text, Content: resp.Content}
+		content := append(schema.ContentList{}, resp.Content...)
+		content = append(content, userBlocks(run.Messages)...)
+		run.Final = &schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text, Content: content}
 		return nil
 	}
 	run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
@@ -390,8 +410,10 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	return nil
 }
 
-// decideAndDispatch asks the policy services about c and acts on the answer.
-func (a *Agent) decideAndDispatch(ctx context.Context, run *Run, c *CallState) error {
+// decide asks the policy services about c and settles its status:
+// dispatched (to be sent once checkpointed), done (with a result) or
+// awaiting (a confirmation).
+func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	if err := events.ValidToken("tool", c.Call.Name); err != nil {
 		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+fmt.Sprintf("%q", c.Call.Name))
 		return nil
@@ -413,7 +435,7 @@ func (a *Agent) decideAndDispatch(ctx context.Context, run *Run, c *CallState) e
 	}
 	switch c.Decision.Decision {
 	case events.DecisionAllow:
-		return a.dispatch(ctx, run, c)
+		c.Status = callDispatched
 	case events.DecisionVeto:
 		c.Status = callDone
 		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
@@ -433,7 +455,8 @@ func (a *Agent) decideAndDispatch(ctx context.Context, run *Run, c *CallState) e
 	case events.DecisionUnavailable:
 		if tool.Annotations.ReadOnly() {
 			a.log.WarnContext(ctx, "no policy service answered; running read-only tool", "tool", c.Call.Name, "run_id", run.RunID)
-			return a.dispatch(ctx, run, c)
+			c.Status = callDispatched
+			return nil
 		}
 		a.log.ErrorContext(ctx, "no policy service answered; tool not run (fail closed)", "tool", c.Call.Name, "run_id", run.RunID, "reason", c.Decision.Reason)
 		c.Status = callDone
@@ -482,10 +505,21 @@ func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, run.RunID)
-	if _, err := a.bus.Publish(ctx, events.ToolCallSubject(c.Call.Name), e); err != nil {
-		return err
+	_, err = a.bus.Publish(ctx, events.ToolCallSubject(c.Call.Name), e)
+	return err
+}
+
+// redispatch publishes again every call marked dispatched: after a crash
+// between checkpoint and publish, a redelivered event sends them (the
+// tool-executor and JetStream drop copies).
+func (a *Agent) redispatch(ctx context.Context, run *Run) error {
+	for _, c := range run.Calls {
+		if c.Status == callDispatched {
+			if err := a.dispatch(ctx, run, c); err != nil {
+				return err
+			}
+		}
 	}
-	c.Status = callDispatched
 	return nil
 }
 
@@ -536,6 +570,59 @@ func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail stri
 	}
 	_, err = a.bus.Publish(ctx, events.SubjectRunFailed, e)
 	return err
+}
+
+// userBlocks collects the content blocks of this turn's tool results that
+// are meant for the end user (design section 5): blocks annotated with
+// audience "user", and resource links without an audience (an entity the
+// answer refers to). Other blocks only feed the model.
+func userBlocks(msgs []model.Message) schema.ContentList {
+	start := 0
+	for i, m := range msgs {
+		if m.Role == model.RoleUser {
+			start = i
+		}
+	}
+	var out schema.ContentList
+	for _, m := range msgs[start:] {
+		if m.Role != model.RoleTool || m.Result == nil {
+			continue
+		}
+		for _, c := range m.Result.Content {
+			if forUser(c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+func forUser(c schema.Content) bool {
+	var a *schema.Annotations
+	switch c := c.(type) {
+	case *schema.TextContent:
+		a = c.Annotations
+	case *schema.ImageContent:
+		a = c.Annotations
+	case *schema.AudioContent:
+		a = c.Annotations
+	case *schema.EmbeddedResource:
+		a = c.Annotations
+	case *schema.ResourceLink:
+		if c.Annotations == nil || len(c.Annotations.Audience) == 0 {
+			return true
+		}
+		a = c.Annotations
+	}
+	if a == nil {
+		return false
+	}
+	for _, r := range a.Audience {
+		if r == schema.RoleUser {
+			return true
+		}
+	}
+	return false
 }
 
 func cloneMeta(m schema.Meta) schema.Meta {

@@ -1,0 +1,964 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// chatCmd is `parley chat`: a line-based terminal chat on one thread. Each
+// input line is a user message; assistant messages, notices and questions
+// (forms and tool confirmations) are rendered as they arrive on the thread.
+type chatCmd struct {
+	Thread string `name:"thread" short:"t" help:"Thread ID (A-Z a-z 0-9 _ -); default: a fresh chat-<random> thread."`
+	AgentN string `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
+	User   string `name:"user" help:"Your name, recorded on messages and answers (default: $USER)."`
+}
+
+// Run chats until stdin ends, the user types /quit, or the context is done
+// (Ctrl-C); all of these end cleanly.
+func (c *chatCmd) Run(e *env) error {
+	thread := c.Thread
+	if thread == "" {
+		thread = "chat-" + shortID()
+	}
+	if err := events.ValidToken("thread", thread); err != nil {
+		return &exitError{code: 2, err: fmt.Errorf("--thread: %w", err)}
+	}
+	if c.AgentN != "" {
+		if err := events.ValidToken("agent", c.AgentN); err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--agent: %w", err)}
+		}
+	}
+	user := c.User
+	if user == "" {
+		user = os.Getenv("USER")
+	}
+	cl, done, err := integrator(e)
+	if err != nil {
+		return fmt.Errorf("%w (is `parley dev` running?)", err)
+	}
+	defer done()
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	// Watch before anything is sent, so no answer is missed.
+	items, err := cl.Watch(ctx, client.WatchOptions{Thread: thread})
+	if err != nil {
+		return fmt.Errorf("%w (are parley's workers running on %s?)", err, e.NATS)
+	}
+	s := &chatSession{
+		ctx: ctx, cl: cl, out: e.stdout, items: items,
+		lines: readLines(ctx, e.stdin), echo: !isTerminal(e.stdin),
+		thread: thread, agent: c.AgentN, user: user,
+		mine: map[string]bool{}, known: map[string]*schema.ElicitRequestParams{},
+	}
+	who := user
+	if who == "" {
+		who = "anonymous"
+	}
+	agent := c.AgentN
+	if agent == "" {
+		agent = "default"
+	}
+	fmt.Fprintf(e.stdout, "parley chat: thread %s, agent %s, you are %s.\n", thread, agent, who)
+	fmt.Fprintln(e.stdout, "Type a message and press Enter; /quit or Ctrl-D ends the chat.")
+	return s.loop()
+}
+
+// shortID returns 8 random hex digits.
+func shortID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// isTerminal reports whether r is a character device (a terminal, which
+// echoes what is typed).
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// readLines reads r line by line on one goroutine; the channel is closed at
+// the end of r (or when ctx is done).
+func readLines(ctx context.Context, r io.Reader) <-chan string {
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+		for sc.Scan() {
+			select {
+			case out <- strings.TrimRight(sc.Text(), "\r"):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+const youPrompt = "you> "
+
+var (
+	// errAborted: the question being asked was withdrawn, expired or
+	// answered elsewhere (chatSession.aborted says which).
+	errAborted = errors.New("question aborted")
+	// errQuestion: a question arrived while the prompt was idle.
+	errQuestion = errors.New("question arrived")
+	// errWatchClosed: the event stream stopped.
+	errWatchClosed = errors.New("the event stream of the thread stopped")
+	// errStop: the user stopped a form with !cancel or !decline.
+	errStop = errors.New("stopped")
+)
+
+// chatSession is the state of one chat: everything runs on the goroutine
+// of loop, which multiplexes input lines and thread events.
+type chatSession struct {
+	ctx   context.Context
+	cl    *client.Client
+	out   io.Writer
+	lines <-chan string
+	items <-chan client.Item
+	// echo repeats input lines on out (when stdin is not a terminal).
+	echo                bool
+	thread, agent, user string
+
+	// mine holds the IDs of the events this session published.
+	mine map[string]bool
+	// known holds every elicitation requested on the thread, by ID.
+	known map[string]*schema.ElicitRequestParams
+	// queue holds the elicitation IDs waiting to be asked, in order.
+	queue []string
+	// asking is the elicitation being asked; aborted, when set, says why
+	// it stopped before it was answered.
+	asking, aborted string
+	// waiting is true while a turn we started or resumed runs.
+	waiting bool
+	// prompt is the prompt on screen that no newline has ended yet.
+	prompt string
+}
+
+// loop runs the chat until input ends or the context is done.
+func (s *chatSession) loop() error {
+	for {
+		for len(s.queue) > 0 {
+			id := s.queue[0]
+			s.queue = s.queue[1:]
+			if err := s.ask(id); err != nil {
+				return s.end(err)
+			}
+		}
+		line, err := s.readLine(youPrompt, true)
+		if errors.Is(err, errQuestion) {
+			continue
+		}
+		if err != nil {
+			return s.end(err)
+		}
+		text := strings.TrimSpace(line)
+		switch text {
+		case "":
+			continue
+		case "/quit", "/exit":
+			return nil
+		}
+		ev, err := s.cl.Send(s.ctx, s.thread, s.agent, text, s.user)
+		if err != nil {
+			s.say("! could not send the message: %v", err)
+			continue
+		}
+		s.mine[ev.ID()] = true
+		s.waiting = true
+	}
+}
+
+// end turns what stopped the loop into Run's result: the end of input
+// (after the running turn has answered) and a done context are a clean end.
+func (s *chatSession) end(err error) error {
+	switch {
+	case errors.Is(err, io.EOF):
+		s.drain()
+		return nil
+	case s.ctx.Err() != nil:
+		s.closePrompt()
+		return nil
+	}
+	s.closePrompt()
+	return err
+}
+
+// drain shows the events of a running turn after the end of input, until
+// the turn ends or asks a question nobody can answer any more.
+func (s *chatSession) drain() {
+	if s.waiting && len(s.queue) == 0 {
+		s.say("(input ended; waiting for the answer, Ctrl-C quits)")
+	}
+	for s.waiting && len(s.queue) == 0 {
+		select {
+		case it, ok := <-s.items:
+			if !ok {
+				return
+			}
+			s.handle(it)
+		case <-s.ctx.Done():
+			return
+		}
+	}
+	if len(s.queue) > 0 {
+		s.say("(input ended; %d question(s) stay pending on thread %s)", len(s.queue), s.thread)
+	}
+	s.closePrompt()
+}
+
+// readLine shows prompt and returns the next input line, rendering the
+// events that arrive meanwhile. It returns errAborted when the question
+// being asked goes away and, if idle is set, errQuestion when a question
+// arrives.
+func (s *chatSession) readLine(prompt string, idle bool) (string, error) {
+	for {
+		if idle && len(s.queue) > 0 {
+			return "", errQuestion
+		}
+		if s.asking != "" && s.aborted != "" {
+			return "", errAborted
+		}
+		if !(prompt == youPrompt && s.waiting) {
+			s.show(prompt)
+		}
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				return "", io.EOF
+			}
+			if s.echo {
+				s.write(l + "\n")
+			}
+			s.prompt = "" // the typed newline ended the prompt's line
+			return l, nil
+		case it, ok := <-s.items:
+			if !ok {
+				if s.ctx.Err() != nil {
+					return "", s.ctx.Err()
+				}
+				return "", errWatchClosed
+			}
+			s.handle(it)
+		case <-s.ctx.Done():
+			return "", s.ctx.Err()
+		}
+	}
+}
+
+// show prints prompt unless it is already on screen.
+func (s *chatSession) show(prompt string) {
+	if s.prompt == prompt {
+		return
+	}
+	s.closePrompt()
+	fmt.Fprint(s.out, prompt)
+	s.prompt = prompt
+}
+
+// closePrompt ends the line of a prompt on screen.
+func (s *chatSession) closePrompt() {
+	if s.prompt != "" {
+		fmt.Fprintln(s.out)
+		s.prompt = ""
+	}
+}
+
+func (s *chatSession) write(text string) { fmt.Fprint(s.out, text) }
+
+// say prints one or more lines below any open prompt.
+func (s *chatSession) say(format string, args ...any) {
+	s.closePrompt()
+	fmt.Fprintf(s.out, format+"\n", args...)
+}
+
+// handle renders one event of the thread and updates the session.
+func (s *chatSession) handle(it client.Item) {
+	if it.Err != nil {
+		s.say("! unreadable event on %s: %v", it.Subject, it.Err)
+		return
+	}
+	ev := it.Event
+	switch ev.Type() {
+	case events.TypeTurnRequested:
+		d, err := events.Data[events.TurnRequested](ev)
+		if err != nil {
+			return
+		}
+		s.waiting = true // a turn runs (or queues) on the thread
+		if s.mine[ev.ID()] {
+			return
+		}
+		who := d.User
+		if who == "" {
+			who = "someone"
+		}
+		s.say("%s: %s", who, indentRest(d.Message.Text))
+	case events.TypeTurnCompleted:
+		s.waiting = false
+		d, err := events.Data[events.TurnCompleted](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		s.say("%s", renderMessage(d.Message))
+	case events.TypeTurnPaused:
+		s.waiting = false
+		d, err := events.Data[events.TurnPaused](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		// The prose restates questions asked below; show it only when
+		// a question did not arrive as an elicitation.
+		if len(d.ElicitationIDs) > 0 && !slices.ContainsFunc(d.ElicitationIDs, func(id string) bool { return s.known[id] == nil }) {
+			return
+		}
+		s.say("%s", renderMessage(d.Message))
+	case events.TypeTurnFailed:
+		s.waiting = false
+		d, err := events.Data[events.TurnFailed](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		s.say("! the turn failed (%s): %s", d.Reason, d.Detail)
+	case events.TypeTurnRejected:
+		d, err := events.Data[events.TurnRejected](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		if s.mine[d.RequestEventID] {
+			s.waiting = false
+		}
+		s.say("! message rejected (%s)%s", d.Reason, violationList(d.Errors))
+	case events.TypeElicitationRequested:
+		p, err := events.Data[schema.ElicitRequestParams](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		id, _ := p.Meta[schema.MetaElicitationID].(string)
+		if id == "" {
+			s.say("! a question without an elicitation ID (it cannot be answered): %s", p.Message)
+			return
+		}
+		s.known[id] = &p
+		s.enqueue(id, false)
+	case events.TypeElicitationResponded:
+		d, err := events.Data[events.ElicitationResponded](ev)
+		if err != nil || s.mine[ev.ID()] {
+			return
+		}
+		who := d.AnsweredBy
+		if who == "" {
+			who = "someone"
+		}
+		note := fmt.Sprintf("%s answered elsewhere (%s)", who, d.Action)
+		switch {
+		case s.asking == d.ElicitationID:
+			s.aborted = "  · " + note
+		case s.dequeue(d.ElicitationID):
+			s.say("· a question was %s", note)
+		default:
+			return
+		}
+		s.waiting = true // the turn resumes once every question is settled
+	case events.TypeElicitationRejected:
+		d, err := events.Data[events.ElicitationRejected](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		s.waiting = false
+		whose := "your answer"
+		if !s.mine[d.RespondedEventID] {
+			whose = "an answer from elsewhere"
+		}
+		detail := ""
+		if d.Detail != "" {
+			detail = ": " + d.Detail
+		}
+		s.say("! %s was rejected (%s)%s%s", whose, d.Reason, detail, violationList(d.Errors))
+		if d.Reason == events.RejectInvalidContent && s.known[d.ElicitationID] != nil {
+			// The elicitation stays pending: ask it again.
+			s.enqueue(d.ElicitationID, true)
+		}
+	case events.TypeElicitationExpired:
+		s.waiting = false
+		d, err := events.Data[events.ElicitationExpired](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		s.settle(d.ElicitationIDs, "expired unanswered; the turn has ended")
+	case events.TypeElicitationCancelled:
+		d, err := events.Data[events.ElicitationCancelled](ev)
+		if err != nil {
+			s.badEvent(ev, err)
+			return
+		}
+		reason := "withdrawn"
+		if d.Reason != "" {
+			reason += " (" + d.Reason + ")"
+		}
+		s.settle(d.ElicitationIDs, reason)
+	}
+}
+
+// badEvent reports an event whose data does not decode.
+func (s *chatSession) badEvent(ev *event.Event, err error) {
+	s.say("! %s event with unreadable data: %v", ev.Type(), err)
+}
+
+// settle drops questions that can no longer be answered and says why.
+func (s *chatSession) settle(ids []string, why string) {
+	n, current := 0, false
+	for _, id := range ids {
+		if s.asking == id {
+			s.aborted, current = "  ! this question was "+why, true
+		} else if s.dequeue(id) {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		s.say("! %d questions were %s", n, why)
+	case n == 1 || !current:
+		s.say("! the question was %s", why)
+	}
+}
+
+// enqueue adds a question to ask, at the front when again is set; a
+// question already queued or being asked is not added twice.
+func (s *chatSession) enqueue(id string, again bool) {
+	if s.asking == id || slices.Contains(s.queue, id) {
+		return
+	}
+	if again {
+		s.queue = append([]string{id}, s.queue...)
+		return
+	}
+	s.queue = append(s.queue, id)
+}
+
+// dequeue removes a queued question and reports whether it was queued.
+func (s *chatSession) dequeue(id string) bool {
+	i := slices.Index(s.queue, id)
+	if i < 0 {
+		return false
+	}
+	s.queue = slices.Delete(s.queue, i, i+1)
+	return true
+}
+
+// ask asks one question and sends the answer. Only the end of input, the
+// context or the event stream stopping are errors.
+func (s *chatSession) ask(id string) error {
+	req := s.known[id]
+	if req == nil {
+		return nil
+	}
+	s.asking, s.aborted = id, ""
+	defer func() { s.asking, s.aborted = "", "" }()
+	s.say("")
+	var (
+		res schema.ElicitResult
+		err error
+	)
+	if req.IsToolConfirmation() {
+		res, err = s.confirm(req)
+	} else {
+		res, err = s.form(req)
+	}
+	if errors.Is(err, errAborted) {
+		s.say("%s", s.aborted)
+		return nil
+	}
+	if errors.Is(err, io.EOF) {
+		s.say("(input ended before the question was answered; it stays pending on thread %s)", s.thread)
+	}
+	if err != nil {
+		return err
+	}
+	ev, err := s.cl.Answer(s.ctx, s.thread, id, res, s.user)
+	if err != nil {
+		s.say("! could not send the answer: %v", err)
+		return nil
+	}
+	s.mine[ev.ID()] = true
+	s.waiting = true
+	s.say("  → %s", actionWord(res.Action))
+	return nil
+}
+
+func actionWord(a schema.ElicitAction) string {
+	switch a {
+	case schema.ActionAccept:
+		return "accepted"
+	case schema.ActionDecline:
+		return "declined"
+	case schema.ActionCancel:
+		return "cancelled"
+	}
+	return string(a)
+}
+
+// confirm asks a tool confirmation: y accepts, n declines, c cancels; y
+// and n take optional instructions.
+func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitResult, error) {
+	s.say("? %s", indentRest(req.Message))
+	tc, err := req.Meta.ToolCall()
+	if err != nil || tc == nil {
+		s.say("  (the tool call in _meta is unreadable: %v)", err)
+	} else {
+		s.say("  tool:        %s", tc.Name)
+		s.say("  arguments:   %s", prettyJSON(tc.Arguments, "               "))
+		s.say("  annotations: %s", describeAnnotations(tc.Annotations))
+	}
+	for {
+		line, err := s.readLine("  Allow? [y/n/c] ", false)
+		if err != nil {
+			return schema.ElicitResult{}, err
+		}
+		var action schema.ElicitAction
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			action = schema.ActionAccept
+		case "n", "no", "!decline":
+			action = schema.ActionDecline
+		case "c", "cancel", "!cancel":
+			return schema.ElicitResult{Action: schema.ActionCancel}, nil
+		default:
+			s.say("  please answer y (allow), n (decline) or c (cancel)")
+			continue
+		}
+		res := schema.ElicitResult{Action: action}
+		for {
+			text, err := s.readLine("  Instructions (optional): ", false)
+			if err != nil {
+				return schema.ElicitResult{}, err
+			}
+			if text = strings.TrimSpace(text); text != "" {
+				res.Content = map[string]any{schema.InstructionsProperty: text}
+			}
+			verr := res.Validate(req)
+			if verr == nil {
+				return res, nil
+			}
+			s.say("  ! %v", verr)
+			res.Content = nil
+		}
+	}
+}
+
+// form asks each property of a form and returns the validated answer, or
+// a decline or cancel when the user types !decline or !cancel.
+func (s *chatSession) form(req *schema.ElicitRequestParams) (schema.ElicitResult, error) {
+	rs := &req.RequestedSchema
+	names := rs.PropertyNames()
+	s.say("? %s", indentRest(req.Message))
+	if len(rs.Required) < len(names) {
+		s.say("  (Enter skips an optional field; !cancel or !decline stops)")
+	} else if len(names) > 0 {
+		s.say("  (!cancel or !decline stops)")
+	}
+	content := map[string]any{}
+	todo := names
+	for {
+		for _, name := range todo {
+			v, set, err := s.askProperty(name, rs.Properties[name], slices.Contains(rs.Required, name))
+			switch {
+			case errors.Is(err, errStop):
+				return schema.ElicitResult{Action: stopAction(v)}, nil
+			case err != nil:
+				return schema.ElicitResult{}, err
+			case set:
+				content[name] = v
+			default:
+				delete(content, name)
+			}
+		}
+		res := schema.ElicitResult{Action: schema.ActionAccept, Content: content}
+		verr := res.Validate(req)
+		if verr == nil {
+			return res, nil
+		}
+		// Ask again for the properties the answer breaks.
+		todo = nil
+		for _, v := range schema.Violations(verr) {
+			s.say("  ! %s", v)
+			if rs.Properties[v.Path] != nil && !slices.Contains(todo, v.Path) {
+				todo = append(todo, v.Path)
+			} else if rs.Properties[v.Path] == nil {
+				delete(content, v.Path)
+			}
+		}
+		if len(todo) == 0 {
+			todo = names
+		}
+	}
+}
+
+// stopAction maps the stop word askProperty returns to an action.
+func stopAction(v any) schema.ElicitAction {
+	if v == "!decline" {
+		return schema.ActionDecline
+	}
+	return schema.ActionCancel
+}
+
+// askProperty prompts for one property until the input is valid. set is
+// false when an optional property is left empty. On !cancel or !decline it
+// returns that word and errStop.
+func (s *chatSession) askProperty(name string, p *schema.PropertySchema, required bool) (v any, set bool, err error) {
+	if p == nil {
+		return nil, false, nil
+	}
+	label := p.Title
+	if label == "" {
+		label = name
+	}
+	opts := choices(p)
+	if p.Description != "" {
+		s.say("  %s: %s", label, indentRest(p.Description))
+	}
+	for i, o := range opts {
+		s.say("    %d) %s", i+1, o.label)
+	}
+	var def any
+	if len(p.Default) > 0 {
+		_ = json.Unmarshal(p.Default, &def)
+	}
+	prompt := "  " + label + propertyHint(p, required, def, len(opts)) + ": "
+	for {
+		line, err := s.readLine(prompt, false)
+		if err != nil {
+			return nil, false, err
+		}
+		in := strings.TrimSpace(line)
+		switch strings.ToLower(in) {
+		case "!cancel", "!decline":
+			return strings.ToLower(in), false, errStop
+		}
+		if in == "" {
+			switch {
+			case def != nil:
+				return def, true, nil
+			case !required:
+				return nil, false, nil
+			}
+			s.say("  ! %s is required", label)
+			continue
+		}
+		v, problem := parseValue(p, opts, in)
+		if problem == "" {
+			problem = strings.Join(checkValue(name, p, v), "; ")
+		}
+		if problem != "" {
+			s.say("  ! %s", problem)
+			continue
+		}
+		return v, true, nil
+	}
+}
+
+// choice is one option of an enum property.
+type choice struct{ value, label string }
+
+// choices lists the options of an enum, titled single-select or
+// multi-select property (nil for other properties).
+func choices(p *schema.PropertySchema) []choice {
+	var out []choice
+	switch {
+	case p.Enum != nil:
+		for i, v := range p.Enum {
+			label := v
+			if i < len(p.EnumNames) && p.EnumNames[i] != "" {
+				label = p.EnumNames[i]
+			}
+			out = append(out, choice{v, label})
+		}
+	case p.OneOf != nil:
+		for _, o := range p.OneOf {
+			out = append(out, choice{o.Const, o.Title})
+		}
+	case p.Items != nil:
+		for _, v := range p.Items.Enum {
+			out = append(out, choice{v, v})
+		}
+		for _, o := range p.Items.AnyOf {
+			out = append(out, choice{o.Const, o.Title})
+		}
+	}
+	return out
+}
+
+// propertyHint says what a prompt expects: " (kind, bounds, optional)".
+func propertyHint(p *schema.PropertySchema, required bool, def any, nopts int) string {
+	var parts []string
+	switch {
+	case p.Type == "array":
+		parts = append(parts, fmt.Sprintf("numbers 1-%d, comma-separated", nopts))
+	case nopts > 0:
+		parts = append(parts, fmt.Sprintf("1-%d", nopts))
+	case p.Type == "boolean":
+		parts = append(parts, "y/n")
+	case p.Type == "number" || p.Type == "integer":
+		r := p.Type
+		switch {
+		case p.Minimum != nil && p.Maximum != nil:
+			r += fmt.Sprintf(", %s to %s", fmtNum(*p.Minimum), fmtNum(*p.Maximum))
+		case p.Minimum != nil:
+			r += ", at least " + fmtNum(*p.Minimum)
+		case p.Maximum != nil:
+			r += ", at most " + fmtNum(*p.Maximum)
+		}
+		parts = append(parts, r)
+	case p.Format != "":
+		parts = append(parts, formatHint(p.Format))
+	}
+	if def != nil {
+		d := fmt.Sprint(def)
+		if b, ok := def.(bool); ok {
+			d = map[bool]string{true: "y", false: "n"}[b]
+		}
+		parts = append(parts, "default "+d)
+	} else if !required {
+		parts = append(parts, "optional")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// formatHint shows what a string format looks like.
+func formatHint(f string) string {
+	switch f {
+	case schema.FormatDate:
+		return "date, YYYY-MM-DD"
+	case schema.FormatDateTime:
+		return "date-time, e.g. 2026-12-24T18:00:00Z"
+	case schema.FormatEmail:
+		return "email, e.g. ada@example.com"
+	case schema.FormatURI:
+		return "uri, e.g. https://example.com/"
+	}
+	return f
+}
+
+// parseValue turns input into the property's JSON value, or says why it
+// cannot.
+func parseValue(p *schema.PropertySchema, opts []choice, in string) (any, string) {
+	switch {
+	case p.Type == "array":
+		var out []string
+		for part := range strings.SplitSeq(in, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			c, ok := pick(opts, part)
+			if !ok {
+				return nil, fmt.Sprintf("%q is not one of the options", part)
+			}
+			out = append(out, c)
+		}
+		return out, ""
+	case len(opts) > 0:
+		c, ok := pick(opts, in)
+		if !ok {
+			return nil, fmt.Sprintf("choose a number from 1 to %d (or type an option)", len(opts))
+		}
+		return c, ""
+	case p.Type == "boolean":
+		switch strings.ToLower(in) {
+		case "y", "yes", "true", "1":
+			return true, ""
+		case "n", "no", "false", "0":
+			return false, ""
+		}
+		return nil, "answer y or n"
+	case p.Type == "integer":
+		n, err := strconv.ParseInt(in, 10, 64)
+		if err != nil {
+			return nil, "must be a whole number"
+		}
+		return n, ""
+	case p.Type == "number":
+		f, err := strconv.ParseFloat(in, 64)
+		if err != nil {
+			return nil, "must be a number"
+		}
+		return f, ""
+	}
+	return in, ""
+}
+
+// pick finds an option by its number, value or label.
+func pick(opts []choice, in string) (string, bool) {
+	if n, err := strconv.Atoi(in); err == nil && n >= 1 && n <= len(opts) {
+		return opts[n-1].value, true
+	}
+	for _, o := range opts {
+		if o.value == in {
+			return o.value, true
+		}
+	}
+	for _, o := range opts {
+		if strings.EqualFold(o.label, in) {
+			return o.value, true
+		}
+	}
+	return "", false
+}
+
+// checkValue returns the rules v breaks as the value of property name.
+func checkValue(name string, p *schema.PropertySchema, v any) []string {
+	req := schema.ElicitRequestParams{RequestedSchema: schema.RequestedSchema{
+		Type: "object", Properties: map[string]*schema.PropertySchema{name: p}}}
+	res := schema.ElicitResult{Action: schema.ActionAccept, Content: map[string]any{name: v}}
+	var rules []string
+	for _, vi := range schema.Violations(res.Validate(&req)) {
+		rules = append(rules, vi.Rule)
+	}
+	return rules
+}
+
+// describeAnnotations spells out a tool's effective MCP hints.
+func describeAnnotations(a *schema.ToolAnnotations) string {
+	var parts []string
+	hint := func(b bool, yes, no string) string {
+		if b {
+			return yes
+		}
+		return no
+	}
+	parts = append(parts,
+		hint(a.ReadOnly(), "read-only", "writes"),
+		hint(a.Destructive(), "destructive", "not destructive"),
+		hint(a.Idempotent(), "idempotent", "not idempotent"),
+		hint(a.OpenWorld(), "open-world", "closed-world"))
+	s := strings.Join(parts, ", ")
+	if a == nil {
+		s += " (none declared: MCP defaults)"
+	}
+	return s
+}
+
+// prettyJSON indents raw JSON, continuation lines prefixed by prefix.
+func prettyJSON(raw json.RawMessage, prefix string) string {
+	if len(raw) == 0 {
+		return "(none)"
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, prefix, "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// renderMessage renders an assistant message: its text, then its blocks,
+// suggested replies and citations, one per line.
+func renderMessage(m schema.ChatMessage) string {
+	var b strings.Builder
+	b.WriteString("assistant: ")
+	b.WriteString(indentRest(m.Text))
+	for _, c := range m.Content {
+		b.WriteString("\n  ")
+		b.WriteString(renderBlock(c))
+	}
+	if cs, err := m.Meta.Citations(); err == nil {
+		for _, c := range cs {
+			title := c.Title
+			if title == "" {
+				title = "source"
+			}
+			fmt.Fprintf(&b, "\n  [source] %s <%s>", title, c.URL)
+		}
+	}
+	if rs, err := m.Meta.SuggestedReplies(); err == nil && len(rs) > 0 {
+		fmt.Fprintf(&b, "\n  suggestions: %s", strings.Join(rs, " | "))
+	}
+	return b.String()
+}
+
+// renderBlock renders one content block on one line (or a few, indented).
+func renderBlock(c schema.Content) string {
+	switch c := c.(type) {
+	case *schema.TextContent:
+		return "[text] " + indentRest(c.Text)
+	case *schema.ResourceLink:
+		s := fmt.Sprintf("[link] %s <%s>", c.Name, c.URI)
+		if c.Description != "" {
+			s += " " + c.Description
+		}
+		return s
+	case *schema.ImageContent:
+		return fmt.Sprintf("[image %s]", c.MIMEType)
+	case *schema.AudioContent:
+		return fmt.Sprintf("[audio %s]", c.MIMEType)
+	case *schema.EmbeddedResource:
+		s := "[resource] " + c.Resource.URI
+		if c.Resource.MIMEType != "" {
+			s += " (" + c.Resource.MIMEType + ")"
+		}
+		if c.Resource.Text != nil {
+			s += "\n    " + strings.ReplaceAll(*c.Resource.Text, "\n", "\n    ")
+		}
+		return s
+	}
+	return "[" + c.ContentType() + "]"
+}
+
+// violationList formats violations as ": a: rule; b: rule" ("" for none).
+func violationList(vs []schema.Violation) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = v.String()
+	}
+	return ": " + strings.Join(parts, "; ")
+}
+
+// indentRest indents every non-empty line but the first by two spaces.
+func indentRest(s string) string {
+	lines := strings.Split(s, "\n")
+	for i := 1; i < len(lines); i++ {
+		if lines[i] != "" {
+			lines[i] = "  " + lines[i]
+		}
+	}
+	return strings.Join(lines, "\n")
+}

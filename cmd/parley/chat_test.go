@@ -1,0 +1,322 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
+)
+
+// syncBuffer is a bytes.Buffer safe for one writer and one poller.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// chatHarness is one `parley chat` running against a real embedded NATS
+// server with every worker.
+type chatHarness struct {
+	t    *testing.T
+	in   *io.PipeWriter
+	out  *syncBuffer
+	done chan error
+	// seen is how much of out the last wait consumed.
+	seen int
+}
+
+// startDev starts an embedded NATS server and all workers, and waits until
+// the tool-executor has registered its tools.
+func startDev(t *testing.T) (url string, ctx context.Context) {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	ctx, cancel := context.WithCancel(t.Context())
+	wait, err := startWorkers(ctx, srv.ClientURL(), []string{"gate", "toolexec", "agent", "processor"},
+		roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4}, agent: agentFlags{PreExecuteTimeout: 2 * time.Second}},
+		&env{Globals: &Globals{LogLevel: "error", LogFormat: "text"}, ctx: ctx, stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = wait() })
+
+	nc, err := client.Connect(srv.ClientURL(), "chat-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kv, err := b.JetStream().KeyValue(ctx, "parley_tools")
+		if err == nil {
+			if _, err = kv.Get(ctx, builtin.ToolDeleteEntities); err == nil {
+				return srv.ClientURL(), ctx
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tool-executor did not register its tools: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startChat runs chatCmd.Run on thread with a pipe as stdin.
+func startChat(t *testing.T, url string, ctx context.Context, thread string) *chatHarness {
+	t.Helper()
+	pr, pw := io.Pipe()
+	h := &chatHarness{t: t, in: pw, out: &syncBuffer{}, done: make(chan error, 1)}
+	e := &env{Globals: &Globals{NATS: url, LogLevel: "error", LogFormat: "text"}, ctx: ctx,
+		stdin: pr, stdout: h.out, stderr: io.Discard}
+	go func() { h.done <- (&chatCmd{Thread: thread, User: "tester"}).Run(e) }()
+	t.Cleanup(func() {
+		_ = pw.Close()
+		if t.Failed() {
+			t.Logf("chat output:\n%s", h.out.String())
+			logThread(t, url, thread)
+		}
+	})
+	h.waitFor("Type a message")
+	return h
+}
+
+// logThread logs every stored event of thread, to diagnose a failure.
+func logThread(t *testing.T, url, thread string) {
+	nc, err := client.Connect(url, "chat-test-log")
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	items, err := client.New(b, "").Watch(ctx, client.WatchOptions{Thread: thread, FromStart: true})
+	if err != nil {
+		return
+	}
+	var sb strings.Builder
+	for {
+		select {
+		case it := <-items:
+			if it.Event != nil {
+				fmt.Fprintf(&sb, "%d %s %s\n", it.Seq, it.Event.Type(), it.Event.Data())
+			}
+		case <-time.After(300 * time.Millisecond):
+			t.Logf("events of thread %s:\n%s", thread, sb.String())
+			return
+		}
+	}
+}
+
+// typeLine sends one line to the chat's stdin.
+func (h *chatHarness) typeLine(s string) {
+	h.t.Helper()
+	if _, err := fmt.Fprintln(h.in, s); err != nil {
+		h.t.Fatalf("typing %q: %v", s, err)
+	}
+}
+
+// waitFor waits until the output after what earlier waits consumed
+// contains want, and consumes up to the end of it.
+func (h *chatHarness) waitFor(want string) {
+	h.t.Helper()
+	h.waitMatch(regexp.MustCompile(regexp.QuoteMeta(want)))
+}
+
+// waitMatch is waitFor with a regular expression; it returns the submatches.
+func (h *chatHarness) waitMatch(re *regexp.Regexp) []string {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out := h.out.String()
+		if loc := re.FindStringSubmatchIndex(out[h.seen:]); loc != nil {
+			m := re.FindStringSubmatch(out[h.seen:])
+			h.seen += loc[1]
+			return m
+		}
+		select {
+		case err := <-h.done:
+			h.t.Fatalf("chat ended (%v) before the output matched %q", err, re)
+		default:
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no %q in the chat output within 10s; after offset %d:\n%s", re, h.seen, out[h.seen:])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// quit closes stdin and checks that Run returns nil.
+func (h *chatHarness) quit() {
+	h.t.Helper()
+	_ = h.in.Close()
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Fatalf("Run returned %v after the end of input", err)
+		}
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("Run did not return after the end of input")
+	}
+}
+
+func TestChatChoiceAndConfirmation(t *testing.T) {
+	url, ctx := startDev(t)
+	h := startChat(t, url, ctx, "chat-test-about")
+
+	h.typeLine("show me the About page")
+	m := h.waitMatch(regexp.MustCompile(`(\d+)\) About us\n`))
+	h.waitFor("Page (1-3): ")
+	h.typeLine("9") // out of range: asked again
+	h.waitFor("! choose a number from 1 to 3")
+	h.typeLine(m[1])
+	h.waitFor("→ accepted")
+	h.waitFor(`assistant: Here it is. "About us"`)
+	if strings.Contains(h.out.String(), "- Page: one of") {
+		t.Error("the turn.paused prose was shown next to the question")
+	}
+
+	h.typeLine("delete the 10 draft articles")
+	h.waitFor("tool:        delete_entities")
+	h.waitFor(`"ids": [`)
+	h.waitFor("annotations: writes, destructive")
+	h.waitFor("Allow? [y/n/c] ")
+	h.typeLine("maybe")
+	h.waitFor("please answer y (allow), n (decline) or c (cancel)")
+	h.typeLine("n")
+	h.waitFor("Instructions (optional): ")
+	h.typeLine("not now")
+	h.waitFor("→ declined")
+	h.waitFor("User declined execution of delete_entities: not now")
+	h.waitFor("you> ")
+	h.quit()
+}
+
+func TestChatForm(t *testing.T) {
+	url, ctx := startDev(t)
+	h := startChat(t, url, ctx, "chat-test-event")
+
+	h.typeLine("create an event for the launch party")
+	h.waitFor("? Please give a title and a date for the new event.")
+	h.waitFor("  Title: ")
+	h.typeLine("") // required: asked again
+	h.waitFor("! Title is required")
+	h.typeLine("Launch party")
+	h.waitFor("  Date (date, YYYY-MM-DD): ")
+	h.typeLine("tomorrow")
+	h.waitFor("! must be a date (YYYY-MM-DD)")
+	h.waitFor("  Date (date, YYYY-MM-DD): ")
+	h.typeLine("2026-12-24")
+	h.waitFor("→ accepted")
+	h.waitFor(`assistant: Done. Created event "Launch party"`)
+	h.waitFor("2026-12-24")
+
+	// !cancel at any prompt cancels the form.
+	h.typeLine("create an event for the launch party")
+	h.waitFor("  Title: ")
+	h.typeLine("!cancel")
+	h.waitFor("→ cancelled")
+	h.waitFor("assistant: ")
+	h.waitFor("you> ")
+	h.quit()
+}
+
+// TestChatFormKinds drives the prompts of every property kind with no bus:
+// input comes from a channel, output goes to a buffer.
+func TestChatFormKinds(t *testing.T) {
+	lo, hi := 1.0, 10.0
+	req := &schema.ElicitRequestParams{
+		Message: "Tell us about you",
+		RequestedSchema: schema.RequestedSchema{
+			Type: "object",
+			Properties: map[string]*schema.PropertySchema{
+				"name":   {Type: "string", Title: "Name", Description: "Your full name"},
+				"age":    {Type: "integer", Minimum: &lo, Maximum: &hi},
+				"score":  {Type: "number"},
+				"news":   {Type: "boolean", Default: []byte("true")},
+				"color":  {Type: "string", Enum: []string{"r", "g"}, EnumNames: []string{"Red", "Green"}},
+				"email":  {Type: "string", Format: "email"},
+				"site":   {Type: "string", Format: "uri"},
+				"when":   {Type: "string", Format: "date-time"},
+				"remark": {Type: "string"},
+			},
+			Required: []string{"name", "age", "color"},
+		},
+	}
+	inputs := []string{
+		"Ada",               // name
+		"eleven", "11", "7", // age: not a number, above maximum, ok
+		"green",                    // color, by label
+		"nope@", "ada@example.com", // email
+		"",         // news: default true
+		"",         // remark: optional, omitted
+		"x", "2.5", // score
+		"example.com", "https://a.b/", // site
+		"noon", "2026-12-24T18:00:00Z", // when
+	}
+	lines := make(chan string, len(inputs))
+	for _, l := range inputs {
+		lines <- l
+	}
+	out := &syncBuffer{}
+	s := &chatSession{ctx: t.Context(), out: out, lines: lines, echo: true}
+	res, err := s.form(req)
+	if err != nil {
+		t.Fatalf("form: %v\n%s", err, out)
+	}
+	want := map[string]any{"name": "Ada", "age": int64(7), "color": "g", "email": "ada@example.com",
+		"news": true, "score": 2.5, "site": "https://a.b/", "when": "2026-12-24T18:00:00Z"}
+	if res.Action != schema.ActionAccept || fmt.Sprint(res.Content) != fmt.Sprint(want) {
+		t.Errorf("got %s %v, want accept %v\n%s", res.Action, res.Content, want, out)
+	}
+	for _, w := range []string{
+		"  Name: Your full name", "age (integer, 1 to 10): ", "! must be a whole number", "! must be at most 10",
+		"    2) Green", "color (1-2): ", "! must be an email address", "news (y/n, default y): ",
+		"remark (optional): ", "! must be a number", "! must be an absolute URI", "! must be an RFC 3339 date-time",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+
+	// !decline stops a form with a decline and no content.
+	lines <- "!decline"
+	res, err = s.form(req)
+	if err != nil || res.Action != schema.ActionDecline || res.Content != nil {
+		t.Errorf("!decline: got %+v, %v", res, err)
+	}
+	if err := res.Validate(req); err != nil {
+		t.Errorf("the decline does not validate: %v", err)
+	}
+}

@@ -1,0 +1,150 @@
+package gate_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/bus/bustest"
+	"github.com/parley-dev/parley/workers/gate"
+)
+
+// The gating matrix of design section 4, asked over NATS request-reply:
+// agent toggle off/on × always/never/by_annotation × read-only/unannotated.
+func TestGatingMatrixOverTheBus(t *testing.T) {
+	srv := bustest.NewServer(t)
+	readOnly := schema.Tool{Name: "lookup", Description: "Look things up.", InputSchema: json.RawMessage(`{"type":"object"}`),
+		Annotations: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}}
+	unannotated := schema.Tool{Name: "wipe", Title: "Wipe the site", Description: "Removes everything.",
+		InputSchema: json.RawMessage(`{"type":"object"}`)}
+	want := map[string]string{ // toggle/mode/tool -> decision
+		"off/always/lookup": "allow", "off/always/wipe": "allow",
+		"off/never/lookup": "allow", "off/never/wipe": "allow",
+		"off/by_annotation/lookup": "allow", "off/by_annotation/wipe": "allow",
+		"on/always/lookup": "confirm", "on/always/wipe": "confirm",
+		"on/never/lookup": "allow", "on/never/wipe": "allow",
+		"on/by_annotation/lookup": "allow", "on/by_annotation/wipe": "confirm",
+	}
+	cfg := &gate.Config{Agents: map[string]gate.AgentConfig{}}
+	for _, toggle := range []string{"off", "on"} {
+		for _, mode := range []string{gate.ModeAlways, gate.ModeNever, gate.ModeByAnnotation} {
+			agentName := toggle + "-" + mode
+			cfg.Agents[agentName] = gate.AgentConfig{RequireToolConfirmation: toggle == "on",
+				Tools: map[string]string{"lookup": mode, "wipe": mode}}
+		}
+	}
+	// An agent with no per-tool modes gets by_annotation.
+	cfg.Agents["on-default"] = gate.AgentConfig{RequireToolConfirmation: true}
+	want["on/default/lookup"], want["on/default/wipe"] = "allow", "confirm"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gb, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gate.New(gb, cfg, nil).Run(ctx) }()
+	cb, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGate(t, srv)
+	for key, wantDecision := range want {
+		parts := strings.Split(key, "/")
+		toggle, mode, toolName := parts[0], parts[1], parts[2]
+		tool := readOnly
+		if toolName == "wipe" {
+			tool = unannotated
+		}
+		agentName := toggle + "-" + mode
+		call := schema.ToolCall{ID: "call_1", Name: tool.Name, Arguments: json.RawMessage(`{"all":true}`)}
+		req, err := events.New("/test", events.TypePreExecuteRequested, "thread1",
+			events.PreExecuteRequest{Agent: agentName, Thread: "thread1", RunID: "run1", Call: call, Tool: tool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		reply, err := cb.Request(rctx, events.PreExecuteSubject(agentName, tool.Name), req)
+		rcancel()
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		d, err := events.Data[events.Decision](reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Decision != wantDecision {
+			t.Errorf("%s: decision %q, want %q", key, d.Decision, wantDecision)
+		}
+		if d.ConfigVersion != cfg.Version() || d.Policy != gate.PolicyName {
+			t.Errorf("%s: decision not signed with policy and config version: %+v", key, d)
+		}
+		if d.Decision == events.DecisionConfirm {
+			checkConfirmation(t, key, d.Elicitation, tool, call)
+		}
+	}
+}
+
+func checkConfirmation(t *testing.T, key string, e *schema.ElicitRequestParams, tool schema.Tool, call schema.ToolCall) {
+	t.Helper()
+	if e == nil {
+		t.Fatalf("%s: confirm without an elicitation", key)
+	}
+	if err := e.Validate(schema.Rev20250618); err != nil {
+		t.Errorf("%s: confirmation is not a valid 2025-06-18 request: %v", key, err)
+	}
+	raw, _ := json.Marshal(e.Meta[schema.MetaToolCall])
+	var tc schema.ToolCallMeta
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	if tc.Name != tool.Name || tc.ToolID != call.ID || string(tc.Arguments) != string(call.Arguments) {
+		t.Errorf("%s: _meta tool_call = %s, want name %s toolId %s arguments %s", key, raw, tool.Name, call.ID, call.Arguments)
+	}
+	p := e.RequestedSchema.Properties[schema.InstructionsProperty]
+	if p == nil || p.Type != "string" || len(e.RequestedSchema.Properties) != 1 || len(e.RequestedSchema.Required) != 0 {
+		t.Errorf("%s: requestedSchema = %+v, want one optional string instructions", key, e.RequestedSchema)
+	}
+	if !strings.Contains(e.Message, tool.DisplayName()) {
+		t.Errorf("%s: message %q does not come from the tool definition (%q)", key, e.Message, tool.DisplayName())
+	}
+}
+
+func TestDenyMode(t *testing.T) {
+	cfg, err := gate.ParseConfig([]byte(`{"agents":{"*":{"tools":{"wipe":"deny"},"deny_reasons":{"wipe":"never on Fridays"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := cfg.Decide(events.PreExecuteRequest{Agent: "any", Call: schema.ToolCall{Name: "wipe"}})
+	if d.Decision != events.DecisionVeto || d.Reason != "never on Fridays" {
+		t.Fatalf("decision = %+v, want veto with the configured reason", d)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	_, err := gate.ParseConfig([]byte(`{"agents":{"a":{"tools":{"wipe":"sometimes"}}}}`))
+	if err == nil || !strings.Contains(err.Error(), "agents.a.tools.wipe") {
+		t.Fatalf("err = %v, want it to name agents.a.tools.wipe", err)
+	}
+	_, err = gate.ParseConfig([]byte(`{"agents":{"bad name":{}}}`))
+	if err == nil {
+		t.Fatal("agent name with a space accepted")
+	}
+}
+
+func waitGate(t *testing.T, srv *bustest.Server) {
+	nc := srv.Connect(t)
+	for range 50 {
+		if _, err := nc.Request("$SRV.PING.parley-gate", nil, 100*time.Millisecond); err == nil {
+			return
+		}
+	}
+	t.Fatal("gate did not come up")
+}
