@@ -27,10 +27,32 @@ type TurnPaused struct {
 	ElicitationIDs []string           `json:"elicitationIds"`
 }
 
-// TurnCompleted is the data of dev.parley.turn.completed.
+// TurnCompleted is the data of dev.parley.turn.completed: the assistant's
+// message and how each tool call of the turn was decided.
 type TurnCompleted struct {
-	TurnID  string             `json:"turnId"`
-	Message schema.ChatMessage `json:"message"`
+	TurnID    string             `json:"turnId"`
+	Message   schema.ChatMessage `json:"message"`
+	Decisions []DecisionRecord   `json:"decisions,omitempty"`
+}
+
+// DecisionRecord says how one tool call was decided: by a policy service
+// (allow, veto, or policy_unavailable when none answered), or, after a
+// confirm, by a person — their Action and who they are. A machine decision
+// never carries an Action or AnsweredBy.
+type DecisionRecord struct {
+	CallID string `json:"callId"`
+	Tool   string `json:"tool"`
+	// Decision is the policy's: allow, veto, confirm or policy_unavailable.
+	Decision      string `json:"decision"`
+	Policy        string `json:"policy,omitempty"`
+	ConfigVersion string `json:"configVersion,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	// ElicitationID, Action, AnsweredBy and AnsweredAt are set when a
+	// person answered a confirmation.
+	ElicitationID string              `json:"elicitationId,omitempty"`
+	Action        schema.ElicitAction `json:"action,omitempty"`
+	AnsweredBy    string              `json:"answeredBy,omitempty"`
+	AnsweredAt    time.Time           `json:"answeredAt,omitzero"`
 }
 
 // TurnFailed is the data of dev.parley.turn.failed: Reason is a stable code
@@ -134,9 +156,10 @@ type RunResumed struct {
 
 // RunCompleted is the data of dev.parley.agent.run.completed.
 type RunCompleted struct {
-	RunID   string             `json:"runId"`
-	TurnID  string             `json:"turnId"`
-	Message schema.ChatMessage `json:"message"`
+	RunID     string             `json:"runId"`
+	TurnID    string             `json:"turnId"`
+	Message   schema.ChatMessage `json:"message"`
+	Decisions []DecisionRecord   `json:"decisions,omitempty"`
 }
 
 // Elicitation kinds.

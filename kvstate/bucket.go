@@ -67,7 +67,8 @@ func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 		return v, 0, fmt.Errorf("reading %s/%s: %w", b.name, key, err)
 	}
 	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return v, 0, fmt.Errorf("decoding %s/%s: %w (%w)", b.name, key, err, ErrIncompatible)
+		// The revision lets a caller replace the record it cannot read.
+		return v, e.Revision(), fmt.Errorf("decoding %s/%s: %w (%w)", b.name, key, err, ErrIncompatible)
 	}
 	return v, e.Revision(), nil
 }

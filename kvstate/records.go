@@ -119,7 +119,7 @@ func OpenPaused(ctx context.Context, js jetstream.JetStream, storage jetstream.S
 func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uint64, error) {
 	p, rev, err := s.b.Get(ctx, thread)
 	if err != nil {
-		return nil, 0, err
+		return nil, rev, err // rev of an undecodable record, so Save can replace it
 	}
 	if p.Format != PausedFormat {
 		return &p, rev, fmt.Errorf("paused turn of %s has format %d, want %d: %w", thread, p.Format, PausedFormat, ErrIncompatible)
@@ -215,6 +215,10 @@ type Thread struct {
 	Agent  string `json:"agent,omitempty"`
 	TurnID string `json:"turnId,omitempty"`
 	RunID  string `json:"runId,omitempty"`
+	// LastTurnSeq is the highest PARLEY_CHAT stream sequence of a
+	// turn.requested recorded for the thread (started, queued, rejected or
+	// dead-lettered): later messages wait for earlier ones (FIFO).
+	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the
 	// active turn.
 	StartedBy string               `json:"startedBy,omitempty"`

@@ -38,12 +38,12 @@ func (c *chatCmd) Run(e *env) error {
 	if thread == "" {
 		thread = "chat-" + shortID()
 	}
-	if err := events.ValidToken("thread", thread); err != nil {
-		return &exitError{code: 2, err: fmt.Errorf("--thread: %w", err)}
+	if err := events.ValidToken("--thread", thread); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	if c.AgentN != "" {
-		if err := events.ValidToken("agent", c.AgentN); err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("--agent: %w", err)}
+		if err := events.ValidToken("--agent", c.AgentN); err != nil {
+			return &exitError{code: 2, err: err}
 		}
 	}
 	user := c.User
@@ -154,8 +154,11 @@ type chatSession struct {
 	// asking is the elicitation being asked; aborted, when set, says why
 	// it stopped before it was answered.
 	asking, aborted string
-	// waiting is true while a turn we started or resumed runs.
-	waiting bool
+	// running counts the turns of the thread that have started (or
+	// queued) and not ended; paused is set while the active turn waits
+	// for answers.
+	running int
+	paused  bool
 	// prompt is the prompt on screen that no newline has ended yet.
 	prompt string
 }
@@ -190,8 +193,18 @@ func (s *chatSession) loop() error {
 			continue
 		}
 		s.mine[ev.ID()] = true
-		s.waiting = true
+		s.running++ // counted now: its turn.requested may arrive after the end of input
 	}
+}
+
+// waiting reports whether a turn runs on the thread (and is not waiting
+// for the user), so an answer is coming.
+func (s *chatSession) waiting() bool { return s.running > 0 && !s.paused }
+
+// turnEnded counts one turn as ended.
+func (s *chatSession) turnEnded() {
+	s.running = max(s.running-1, 0)
+	s.paused = false
 }
 
 // end turns what stopped the loop into Run's result: the end of input
@@ -212,10 +225,10 @@ func (s *chatSession) end(err error) error {
 // drain shows the events of a running turn after the end of input, until
 // the turn ends or asks a question nobody can answer any more.
 func (s *chatSession) drain() {
-	if s.waiting && len(s.queue) == 0 {
+	if s.waiting() && len(s.queue) == 0 {
 		s.say("(input ended; waiting for the answer, Ctrl-C quits)")
 	}
-	for s.waiting && len(s.queue) == 0 {
+	for s.waiting() && len(s.queue) == 0 {
 		select {
 		case it, ok := <-s.items:
 			if !ok {
@@ -244,7 +257,7 @@ func (s *chatSession) readLine(prompt string, idle bool) (string, error) {
 		if s.asking != "" && s.aborted != "" {
 			return "", errAborted
 		}
-		if !(prompt == youPrompt && s.waiting) {
+		if !(prompt == youPrompt && s.waiting()) {
 			s.show(prompt)
 		}
 		select {
@@ -253,6 +266,9 @@ func (s *chatSession) readLine(prompt string, idle bool) (string, error) {
 				return "", io.EOF
 			}
 			if s.echo {
+				if s.prompt == "" && prompt == youPrompt {
+					s.write(youPrompt)
+				}
 				s.write(l + "\n")
 			}
 			s.prompt = "" // the typed newline ended the prompt's line
@@ -310,17 +326,17 @@ func (s *chatSession) handle(it client.Item) {
 		if err != nil {
 			return
 		}
-		s.waiting = true // a turn runs (or queues) on the thread
 		if s.mine[ev.ID()] {
-			return
+			return // counted when sent
 		}
+		s.running++
 		who := d.User
 		if who == "" {
 			who = "someone"
 		}
 		s.say("%s: %s", who, indentRest(d.Message.Text))
 	case events.TypeTurnCompleted:
-		s.waiting = false
+		s.turnEnded()
 		d, err := events.Data[events.TurnCompleted](ev)
 		if err != nil {
 			s.badEvent(ev, err)
@@ -328,7 +344,7 @@ func (s *chatSession) handle(it client.Item) {
 		}
 		s.say("%s", renderMessage(d.Message))
 	case events.TypeTurnPaused:
-		s.waiting = false
+		s.paused = true
 		d, err := events.Data[events.TurnPaused](ev)
 		if err != nil {
 			s.badEvent(ev, err)
@@ -341,7 +357,7 @@ func (s *chatSession) handle(it client.Item) {
 		}
 		s.say("%s", renderMessage(d.Message))
 	case events.TypeTurnFailed:
-		s.waiting = false
+		s.turnEnded()
 		d, err := events.Data[events.TurnFailed](ev)
 		if err != nil {
 			s.badEvent(ev, err)
@@ -354,9 +370,7 @@ func (s *chatSession) handle(it client.Item) {
 			s.badEvent(ev, err)
 			return
 		}
-		if s.mine[d.RequestEventID] {
-			s.waiting = false
-		}
+		s.turnEnded()
 		s.say("! message rejected (%s)%s", d.Reason, violationList(d.Errors))
 	case events.TypeElicitationRequested:
 		p, err := events.Data[schema.ElicitRequestParams](ev)
@@ -389,14 +403,13 @@ func (s *chatSession) handle(it client.Item) {
 		default:
 			return
 		}
-		s.waiting = true // the turn resumes once every question is settled
+		s.paused = len(s.queue) > 0 // the turn resumes once every question is settled
 	case events.TypeElicitationRejected:
 		d, err := events.Data[events.ElicitationRejected](ev)
 		if err != nil {
 			s.badEvent(ev, err)
 			return
 		}
-		s.waiting = false
 		whose := "your answer"
 		if !s.mine[d.RespondedEventID] {
 			whose = "an answer from elsewhere"
@@ -411,7 +424,7 @@ func (s *chatSession) handle(it client.Item) {
 			s.enqueue(d.ElicitationID, true)
 		}
 	case events.TypeElicitationExpired:
-		s.waiting = false
+		s.turnEnded()
 		d, err := events.Data[events.ElicitationExpired](ev)
 		if err != nil {
 			s.badEvent(ev, err)
@@ -424,9 +437,10 @@ func (s *chatSession) handle(it client.Item) {
 			s.badEvent(ev, err)
 			return
 		}
-		reason := "withdrawn"
+		s.turnEnded() // the paused turn was superseded
+		reason := "was withdrawn"
 		if d.Reason != "" {
-			reason += " (" + d.Reason + ")"
+			reason += ": " + d.Reason
 		}
 		s.settle(d.ElicitationIDs, reason)
 	}
@@ -442,16 +456,16 @@ func (s *chatSession) settle(ids []string, why string) {
 	n, current := 0, false
 	for _, id := range ids {
 		if s.asking == id {
-			s.aborted, current = "  ! this question was "+why, true
+			s.aborted, current = "  ! this question "+why, true
 		} else if s.dequeue(id) {
 			n++
 		}
 	}
 	switch {
 	case n > 1:
-		s.say("! %d questions were %s", n, why)
+		s.say("! %d questions %s", n, why)
 	case n == 1 || !current:
-		s.say("! the question was %s", why)
+		s.say("! a question %s", why)
 	}
 }
 
@@ -513,7 +527,7 @@ func (s *chatSession) ask(id string) error {
 		return nil
 	}
 	s.mine[ev.ID()] = true
-	s.waiting = true
+	s.paused = len(s.queue) > 0
 	s.say("  → %s", actionWord(res.Action))
 	return nil
 }
@@ -887,13 +901,20 @@ func prettyJSON(raw json.RawMessage, prefix string) string {
 	return b.String()
 }
 
+// maxBlocks is how many content blocks of a message are shown.
+const maxBlocks = 8
+
 // renderMessage renders an assistant message: its text, then its blocks,
 // suggested replies and citations, one per line.
 func renderMessage(m schema.ChatMessage) string {
 	var b strings.Builder
 	b.WriteString("assistant: ")
 	b.WriteString(indentRest(m.Text))
-	for _, c := range m.Content {
+	for i, c := range m.Content {
+		if i == maxBlocks && len(m.Content) > maxBlocks+1 {
+			fmt.Fprintf(&b, "\n  (%d more content blocks; `parley events` shows them all)", len(m.Content)-i)
+			break
+		}
 		b.WriteString("\n  ")
 		b.WriteString(renderBlock(c))
 	}

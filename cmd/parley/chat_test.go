@@ -57,13 +57,20 @@ func startDev(t *testing.T) (url string, ctx context.Context) {
 	}
 	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	ctx, cancel := context.WithCancel(t.Context())
+	logs := &syncBuffer{} // the workers' warnings, shown when a test fails
 	wait, err := startWorkers(ctx, srv.ClientURL(), []string{"gate", "toolexec", "agent", "processor"},
 		roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4}, agent: agentFlags{PreExecuteTimeout: 2 * time.Second}},
-		&env{Globals: &Globals{LogLevel: "error", LogFormat: "text"}, ctx: ctx, stderr: io.Discard})
+		&env{Globals: &Globals{LogLevel: "warn", LogFormat: "text"}, ctx: ctx, stderr: logs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); _ = wait() })
+	t.Cleanup(func() {
+		cancel()
+		_ = wait()
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", logs.String())
+		}
+	})
 
 	nc, err := client.Connect(srv.ClientURL(), "chat-test")
 	if err != nil {
@@ -147,6 +154,10 @@ func (h *chatHarness) typeLine(s string) {
 	}
 }
 
+// waitTimeout bounds each wait for output (a passing test takes about a
+// second in all).
+const waitTimeout = 15 * time.Second
+
 // waitFor waits until the output after what earlier waits consumed
 // contains want, and consumes up to the end of it.
 func (h *chatHarness) waitFor(want string) {
@@ -157,7 +168,7 @@ func (h *chatHarness) waitFor(want string) {
 // waitMatch is waitFor with a regular expression; it returns the submatches.
 func (h *chatHarness) waitMatch(re *regexp.Regexp) []string {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitTimeout)
 	for {
 		out := h.out.String()
 		if loc := re.FindStringSubmatchIndex(out[h.seen:]); loc != nil {
@@ -171,7 +182,7 @@ func (h *chatHarness) waitMatch(re *regexp.Regexp) []string {
 		default:
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("no %q in the chat output within 10s; after offset %d:\n%s", re, h.seen, out[h.seen:])
+			h.t.Fatalf("no %q in the chat output within %v; after offset %d:\n%s", re, waitTimeout, h.seen, out[h.seen:])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -248,6 +259,26 @@ func TestChatForm(t *testing.T) {
 	h.typeLine("!cancel")
 	h.waitFor("→ cancelled")
 	h.waitFor("assistant: ")
+	h.waitFor("you> ")
+
+	// Another user's message on the paused thread withdraws the question.
+	h.typeLine("create an event for the launch party")
+	h.waitFor("  Title: ")
+	nc, err := client.Connect(url, "chat-test-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.New(b, "").Send(ctx, "chat-test-event", "", "list", "other"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("other: list")
+	h.waitFor("! this question was withdrawn: a new user message started a new turn")
+	h.waitFor("assistant: Found")
 	h.waitFor("you> ")
 	h.quit()
 }

@@ -260,8 +260,10 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 		}
 		got = append(got, ans)
 	}
+	c.Answer = &got[0]
 	for _, ans := range got {
 		if ans.Result.Action == schema.ActionCancel {
+			c.Answer = &ans
 			run.Final = &schema.ChatMessage{Role: schema.RoleAssistant,
 				Text: fmt.Sprintf("Stopped: %s was cancelled, so I did not continue.", c.Call.Name)}
 			c.Status, c.Result = callDone, schema.ErrorResult("User cancelled "+c.Call.Name)
@@ -367,6 +369,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) error {
 		}
 		// Every call has exactly one result: feed them to the model.
 		for _, c := range run.Calls {
+			run.Decisions = append(run.Decisions, c.record())
 			text := model.ResultText(c.Result)
 			if c.Instructions != "" {
 				text += "\nUser instructions: " + c.Instructions
@@ -420,6 +423,14 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	}
 	tool, err := a.tools.Get(ctx, c.Call.Name)
 	if errors.Is(err, kvstate.ErrNotFound) {
+		if c.Answer != nil {
+			// A person confirmed a tool this deployment no longer has:
+			// fail closed rather than run something else.
+			run.Failed = &events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: events.RejectStateIncompatible,
+				Detail: fmt.Sprintf("the confirmed tool %s is no longer registered; nothing was run", c.Call.Name)}
+			c.Status, c.Result = callDone, schema.ErrorResult("Tool "+c.Call.Name+" is no longer available")
+			return nil
+		}
 		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+c.Call.Name)
 		return nil
 	}
@@ -431,7 +442,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		if err != nil {
 			return err
 		}
-		c.Decision = d
+		c.Decision, c.Policy = d, d
 	}
 	switch c.Decision.Decision {
 	case events.DecisionAllow:
@@ -547,8 +558,12 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run, save func() error) 
 }
 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
+	decisions := append([]events.DecisionRecord(nil), run.Decisions...)
+	for _, c := range run.Calls { // calls settled by a cancel, never fed to the model
+		decisions = append(decisions, c.record())
+	}
 	e, err := events.NewWithID(events.DerivedID("run.completed", run.RunID), events.SourceAgent, events.TypeRunCompleted,
-		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final})
+		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions})
 	if err != nil {
 		return err
 	}

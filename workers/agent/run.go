@@ -37,6 +37,8 @@ type Run struct {
 	Calls []*CallState `json:"calls,omitempty"`
 	// Resumes lists the run.resumed event IDs applied.
 	Resumes []string `json:"resumes,omitempty"`
+	// Decisions records how each settled call of the run was decided.
+	Decisions []events.DecisionRecord `json:"decisions,omitempty"`
 	// Final is the answer once the run is done.
 	Final *schema.ChatMessage `json:"final,omitempty"`
 	// Failed is set when the run failed (reason code and detail).
@@ -60,6 +62,10 @@ type CallState struct {
 	InputResponses map[string]schema.ElicitResult `json:"inputResponses,omitempty"`
 	// Instructions the user gave when accepting a confirmation.
 	Instructions string `json:"instructions,omitempty"`
+	// Policy is the policy service's decision as it was given; Answer the
+	// person's answer to a confirmation.
+	Policy *events.Decision `json:"policy,omitempty"`
+	Answer *events.Answer   `json:"answer,omitempty"`
 }
 
 func (r *Run) call(id string) *CallState {
@@ -88,6 +94,18 @@ func (r *Run) resumed(eventID string) bool {
 		}
 	}
 	return false
+}
+
+// record returns how c was decided.
+func (c *CallState) record() events.DecisionRecord {
+	r := events.DecisionRecord{CallID: c.Call.ID, Tool: c.Call.Name}
+	if d := c.Policy; d != nil {
+		r.Decision, r.Policy, r.ConfigVersion, r.Reason = d.Decision, d.Policy, d.ConfigVersion, d.Reason
+	}
+	if a := c.Answer; a != nil {
+		r.ElicitationID, r.Action, r.AnsweredBy, r.AnsweredAt = a.ElicitationID, a.Result.Action, a.AnsweredBy, a.AnsweredAt
+	}
+	return r
 }
 
 func decodeSnapshot(raw json.RawMessage) (*Run, error) {

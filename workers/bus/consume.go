@@ -131,7 +131,9 @@ func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstre
 
 // Consume runs h for every message of the durable consumer spec until ctx
 // is cancelled, then stops taking messages, waits for in-flight handlers
-// (up to spec.DrainTimeout) and returns nil. Handlers run on up to
+// (up to spec.DrainTimeout) and returns nil; messages prefetched but not
+// yet started are left unacknowledged, so the server redelivers them after
+// AckWait (to another replica). Handlers run on up to
 // spec.Concurrency goroutines; a handler's context is not cancelled by the
 // shutdown, so in-flight work finishes (or is redelivered after AckWait).
 func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) error {
@@ -144,7 +146,17 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	var wg sync.WaitGroup
 	base := context.WithoutCancel(ctx)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		sem <- struct{}{}
+		// After ctx is cancelled, buffered messages are left unsettled
+		// (redelivered after AckWait) instead of starting new handlers.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil {
+			<-sem
+			return
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			c.handle(base, &spec, m, h)
@@ -158,17 +170,20 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
 	}
 	<-ctx.Done()
-	cc.Drain()
+	cc.Stop()
+	drain, cancel := context.WithTimeout(context.Background(), spec.DrainTimeout)
+	defer cancel()
+	// Once Closed, the callback will not run again, so no wg.Go races wg.Wait.
+	select {
+	case <-cc.Closed():
+	case <-drain.Done():
+	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(spec.DrainTimeout):
+	case <-drain.Done():
 		c.logger.Warn("drain timed out; unfinished messages will be redelivered", "consumer", spec.Durable)
-	}
-	select {
-	case <-cc.Closed():
-	case <-time.After(time.Second):
 	}
 	return nil
 }

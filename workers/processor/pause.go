@@ -161,7 +161,24 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		}
 		if el.Status == kvstate.StatusConsumed {
 			if el.ResponseEventID == e.ID() {
-				return p.resumeIfSettled(ctx, rec) // redelivery of the winning answer
+				// Redelivery of the winning answer: finish what it started.
+				if el.Result != nil && el.Result.Action == schema.ActionCancel {
+					var withdrawn []string
+					for _, o := range rec.Elicitations {
+						if o.Status == kvstate.StatusCancelled {
+							withdrawn = append(withdrawn, o.ID)
+						}
+					}
+					if len(withdrawn) > 0 {
+						if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+							events.DerivedID("elicitation.cancelled", rec.TurnID, in.ElicitationID), rec.TurnID,
+							events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
+								Reason: "another question of the same turn was cancelled"}); err != nil {
+							return err
+						}
+					}
+				}
+				return p.resumeIfSettled(ctx, rec)
 			}
 			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectAlreadyConsumed,
 				"this elicitation was already answered", nil)
@@ -171,6 +188,17 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		el.AnsweredBy = in.AnsweredBy
 		el.AnsweredAt = time.Now().UTC()
 		el.ResponseEventID = e.ID()
+		var withdrawn []string
+		if result.Action == schema.ActionCancel {
+			// Cancel ends the iteration: the turn's other questions are
+			// withdrawn, not left waiting.
+			withdrawn = rec.PendingIDs()
+			for i := range rec.Elicitations {
+				if rec.Elicitations[i].Status == kvstate.StatusPending {
+					rec.Elicitations[i].Status = kvstate.StatusCancelled
+				}
+			}
+		}
 		if rec.Settled() {
 			rec.Resumed = true
 		}
@@ -181,6 +209,14 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		}
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", in.AnsweredBy)
+		if len(withdrawn) > 0 {
+			if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+				events.DerivedID("elicitation.cancelled", rec.TurnID, in.ElicitationID), rec.TurnID,
+				events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
+					Reason: "another question of the same turn was cancelled"}); err != nil {
+				return err
+			}
+		}
 		return p.resumeIfSettled(ctx, rec)
 	}
 	return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, kvstate.ErrConflict)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
@@ -29,6 +30,10 @@ type Options struct {
 	Concurrency int
 	// DefaultAgent answers turns that name no agent. Optional. Default: "default".
 	DefaultAgent string
+	// OrderWait bounds how long a user message waits for an earlier
+	// message of its thread (still being handled elsewhere) before it is
+	// retried. Optional. Default: 10s.
+	OrderWait time.Duration
 }
 
 // Processor is the processor worker.
@@ -36,6 +41,7 @@ type Processor struct {
 	bus     *bus.Client
 	threads *kvstate.ThreadStore
 	paused  *kvstate.PausedStore
+	chat    jetstream.Stream
 	opts    Options
 	log     *slog.Logger
 }
@@ -61,6 +67,9 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if o.DefaultAgent == "" {
 		o.DefaultAgent = "default"
 	}
+	if o.OrderWait <= 0 {
+		o.OrderWait = 10 * time.Second
+	}
 	js := b.JetStream()
 	threads, err := kvstate.OpenThreads(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
 	if err != nil {
@@ -70,7 +79,11 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{bus: b, threads: threads, paused: paused, opts: o, log: o.Logger}, nil
+	chat, err := js.Stream(ctx, events.StreamChat)
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamChat, err)
+	}
+	return &Processor{bus: b, threads: threads, paused: paused, chat: chat, opts: o, log: o.Logger}, nil
 }
 
 // Run consumes chat events and run outcomes and watches for expired pauses
@@ -125,7 +138,7 @@ func (p *Processor) HandleChat(ctx context.Context, d *bus.Delivery) error {
 	}
 	switch suffix {
 	case events.ChatTurnRequested:
-		return p.onTurnRequested(ctx, thread, d.Event)
+		return p.onTurnRequested(ctx, thread, d)
 	case events.ChatElicitationResponded:
 		return p.onResponded(ctx, thread, d.Event)
 	}
@@ -171,6 +184,16 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 	var turnID string
 	if t, _, err := p.threads.Load(ctx, thread); err == nil {
 		turnID = t.TurnID
+	}
+	if _, suffix, _ := events.ParseChatSubject(d.Subject); suffix == events.ChatTurnRequested {
+		// Later messages of the thread wait for this one: let them go.
+		_, _ = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+			if t.LastTurnSeq >= d.StreamSeq {
+				return kvstate.ErrNoChange
+			}
+			t.LastTurnSeq = d.StreamSeq
+			return nil
+		})
 	}
 	_ = p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
 		events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), turnID,

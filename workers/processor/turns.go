@@ -5,24 +5,44 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // onTurnRequested starts a turn, queues the message behind the running
 // turn (FIFO), or, on a paused thread, cancels the pending elicitations and
 // starts the new turn.
-func (p *Processor) onTurnRequested(ctx context.Context, thread string, e *event.Event) error {
+func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.Delivery) error {
+	e := d.Event
 	in, verr := p.validateTurn(thread, e)
 	if verr != nil {
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
-		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
-			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectInvalidEvent, Errors: verr})
+			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectInvalidEvent, Errors: verr}); err != nil {
+			return err
+		}
+		if events.ValidToken("subject", thread) != nil {
+			return nil // no thread record for an invalid thread ID
+		}
+		_, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+			if t.LastTurnSeq >= d.StreamSeq {
+				return kvstate.ErrNoChange
+			}
+			t.LastTurnSeq = d.StreamSeq
+			return nil
+		})
+		return err
+	}
+	if err := p.awaitPredecessors(ctx, thread, d); err != nil {
+		return err
 	}
 	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message}
 
@@ -45,6 +65,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, e *event
 			return kvstate.ErrNoChange
 		}
 		t.MarkHandled(e.ID())
+		t.LastTurnSeq = max(t.LastTurnSeq, d.StreamSeq)
 		switch t.State {
 		case kvstate.ThreadRunning:
 			t.Queue = append(t.Queue, queued)
@@ -66,6 +87,45 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, e *event
 		}
 	}
 	return p.requestRun(ctx, t, e.ID())
+}
+
+// awaitPredecessors holds a user message until every earlier
+// turn.requested of its thread (by stream sequence) is recorded, so that
+// messages of one thread are taken in order (FIFO) even when replicas
+// handle them in parallel. It polls the thread record and the stream (a
+// subject-filtered get of the next message after the last recorded one),
+// heartbeating the message, for up to OrderWait; then it returns an error
+// so the message is retried later.
+func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) error {
+	subject := events.ChatSubject(thread, events.ChatTurnRequested)
+	deadline := time.Now().Add(p.opts.OrderWait)
+	for {
+		t, _, err := p.threads.Load(ctx, thread)
+		if err != nil {
+			return nil // handled (and reported) by the caller
+		}
+		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
+			return nil // recorded already, or a late message: take it now
+		}
+		next, err := p.chat.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+		case next.Sequence >= d.StreamSeq:
+			return nil // this is the next message of the thread
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence)
+		}
+		_ = d.Msg.InProgress()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // validateTurn checks a turn.requested event; the violations name fields.
@@ -193,7 +253,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in event
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
 	if err := p.publishChat(ctx, thread, events.ChatTurnCompleted, events.TypeTurnCompleted,
-		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, Message: msg}); err != nil {
+		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
 	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), &msg)

@@ -1,0 +1,373 @@
+package kvstate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+func openPaused(t *testing.T) *PausedStore {
+	t.Helper()
+	s, err := OpenPaused(t.Context(), newJS(t), jetstream.MemoryStorage, 1)
+	if err != nil {
+		t.Fatalf("OpenPaused: %v", err)
+	}
+	return s
+}
+
+func paused(thread, turn string, ttl time.Duration, ids ...string) *PausedTurn {
+	p := &PausedTurn{
+		Thread: thread, TurnID: turn, RunID: "run-" + turn, Agent: "default",
+		CreatedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(ttl).UTC(),
+		Snapshot: json.RawMessage(`{"step":1}`),
+	}
+	for _, id := range ids {
+		p.Elicitations = append(p.Elicitations, Elicitation{
+			PendingElicitation: events.PendingElicitation{ID: id, Kind: events.KindForm},
+			Status:             StatusPending,
+		})
+	}
+	return p
+}
+
+func TestPausedStoreSaveLoad(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	if _, _, err := s.Load(ctx, "t1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Load(missing) error = %v, want ErrNotFound", err)
+	}
+	p := paused("t1", "turn-1", time.Hour, "e1", "e2")
+	rev, err := s.Save(ctx, p)
+	if err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	got, grev, err := s.Load(ctx, "t1")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if grev != rev || got.Format != PausedFormat || got.TurnID != "turn-1" || string(got.Snapshot) != `{"step":1}` ||
+		!slices.Equal(got.PendingIDs(), []string{"e1", "e2"}) || got.Settled() {
+		t.Errorf("Load = %+v @%d, want turn-1 with e1, e2 pending @%d", got, grev, rev)
+	}
+	if e := got.Find("e2"); e == nil || e.ID != "e2" {
+		t.Errorf("Find(e2) = %v", e)
+	}
+	if got.Find("nope") != nil {
+		t.Error("Find(nope) != nil")
+	}
+
+	// A redelivered pause (same turn, run and elicitations) is a no-op.
+	again, err := s.Save(ctx, paused("t1", "turn-1", time.Hour, "e1", "e2"))
+	if err != nil || again != rev {
+		t.Errorf("Save(same pause) = %d, %v, want %d, nil", again, err, rev)
+	}
+	if _, r, _ := s.Load(ctx, "t1"); r != rev {
+		t.Errorf("Save(same pause) wrote a new revision %d (was %d)", r, rev)
+	}
+
+	// Another pause while elicitations are pending is refused.
+	if _, err := s.Save(ctx, paused("t1", "turn-2", time.Hour, "e3")); !errors.Is(err, ErrConflict) {
+		t.Errorf("Save(other turn over pending) error = %v, want ErrConflict", err)
+	}
+	// Same turn but other elicitations is not the same pause either.
+	if _, err := s.Save(ctx, paused("t1", "turn-1", time.Hour, "e1")); !errors.Is(err, ErrConflict) {
+		t.Errorf("Save(same turn, other ids, over pending) error = %v, want ErrConflict", err)
+	}
+
+	// Settle it; then a new pause replaces it.
+	got.Elicitations[0].Status = StatusConsumed
+	got.Elicitations[1].Status = StatusCancelled
+	got.Resumed = true
+	rev2, err := s.Update(ctx, got, rev)
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if _, err := s.Update(ctx, got, rev); !errors.Is(err, ErrConflict) {
+		t.Errorf("Update(stale revision) error = %v, want ErrConflict", err)
+	}
+	if _, err := s.Save(ctx, paused("t1", "turn-2", time.Hour, "e3")); err != nil {
+		t.Fatalf("Save(over settled): %v", err)
+	}
+	got, rev3, err := s.Load(ctx, "t1")
+	if err != nil || got.TurnID != "turn-2" || rev3 <= rev2 || !slices.Equal(got.PendingIDs(), []string{"e3"}) {
+		t.Errorf("after replacing: Load = %+v @%d, %v, want turn-2 with e3 pending", got, rev3, err)
+	}
+
+	if err := s.Delete(ctx, "t1", rev2); !errors.Is(err, ErrConflict) {
+		t.Errorf("Delete(stale) error = %v, want ErrConflict", err)
+	}
+	if err := s.Delete(ctx, "t1", rev3); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if _, err := s.Save(ctx, paused("t1", "turn-3", time.Hour, "e4")); err != nil {
+		t.Errorf("Save(after delete): %v", err)
+	}
+}
+
+func TestPausedStoreIncompatible(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	old := paused("t-fmt", "turn-0", time.Hour, "e0")
+	old.Format = PausedFormat + 1
+	b, _ := json.Marshal(old)
+	if _, err := s.b.KV().Put(ctx, "t-fmt", b); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if _, err := s.b.KV().Put(ctx, "t-junk", []byte("\x00not json")); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	for _, thread := range []string{"t-fmt", "t-junk"} {
+		t.Run(thread, func(t *testing.T) {
+			if _, _, err := s.Load(ctx, thread); !errors.Is(err, ErrIncompatible) {
+				t.Fatalf("Load error = %v, want ErrIncompatible", err)
+			}
+			// Save replaces an incompatible record (it cannot be pending in
+			// any way this code understands).
+			if _, err := s.Save(ctx, paused(thread, "turn-1", time.Hour, "e1")); err != nil {
+				t.Fatalf("Save over incompatible record: %v", err)
+			}
+			p, _, err := s.Load(ctx, thread)
+			if err != nil || p.TurnID != "turn-1" {
+				t.Errorf("Load after Save = %+v, %v, want turn-1", p, err)
+			}
+		})
+	}
+}
+
+func TestPausedStoreTTL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	p := paused("t-ttl", "turn-1", time.Second, "e1")
+	rev, err := s.Save(ctx, p)
+	if err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	// An answer recorded with Update keeps the TTL.
+	p.Elicitations[0].Status = StatusConsumed
+	if _, err := s.Update(ctx, p, rev); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	expired := make(chan string, 4)
+	go func() {
+		_ = s.WatchExpired(ctx, func(thread string) { expired <- thread })
+	}()
+	eventually(t, 4*time.Second, "the paused turn to expire", func() bool {
+		_, _, err := s.Load(ctx, "t-ttl")
+		return errors.Is(err, ErrNotFound)
+	})
+	select {
+	case th := <-expired:
+		if th != "t-ttl" {
+			t.Errorf("WatchExpired reported %q, want t-ttl", th)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("WatchExpired did not report the expiry")
+	}
+	// A new pause of the thread after expiry (the expiry marker is still
+	// there) is stored, with its TTL.
+	if _, err := s.Save(ctx, paused("t-ttl", "turn-2", time.Second, "e2")); err != nil {
+		t.Fatalf("Save after expiry: %v", err)
+	}
+	eventually(t, 4*time.Second, "the second paused turn to expire", func() bool {
+		_, _, err := s.Load(ctx, "t-ttl")
+		return errors.Is(err, ErrNotFound)
+	})
+}
+
+func openThreads(t *testing.T) *ThreadStore {
+	t.Helper()
+	s, err := OpenThreads(t.Context(), newJS(t), jetstream.MemoryStorage, 1, 0)
+	if err != nil {
+		t.Fatalf("OpenThreads: %v", err)
+	}
+	return s
+}
+
+func userMsg(text string) schema.ChatMessage {
+	return schema.ChatMessage{Role: schema.RoleUser, Text: text}
+}
+
+func TestThreadStoreLoadSave(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openThreads(t)
+	th, rev, err := s.Load(ctx, "t1")
+	if err != nil || rev != 0 || th.ID != "t1" || th.State != ThreadIdle || th.Format != ThreadFormat {
+		t.Fatalf("Load(missing) = %+v @%d, %v, want a new idle thread @0", th, rev, err)
+	}
+	th.State = ThreadRunning
+	rev1, err := s.Save(ctx, th, 0)
+	if err != nil {
+		t.Fatalf("Save(new): %v", err)
+	}
+	if th.UpdatedAt.IsZero() {
+		t.Error("Save did not set UpdatedAt")
+	}
+	if _, err := s.Save(ctx, th, 0); !errors.Is(err, ErrConflict) {
+		t.Errorf("Save(rev 0 over existing) error = %v, want ErrConflict", err)
+	}
+	if _, err := s.Save(ctx, th, rev1+7); !errors.Is(err, ErrConflict) {
+		t.Errorf("Save(wrong rev) error = %v, want ErrConflict", err)
+	}
+	got, rev, err := s.Load(ctx, "t1")
+	if err != nil || rev != rev1 || got.State != ThreadRunning {
+		t.Errorf("Load = %+v @%d, %v, want running @%d", got, rev, err, rev1)
+	}
+
+	bad, _ := json.Marshal(Thread{Format: ThreadFormat + 1, ID: "t2"})
+	if _, err := s.b.KV().Put(ctx, "t2", bad); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if _, _, err := s.Load(ctx, "t2"); !errors.Is(err, ErrIncompatible) {
+		t.Errorf("Load(other format) error = %v, want ErrIncompatible", err)
+	}
+	if _, err := s.Mutate(ctx, "t2", func(*Thread) error { return nil }); !errors.Is(err, ErrIncompatible) {
+		t.Errorf("Mutate(other format) error = %v, want ErrIncompatible", err)
+	}
+	if err := s.Reset(ctx, "t2"); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if th, _, err := s.Load(ctx, "t2"); err != nil || th.State != ThreadIdle {
+		t.Errorf("Load after Reset = %+v, %v, want idle", th, err)
+	}
+}
+
+func TestThreadStoreMutateConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openThreads(t)
+	const n = 20
+	var calls atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+				calls.Add(1)
+				th.Append(userMsg(fmt.Sprintf("m%02d", i)))
+				th.MarkHandled(fmt.Sprintf("ev%02d", i))
+				return nil
+			})
+			errs <- err
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Mutate: %v", err)
+		}
+	}
+	th, _, err := s.Load(ctx, "t1")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	var texts []string
+	for _, m := range th.History {
+		texts = append(texts, m.Text)
+	}
+	slices.Sort(texts)
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprintf("m%02d", i))
+	}
+	if !slices.Equal(texts, want) {
+		t.Errorf("history after %d concurrent appends = %v, want %v", n, texts, want)
+	}
+	for i := range n {
+		if !th.Seen(fmt.Sprintf("ev%02d", i)) {
+			t.Errorf("Seen(ev%02d) = false", i)
+		}
+	}
+	t.Logf("%d mutate calls for %d updates (retries on conflict)", calls.Load(), n)
+}
+
+func TestThreadStoreMutateNoChangeAndErrors(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openThreads(t)
+	th, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+		th.State = ThreadPaused
+		th.Pending = []string{"e1"}
+		return nil
+	})
+	if err != nil || th.State != ThreadPaused {
+		t.Fatalf("Mutate = %+v, %v", th, err)
+	}
+	_, rev, _ := s.Load(ctx, "t1")
+
+	got, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+		th.State = ThreadIdle // discarded
+		return ErrNoChange
+	})
+	if err != nil || got == nil {
+		t.Fatalf("Mutate(ErrNoChange) = %v, %v, want the thread and nil", got, err)
+	}
+	after, rev2, _ := s.Load(ctx, "t1")
+	if rev2 != rev || after.State != ThreadPaused {
+		t.Errorf("Mutate(ErrNoChange) wrote: %s @%d, want %s @%d", after.State, rev2, ThreadPaused, rev)
+	}
+
+	boom := errors.New("boom")
+	if _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+		th.State = ThreadIdle
+		return fmt.Errorf("applying: %w", boom)
+	}); !errors.Is(err, boom) {
+		t.Errorf("Mutate(fn error) = %v, want boom", err)
+	}
+	if _, rev3, _ := s.Load(ctx, "t1"); rev3 != rev {
+		t.Errorf("Mutate(fn error) wrote revision %d (was %d)", rev3, rev)
+	}
+}
+
+func TestThreadAppendBoundsHistory(t *testing.T) {
+	var th Thread
+	for i := range MaxHistory - 1 {
+		th.Append(userMsg(fmt.Sprint(i)))
+	}
+	if len(th.History) != MaxHistory-1 {
+		t.Fatalf("len(History) = %d, want %d", len(th.History), MaxHistory-1)
+	}
+	th.Append(userMsg("a"), userMsg("b"), userMsg("c"))
+	if len(th.History) != MaxHistory {
+		t.Fatalf("len(History) = %d, want MaxHistory %d", len(th.History), MaxHistory)
+	}
+	if th.History[0].Text != "2" || th.History[MaxHistory-1].Text != "c" {
+		t.Errorf("History = %s .. %s, want the newest %d (2 .. c)", th.History[0].Text, th.History[MaxHistory-1].Text, MaxHistory)
+	}
+	for i := range 3 * MaxHistory {
+		th.Append(userMsg(fmt.Sprint("x", i)))
+	}
+	if len(th.History) != MaxHistory || th.History[MaxHistory-1].Text != fmt.Sprint("x", 3*MaxHistory-1) {
+		t.Errorf("after many appends len = %d, last = %s", len(th.History), th.History[len(th.History)-1].Text)
+	}
+}
+
+func TestThreadMarkHandledBounded(t *testing.T) {
+	var th Thread
+	for i := range maxHandled + 10 {
+		th.MarkHandled(fmt.Sprint(i))
+	}
+	if len(th.Handled) != maxHandled {
+		t.Errorf("len(Handled) = %d, want %d", len(th.Handled), maxHandled)
+	}
+	if th.Seen("0") || !th.Seen(fmt.Sprint(maxHandled+9)) || !th.Seen("10") {
+		t.Errorf("Seen: oldest should be forgotten, newest kept: %v", th.Handled)
+	}
+}
