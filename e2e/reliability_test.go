@@ -138,19 +138,24 @@ func TestStaleAnswerForOlderCall(t *testing.T) {
 // two processors handling events in parallel.
 func TestFIFOOnOneThread(t *testing.T) {
 	s := start(t, options{processors: 2})
-	var sent []string
+	var sent, requests []string
 	for i := range 8 {
 		text := "list everything"
 		if i%2 == 1 {
 			text = "what can you do?"
 		}
-		sent = append(sent, events.DerivedID("turn", s.send("fifo", text).ID()))
+		id := s.send("fifo", text).ID()
+		requests = append(requests, id)
+		sent = append(sent, events.DerivedID("turn", id))
 	}
 	s.rec.await(t, 20*time.Second, "fifo", events.TypeTurnCompleted, len(sent))
 	var got []string
 	for _, e := range s.rec.matching("fifo", events.TypeTurnCompleted) {
 		tc, _ := events.Data[events.TurnCompleted](e)
 		got = append(got, tc.TurnID)
+		if want := requests[len(got)-1]; tc.RequestEventID != want {
+			t.Fatalf("turn.completed %d answers request %s, want %s", len(got), tc.RequestEventID, want)
+		}
 	}
 	for i := range sent {
 		if got[i] != sent[i] {

@@ -22,7 +22,9 @@ type TurnRequested struct {
 // that restates the pending question(s) in prose, for consumers that ignore
 // elicitations.
 type TurnPaused struct {
-	TurnID         string             `json:"turnId"`
+	TurnID string `json:"turnId"`
+	// RequestEventID is the turn.requested event that started the turn.
+	RequestEventID string             `json:"requestEventId,omitempty"`
 	Message        schema.ChatMessage `json:"message"`
 	ElicitationIDs []string           `json:"elicitationIds"`
 }
@@ -30,9 +32,11 @@ type TurnPaused struct {
 // TurnCompleted is the data of dev.parley.turn.completed: the assistant's
 // message and how each tool call of the turn was decided.
 type TurnCompleted struct {
-	TurnID    string             `json:"turnId"`
-	Message   schema.ChatMessage `json:"message"`
-	Decisions []DecisionRecord   `json:"decisions,omitempty"`
+	TurnID string `json:"turnId"`
+	// RequestEventID is the turn.requested event that started the turn.
+	RequestEventID string             `json:"requestEventId,omitempty"`
+	Message        schema.ChatMessage `json:"message"`
+	Decisions      []DecisionRecord   `json:"decisions,omitempty"`
 }
 
 // DecisionRecord says how one tool call was decided: by a policy service
@@ -60,8 +64,10 @@ type DecisionRecord struct {
 // person can act on.
 type TurnFailed struct {
 	TurnID string `json:"turnId,omitempty"`
-	Reason string `json:"reason"`
-	Detail string `json:"detail"`
+	// RequestEventID is the turn.requested event that started the turn.
+	RequestEventID string `json:"requestEventId,omitempty"`
+	Reason         string `json:"reason"`
+	Detail         string `json:"detail"`
 }
 
 // TurnRejected is the data of dev.parley.turn.rejected: the turn.requested

@@ -174,9 +174,9 @@ const InstructionsProperty = "instructions"
 // (never from model output), the call rides _meta["drupal.org/ai.tool_call"],
 // and the form asks only for optional instructions.
 func NewConfirmationRequest(tool *Tool, call ToolCall) *ElicitRequestParams {
-	msg := fmt.Sprintf("Allow %s to run?", tool.DisplayName())
+	msg := fmt.Sprintf("Allow the agent to run %q?", tool.DisplayName())
 	if tool.Description != "" {
-		msg = fmt.Sprintf("Allow %s to run? %s", tool.DisplayName(), tool.Description)
+		msg += "\n\n" + tool.Description
 	}
 	return &ElicitRequestParams{
 		Message: msg,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -233,6 +234,18 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 		a.applyAnswers(snap, c, answers)
 		if snap.Final != nil {
 			break
+		}
+	}
+	if snap.Final != nil {
+		// A cancel ended the iteration: say what else was not run.
+		var notRun []string
+		for _, c := range snap.Calls {
+			if c.Status != callDone {
+				notRun = append(notRun, c.Call.Name)
+			}
+		}
+		if len(notRun) > 0 {
+			snap.Final.Text += " Not run either: " + strings.Join(notRun, ", ") + "."
 		}
 	}
 	snap.Resumes = append(snap.Resumes, e.ID())

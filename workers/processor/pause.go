@@ -59,7 +59,7 @@ func (p *Processor) onRunPaused(ctx context.Context, e *event.Event, in events.R
 	msg := restate(in.Elicitations)
 	return p.publishChat(ctx, thread, events.ChatTurnPaused, events.TypeTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
-		events.TurnPaused{TurnID: in.TurnID, Message: msg, ElicitationIDs: ids})
+		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
 }
 
 // restate writes the questions as an assistant message in prose, so a
@@ -72,10 +72,7 @@ func restate(pend []events.PendingElicitation) schema.ChatMessage {
 		}
 		b.WriteString(pe.Request.Message)
 		if pe.Kind == events.KindToolConfirmation {
-			if len(pe.Request.Message) > 0 && !strings.HasSuffix(pe.Request.Message, "?") && !strings.HasSuffix(pe.Request.Message, ".") {
-				b.WriteString(".")
-			}
-			fmt.Fprintf(&b, " (%s with arguments %s) Please confirm or decline.", pe.Tool, compactArgs(pe))
+			fmt.Fprintf(&b, "\nTool: %s\nArguments: %s\nPlease confirm or decline.", pe.Tool, compactArgs(pe))
 			continue
 		}
 		rs := pe.Request.RequestedSchema

@@ -253,7 +253,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in event
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
 	if err := p.publishChat(ctx, thread, events.ChatTurnCompleted, events.TypeTurnCompleted,
-		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, Message: msg, Decisions: in.Decisions}); err != nil {
+		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
 	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), &msg)
@@ -261,6 +261,15 @@ func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in event
 		return err
 	}
 	return p.requestNext(ctx, t)
+}
+
+// startedBy returns the turn.requested event ID that started turnID, if
+// it is the thread's active turn.
+func startedBy(t *kvstate.Thread, turnID string) string {
+	if t.TurnID == turnID {
+		return t.StartedBy
+	}
+	return ""
 }
 
 // requestNext publishes run.requested for a turn started from the queue.
@@ -279,7 +288,7 @@ func (p *Processor) onRunFailed(ctx context.Context, e *event.Event, in events.R
 	}
 	if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
 		events.DerivedID("turn.failed", in.TurnID), in.TurnID,
-		events.TurnFailed{TurnID: in.TurnID, Reason: in.Reason, Detail: in.Detail}); err != nil {
+		events.TurnFailed{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Reason: in.Reason, Detail: in.Detail}); err != nil {
 		return err
 	}
 	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), nil)
