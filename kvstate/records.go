@@ -190,10 +190,12 @@ const (
 
 // QueuedMessage is a user message waiting for the thread's active turn.
 type QueuedMessage struct {
-	EventID string             `json:"eventId"`
-	Agent   string             `json:"agent"`
-	User    string             `json:"user,omitempty"`
-	Message schema.ChatMessage `json:"message"`
+	EventID string `json:"eventId"`
+	// TraceParent is the trace context the message arrived in.
+	TraceParent string             `json:"traceparent,omitempty"`
+	Agent       string             `json:"agent"`
+	User        string             `json:"user,omitempty"`
+	Message     schema.ChatMessage `json:"message"`
 }
 
 // Expiry names a paused turn that expired and its questions.
@@ -219,6 +221,8 @@ type Thread struct {
 	// turn.requested recorded for the thread (started, queued, rejected or
 	// dead-lettered): later messages wait for earlier ones (FIFO).
 	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
+	// TraceParent is the W3C trace context the active turn started in.
+	TraceParent string `json:"traceparent,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the
 	// active turn.
 	StartedBy string               `json:"startedBy,omitempty"`

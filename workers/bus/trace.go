@@ -68,3 +68,31 @@ func extract(ctx context.Context, h nats.Header) context.Context {
 	}
 	return propagator().Extract(ctx, HeaderCarrier(h))
 }
+
+// TraceParent returns ctx's span context as a W3C traceparent string ("" if
+// ctx carries no valid span), for storing a turn's starting trace (e.g. in
+// a paused record or the CloudEvents distributed-tracing extension).
+func TraceParent(ctx context.Context) string {
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}
+
+// WithTraceParent returns ctx with a span that continues the trace of the
+// stored traceparent tp and links to ctx's own span, so work resumed later
+// (an answer after a pause) joins the turn's trace. It returns ctx
+// unchanged when tp is empty or invalid. end must be called.
+func WithTraceParent(ctx context.Context, tp, name string) (_ context.Context, end func()) {
+	if tp == "" {
+		return ctx, func() {}
+	}
+	parent := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
+	psc := trace.SpanContextFromContext(parent)
+	if !psc.IsValid() {
+		return ctx, func() {}
+	}
+	link := trace.LinkFromContext(ctx)
+	nctx, span := tracer().Start(trace.ContextWithRemoteSpanContext(ctx, psc), name, trace.WithLinks(link),
+		trace.WithSpanKind(trace.SpanKindInternal))
+	return nctx, func() { span.End() }
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // onRunPaused stores the paused turn (TTL) and publishes its questions.
@@ -31,7 +32,7 @@ func (p *Processor) onRunPaused(ctx context.Context, e *event.Event, in events.R
 	}
 	now := time.Now().UTC()
 	rec := &kvstate.PausedTurn{Thread: thread, TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent,
-		CreatedAt: now, ExpiresAt: now.Add(p.opts.PauseTTL), Snapshot: in.Snapshot}
+		CreatedAt: now, ExpiresAt: now.Add(p.opts.PauseTTL), Snapshot: in.Snapshot, TraceParent: t.TraceParent}
 	for _, pe := range in.Elicitations {
 		rec.Elicitations = append(rec.Elicitations, kvstate.Elicitation{PendingElicitation: pe, Status: kvstate.StatusPending})
 	}
@@ -257,6 +258,13 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 	}
 	e.SetExtension(events.ExtTurnID, rec.TurnID)
 	e.SetExtension(events.ExtRunID, rec.RunID)
+	if rec.TraceParent != "" {
+		e.SetExtension(events.ExtTraceParent, rec.TraceParent)
+	}
+	// The resume joins the trace the turn started in (stored in the paused
+	// record), linked to the answer's own trace.
+	ctx, end := bus.WithTraceParent(ctx, rec.TraceParent, "resume turn")
+	defer end()
 	return p.publish(ctx, events.SubjectRunResumed, e)
 }
 

@@ -44,7 +44,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 	if err := p.awaitPredecessors(ctx, thread, d); err != nil {
 		return err
 	}
-	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message}
+	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message,
+		TraceParent: bus.TraceParent(ctx)}
 
 	// A paused thread: withdraw its questions first, so no answer can
 	// resume the old turn once the new one starts.
@@ -166,6 +167,7 @@ func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
 	t.RunID = t.TurnID
 	t.Agent = m.Agent
 	t.StartedBy = m.EventID
+	t.TraceParent = m.TraceParent
 	t.Pending = nil
 	t.Append(m.Message)
 }
@@ -184,6 +186,12 @@ func (p *Processor) requestRun(ctx context.Context, t *kvstate.Thread, startedBy
 	}
 	e.SetExtension(events.ExtTurnID, t.TurnID)
 	e.SetExtension(events.ExtRunID, t.RunID)
+	if t.TraceParent != "" {
+		e.SetExtension(events.ExtTraceParent, t.TraceParent)
+	}
+	// A turn taken from the queue continues the trace its message came in.
+	ctx, end := bus.WithTraceParent(ctx, t.TraceParent, "start turn")
+	defer end()
 	return p.publish(ctx, events.SubjectRunRequested, e)
 }
 
