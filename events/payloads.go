@@ -106,6 +106,9 @@ const (
 	RejectInvalidContent    = "invalid_content"
 	RejectAlreadyConsumed   = "already_consumed"
 	RejectStateIncompatible = "state_incompatible"
+	// RejectThreadBusy refuses a turn.requested when its thread already
+	// has kvstate.MaxQueue messages waiting.
+	RejectThreadBusy = "thread_busy"
 )
 
 // ElicitationRejected is the data of dev.parley.elicitation.rejected. On

@@ -241,6 +241,9 @@ type Thread struct {
 // MaxHistory bounds Thread.History (oldest messages drop first).
 const MaxHistory = 50
 
+// MaxQueue bounds Thread.Queue: a message beyond it is rejected.
+const MaxQueue = 100
+
 const maxHandled = 64
 
 // Append adds messages to the history, keeping at most MaxHistory.

@@ -61,7 +61,9 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 			return err
 		}
 	}
+	full := false
 	t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		full = false
 		if t.Seen(e.ID()) {
 			return kvstate.ErrNoChange
 		}
@@ -69,6 +71,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		t.LastTurnSeq = max(t.LastTurnSeq, d.StreamSeq)
 		switch t.State {
 		case kvstate.ThreadRunning:
+			if len(t.Queue) >= kvstate.MaxQueue {
+				full = true
+				return nil // recorded as handled, not queued
+			}
 			t.Queue = append(t.Queue, queued)
 		default: // idle, or paused (its questions were just withdrawn)
 			t.Pending = nil
@@ -78,6 +84,12 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 	})
 	if err != nil {
 		return p.failIncompatible(ctx, thread, err)
+	}
+	if full {
+		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+			events.DerivedID("turn.rejected", e.ID()), "",
+			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
+				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", kvstate.MaxQueue)}}})
 	}
 	if len(cancelled) > 0 {
 		if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
@@ -169,7 +181,7 @@ func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
 	t.Pending = nil
-	t.Append(m.Message)
+	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text})
 }
 
 // requestRun publishes run.requested for the thread's active turn if the
@@ -236,7 +248,9 @@ func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID stri
 		}
 		t.MarkHandled(eventID)
 		if reply != nil {
-			t.Append(*reply)
+			// History feeds the model, which reads text: keep the thread
+			// record small by leaving the blocks in turn.completed.
+			t.Append(schema.ChatMessage{Role: reply.Role, Text: reply.Text})
 		}
 		t.State, t.Pending = kvstate.ThreadIdle, nil
 		if len(t.Queue) > 0 {
