@@ -176,7 +176,7 @@ func roundTTL(d time.Duration) time.Duration {
 // (per-key TTL or bucket max age), until ctx is cancelled. Every watcher
 // sees every expiry, so fn must be idempotent.
 func (b *Bucket[T]) WatchExpired(ctx context.Context, fn func(key string)) error {
-	w, err := b.kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	w, err := b.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", b.name, err)
 	}

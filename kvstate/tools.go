@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,7 +18,16 @@ import (
 // policy services.
 type ToolRegistry struct {
 	b *Bucket[schema.Tool]
+
+	mu       sync.Mutex
+	cached   []schema.Tool
+	cachedAt time.Time
 }
+
+// listTTL is how long List reuses its last answer: listing keys costs the
+// server a consumer, and tool definitions change only when a tool-executor
+// starts.
+const listTTL = 2 * time.Second
 
 // OpenTools creates or updates the tool registry bucket.
 func OpenTools(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (*ToolRegistry, error) {
@@ -42,8 +53,27 @@ func (r *ToolRegistry) Get(ctx context.Context, name string) (*schema.Tool, erro
 	return &t, nil
 }
 
-// List returns every registered tool, sorted by name.
+// List returns every registered tool, sorted by name. A non-empty answer
+// is reused for up to two seconds; callers must not modify it.
 func (r *ToolRegistry) List(ctx context.Context) ([]schema.Tool, error) {
+	r.mu.Lock()
+	if len(r.cached) > 0 && time.Since(r.cachedAt) < listTTL {
+		out := r.cached
+		r.mu.Unlock()
+		return out, nil
+	}
+	r.mu.Unlock()
+	out, err := r.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.cached, r.cachedAt = out, time.Now()
+	r.mu.Unlock()
+	return out, nil
+}
+
+func (r *ToolRegistry) list(ctx context.Context) ([]schema.Tool, error) {
 	lister, err := r.b.kv.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing tools: %w", err)

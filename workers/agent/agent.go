@@ -160,7 +160,10 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		}
 		c := run.call(in.CallID)
 		if c == nil || c.Status != callDispatched || c.Round != in.Round {
-			return nil // stale or duplicate: already applied
+			// Already applied (a redelivery). Drive the run on from its
+			// checkpoint all the same: the agent that applied it may have
+			// died before taking the next step, and nothing else would.
+			return a.advance(ctx, &run, rev)
 		}
 		switch {
 		case in.InputRequired != nil:
@@ -503,9 +506,24 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
-	defer cancel()
-	reply, err := a.bus.Request(rctx, events.PreExecuteSubject(run.Agent, c.Call.Name), req)
+	// A policy service restarting (or the connection recovering) is not a
+	// verdict: ask up to three times before concluding nobody answers.
+	var reply *event.Event
+	for attempt, pause := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 0} {
+		rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
+		reply, err = a.bus.Request(rctx, events.PreExecuteSubject(run.Agent, c.Call.Name), req)
+		cancel()
+		var se *bus.ServiceError
+		if err == nil || errors.As(err, &se) || pause == 0 || ctx.Err() != nil {
+			break
+		}
+		a.log.WarnContext(ctx, "pre-execute request unanswered; asking again", "tool", c.Call.Name,
+			"run_id", run.RunID, "attempt", attempt+1, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
 	if err != nil {
 		reason := "no policy service answered within " + a.opts.PreExecuteTimeout.String()
 		if bus.IsNoResponders(err) {

@@ -129,6 +129,9 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		rec, rev, err := p.paused.Load(ctx, thread)
 		switch {
 		case errors.Is(err, kvstate.ErrNotFound):
+			if p.usedBefore(ctx, thread, e.ID()) {
+				return nil
+			}
 			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
 				"the thread has no paused turn (it expired, or was never paused)", nil)
 		case errors.Is(err, kvstate.ErrIncompatible):
@@ -137,6 +140,9 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 			return err
 		}
 		el := rec.Find(in.ElicitationID)
+		if el == nil && p.usedBefore(ctx, thread, e.ID()) {
+			return nil
+		}
 		if el == nil || time.Now().After(rec.ExpiresAt) {
 			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
 				"no pending elicitation with this ID on the thread", nil)
@@ -232,6 +238,14 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 			return kvstate.ErrNoChange
 		}
 		t.State, t.Pending = kvstate.ThreadRunning, nil
+		// Remember the answers used, so a late redelivery of one, after
+		// this record is replaced by the next pause, is not told it was
+		// rejected.
+		for _, el := range rec.Elicitations {
+			if el.ResponseEventID != "" {
+				t.MarkHandled(el.ResponseEventID)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -266,6 +280,14 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 	ctx, end := bus.WithTraceParent(ctx, rec.TraceParent, "resume turn")
 	defer end()
 	return p.publish(ctx, events.SubjectRunResumed, e)
+}
+
+// usedBefore reports whether the elicitation.responded event respondedID
+// was already used to resume a turn of thread (a redelivery that arrives
+// after the paused record moved on).
+func (p *Processor) usedBefore(ctx context.Context, thread, respondedID string) bool {
+	t, _, err := p.threads.Load(ctx, thread)
+	return err == nil && t.Seen(respondedID)
 }
 
 func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {

@@ -1,0 +1,39 @@
+// Package chaos holds parley's chaos test (issue 3): a real nats-server
+// process with JetStream file storage and two replicas of every worker
+// (processor, agent, toolexec, gate) as separate OS processes, under load,
+// while a random worker is SIGKILLed and restarted about every second and
+// the NATS server itself is restarted once.
+//
+// The test (chaos_test.go, TestChaos) builds ./cmd/parley and the
+// nats-server of the module graph once, sends a few hundred turns over many
+// threads, answers every tool confirmation (in random order, accept or
+// decline with instructions, some twice, some from several goroutines at
+// once), waits until every turn ended and then checks, from the PARLEY_CHAT
+// stream, the site ledger and the site content:
+//
+//   - no lost turn: every turn.requested ends with turn.completed or
+//     turn.failed for its turn ID (a failed turn fails the test too: nothing
+//     in this workload should fail);
+//   - exactly-once effects: one create_event effect per accepted
+//     confirmation that won, none for a declined one, never two;
+//   - exactly-once answers: per elicitation exactly one answer consumed,
+//     every other copy rejected (already_consumed);
+//   - no duplicate user-visible events: no CloudEvent ID twice in the
+//     stream, at most one turn end per turn ID, at most one
+//     elicitation.requested per elicitation ID;
+//   - FIFO per thread: a thread's turns end in the order they were sent.
+//
+// Per thread, turns are sent in bursts published back to back; only the
+// last turn of a burst can pause ("plan three events for X"), the others are
+// "list all events", and the next burst is sent once the previous one ended.
+// So a queued message never lands on a paused turn of its own burst when
+// the processor handles a thread's messages in order, and the design's
+// "a new message cancels the paused turn" never applies: any
+// elicitation.cancelled is reported as a FIFO failure.
+//
+//	go test ./chaos -run TestChaos -v -count=1
+//	go test ./chaos -run TestChaos -v -count=1 -chaos.turns 1000 -chaos.duration 3m
+//
+// It is skipped with -short. Worker and server logs are kept under the
+// test's temporary directory; their paths are printed when the test fails.
+package chaos

@@ -1,0 +1,357 @@
+// Package bench measures parley against the raw NATS floor of the same
+// machine, in the same run: full turns, confirmation pauses and resumes,
+// the pre-execute request-reply, and resumes with many paused turns held.
+//
+// Run starts an embedded nats-server (or uses Options.NATSURL), runs the
+// real workers (processor, agent, tool-executor, gate) in-process, each on
+// its own NATS connection over TCP loopback, with the scripted model and
+// no-op tools, and next to them a minimal program of the same operation mix
+// written with nats.go only (the floor). The Report holds parley's figures,
+// the floor's and their ratios; WriteTable prints them.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configures Run.
+type Options struct {
+	// NATSURL is the server to measure against. Optional. Default: an
+	// embedded nats-server with JetStream on a temporary store directory.
+	// Against a shared server, run no other parley workers: the bench's
+	// workers join the durable consumers "processor", "agent" and
+	// "toolexec", and the held phase leaves Held paused records (TTL
+	// SeedTTL) in parley_paused.
+	NATSURL string
+	// Storage of streams and buckets. Optional. Default: file.
+	Storage jetstream.StorageType
+	// Duration is the budget of each phase (floor, turn, confirm, veto,
+	// held); a phase with two measurements gives each half. Optional.
+	// Default: 10s.
+	Duration time.Duration
+	// Concurrency of the throughput measurements. Optional. Default: 64.
+	Concurrency int
+	// Held is how many paused turns the held phase holds at once.
+	// Optional. Default: 100000.
+	Held int
+	// BaselineHeld is the held count of the baseline. Optional. Default: 100.
+	BaselineHeld int
+	// SeedTTL is the TTL of the paused records the held phase seeds.
+	// Optional. Default: 1h.
+	SeedTTL time.Duration
+	// Logger receives the workers' logs. Optional. Default: discard.
+	Logger *slog.Logger
+	// Progress receives one line per phase. Optional. Default: discard.
+	Progress io.Writer
+}
+
+func (o *Options) defaults() error {
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 64
+	}
+	if o.Held <= 0 {
+		o.Held = 100000
+	}
+	if o.BaselineHeld <= 0 {
+		o.BaselineHeld = 100
+	}
+	if o.BaselineHeld > o.Held {
+		return fmt.Errorf("held: %d is below the baseline of %d", o.Held, o.BaselineHeld)
+	}
+	if o.SeedTTL <= 0 {
+		o.SeedTTL = time.Hour
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return nil
+}
+
+// Report is the outcome of Run. Times are milliseconds, rates per second.
+type Report struct {
+	Floor   FloorFigures   `json:"floor"`
+	Turn    TurnFigures    `json:"turn"`
+	Confirm ConfirmFigures `json:"confirm"`
+	Veto    VetoFigures    `json:"veto"`
+	Held    HeldFigures    `json:"held"`
+	// Ratios are parley ÷ floor for each figure (latency: above 1 is
+	// slower; rates: below 1 is slower).
+	Ratios map[string]float64 `json:"ratios"`
+	// Ops counts what one turn and one confirm cycle cost on the bus, as
+	// seen by a subscriber on ">" during a probe.
+	Ops     OpCounts `json:"ops"`
+	Machine Machine  `json:"machine"`
+}
+
+// FloorFigures are the raw nats.go program's figures.
+type FloorFigures struct {
+	TurnP50    float64 `json:"turn_p50_ms"`
+	TurnP99    float64 `json:"turn_p99_ms"`
+	TurnsPerS  float64 `json:"turns_per_s"`
+	ResumeP50  float64 `json:"resume_p50_ms"`
+	ResumeP99  float64 `json:"resume_p99_ms"`
+	CyclesPerS float64 `json:"cycles_per_s"`
+	Samples    int     `json:"samples"`
+}
+
+// TurnFigures are full turns with one read-only tool call.
+type TurnFigures struct {
+	P50         float64 `json:"p50_ms"`
+	P99         float64 `json:"p99_ms"`
+	TurnsPerS   float64 `json:"turns_per_s"`
+	Samples     int     `json:"samples"`
+	Concurrency int     `json:"concurrency"`
+}
+
+// ConfirmFigures are turns that pause for a tool confirmation.
+type ConfirmFigures struct {
+	ResumeP50  float64 `json:"resume_p50_ms"`
+	ResumeP99  float64 `json:"resume_p99_ms"`
+	CyclesPerS float64 `json:"cycles_per_s"`
+	Samples    int     `json:"samples"`
+}
+
+// VetoFigures compare the pre-execute request-reply with raw core NATS.
+type VetoFigures struct {
+	P50          float64 `json:"p50_ms"`
+	P99          float64 `json:"p99_ms"`
+	RawP50       float64 `json:"raw_p50_ms"`
+	RawP99       float64 `json:"raw_p99_ms"`
+	Samples      int     `json:"samples"`
+	RequestBytes int     `json:"request_bytes"`
+	ReplyBytes   int     `json:"reply_bytes"`
+}
+
+// HeldFigures compare resumes with many paused turns held and with few.
+type HeldFigures struct {
+	Paused                int     `json:"paused"`
+	ResumeP50             float64 `json:"resume_p50_ms"`
+	ResumeP99             float64 `json:"resume_p99_ms"`
+	BaselinePaused        int     `json:"baseline_paused"`
+	BaselineResumeP50     float64 `json:"baseline_resume_p50_ms"`
+	BaselineResumeP99     float64 `json:"baseline_resume_p99_ms"`
+	KVBytesPerPausedTurn  float64 `json:"kv_bytes_per_paused_turn"`
+	RecordBytes           int     `json:"record_bytes"`
+	SeedPerS              float64 `json:"seed_records_per_s"`
+	Samples               int     `json:"samples"`
+	BaselineSamples       int     `json:"baseline_samples"`
+	WatcherSettleMillisec float64 `json:"watcher_settle_ms"`
+}
+
+// OpCounts are bus operations per turn by kind.
+type OpCounts struct {
+	Turn    map[string]int `json:"turn"`
+	Confirm map[string]int `json:"confirm_cycle"`
+}
+
+// Machine describes where the figures were measured.
+type Machine struct {
+	CPUs     int     `json:"cpus"`
+	CPU      string  `json:"cpu_model"`
+	Go       string  `json:"go"`
+	OSArch   string  `json:"os_arch"`
+	Server   string  `json:"server"`
+	Storage  string  `json:"storage"`
+	Duration string  `json:"duration"`
+	ElapsedS float64 `json:"elapsed_s"`
+}
+
+// ms converts a duration to milliseconds rounded to 3 decimals.
+func ms(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+func round1(f float64) float64 { return math.Round(f*10) / 10 }
+
+// percentile returns the nearest-rank q-quantile of sorted durations.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// p50p99 sorts ds and returns its p50 and p99 in milliseconds.
+func p50p99(ds []time.Duration) (float64, float64) {
+	slices.Sort(ds)
+	return ms(percentile(ds, 0.50)), ms(percentile(ds, 0.99))
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return math.Round(a/b*100) / 100
+}
+
+func (r *Report) computeRatios() {
+	r.Ratios = map[string]float64{
+		"turn_p50":             ratio(r.Turn.P50, r.Floor.TurnP50),
+		"turn_p99":             ratio(r.Turn.P99, r.Floor.TurnP99),
+		"turns_per_s":          ratio(r.Turn.TurnsPerS, r.Floor.TurnsPerS),
+		"confirm_resume_p50":   ratio(r.Confirm.ResumeP50, r.Floor.ResumeP50),
+		"confirm_resume_p99":   ratio(r.Confirm.ResumeP99, r.Floor.ResumeP99),
+		"confirm_cycles_per_s": ratio(r.Confirm.CyclesPerS, r.Floor.CyclesPerS),
+		"veto_p50":             ratio(r.Veto.P50, r.Veto.RawP50),
+		"veto_p99":             ratio(r.Veto.P99, r.Veto.RawP99),
+		"held_resume_p50":      ratio(r.Held.ResumeP50, r.Held.BaselineResumeP50),
+		"held_resume_p99":      ratio(r.Held.ResumeP99, r.Held.BaselineResumeP99),
+	}
+}
+
+// WriteTable prints the report as a table: each figure, the floor's figure
+// beside it, and the ratio parley ÷ floor.
+func WriteTable(w io.Writer, r *Report) error {
+	type row struct {
+		name, parley, floor, ratio string
+	}
+	f3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
+	f0 := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	x := func(k string) string { return fmt.Sprintf("%.2f×", r.Ratios[k]) }
+	c := r.Turn.Concurrency
+	rows := []row{
+		{"turn latency p50 (ms), c=1", f3(r.Turn.P50), f3(r.Floor.TurnP50), x("turn_p50")},
+		{"turn latency p99 (ms), c=1", f3(r.Turn.P99), f3(r.Floor.TurnP99), x("turn_p99")},
+		{fmt.Sprintf("turns/s, c=%d", c), f0(r.Turn.TurnsPerS), f0(r.Floor.TurnsPerS), x("turns_per_s")},
+		{"confirm resume p50 (ms), c=1", f3(r.Confirm.ResumeP50), f3(r.Floor.ResumeP50), x("confirm_resume_p50")},
+		{"confirm resume p99 (ms), c=1", f3(r.Confirm.ResumeP99), f3(r.Floor.ResumeP99), x("confirm_resume_p99")},
+		{fmt.Sprintf("confirm cycles/s, c=%d", c), f0(r.Confirm.CyclesPerS), f0(r.Floor.CyclesPerS), x("confirm_cycles_per_s")},
+		{"veto request-reply p50 (ms)", f3(r.Veto.P50), f3(r.Veto.RawP50) + " raw", x("veto_p50")},
+		{"veto request-reply p99 (ms)", f3(r.Veto.P99), f3(r.Veto.RawP99) + " raw", x("veto_p99")},
+		{fmt.Sprintf("resume p50 (ms), %d held", r.Held.Paused), f3(r.Held.ResumeP50),
+			f3(r.Held.BaselineResumeP50) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p50")},
+		{fmt.Sprintf("resume p99 (ms), %d held", r.Held.Paused), f3(r.Held.ResumeP99),
+			f3(r.Held.BaselineResumeP99) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p99")},
+		{"KV bytes per paused turn", f0(r.Held.KVBytesPerPausedTurn), "", ""},
+	}
+	head := row{"figure", "parley", "floor", "ratio"}
+	wd := [4]int{}
+	for _, rr := range append([]row{head}, rows...) {
+		for i, s := range []string{rr.name, rr.parley, rr.floor, rr.ratio} {
+			wd[i] = max(wd[i], len([]rune(s)))
+		}
+	}
+	var b strings.Builder
+	line := func(rr row) {
+		fmt.Fprintf(&b, "| %-*s | %*s | %*s | %*s |\n", wd[0], rr.name, wd[1], rr.parley, wd[2], rr.floor, wd[3], rr.ratio)
+	}
+	line(head)
+	fmt.Fprintf(&b, "|%s|%s:|%s:|%s:|\n", strings.Repeat("-", wd[0]+2), strings.Repeat("-", wd[1]+1),
+		strings.Repeat("-", wd[2]+1), strings.Repeat("-", wd[3]+1))
+	for _, rr := range rows {
+		line(rr)
+	}
+	m := r.Machine
+	fmt.Fprintf(&b, "\nratio = parley ÷ floor (latency: above 1 is slower; rates: below 1 is slower). "+
+		"%d CPUs (%s), %s, %s, %s storage, %s per phase, %.0fs in all.\n",
+		m.CPUs, m.CPU, m.Go, m.Server, m.Storage, m.Duration, m.ElapsedS)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Run measures everything and returns the report. It stops early with
+// ctx's error when ctx is cancelled.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rep := &Report{}
+	rep.Machine = Machine{CPUs: runtime.NumCPU(), CPU: cpuModel(), Go: runtime.Version(),
+		OSArch: runtime.GOOS + "/" + runtime.GOARCH, Storage: storageName(opts.Storage), Duration: opts.Duration.String()}
+
+	env, err := startEnv(ctx, &opts)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	rep.Machine.Server = env.serverDesc
+
+	sys, err := startSystem(ctx, env, &opts)
+	if err != nil {
+		return nil, err
+	}
+	defer sys.stop()
+
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(opts.Progress, "bench: %6.1fs  "+format+"\n", append([]any{time.Since(start).Seconds()}, a...)...)
+	}
+	progress("system up on %s (%s storage); probing one turn", rep.Machine.Server, rep.Machine.Storage)
+	sizes, ops, err := sys.probe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("probing a turn: %w", err)
+	}
+	rep.Ops = ops
+
+	fl, err := startFloor(ctx, env, &opts, sizes)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.stop()
+
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"floor", func() error { return floorPhase(ctx, fl, &opts, &rep.Floor) }},
+		{"turn", func() error { return turnPhase(ctx, sys, &opts, &rep.Turn) }},
+		{"confirm", func() error { return confirmPhase(ctx, sys, &opts, &rep.Confirm) }},
+		{"veto", func() error { return vetoPhase(ctx, sys, &opts, &rep.Veto) }},
+		{"held", func() error { return heldPhase(ctx, sys, env, &opts, &rep.Held, progress) }},
+	}
+	for _, s := range steps {
+		progress("%s", s.name)
+		if err := s.fn(); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	rep.computeRatios()
+	rep.Machine.ElapsedS = round1(time.Since(start).Seconds())
+	progress("done")
+	return rep, nil
+}
+
+func storageName(s jetstream.StorageType) string {
+	if s == jetstream.MemoryStorage {
+		return "memory"
+	}
+	return "file"
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	for l := range strings.SplitSeq(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+// errTimeout is returned when an expected event does not arrive in time.
+var errTimeout = errors.New("timed out waiting for an event")

@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs the whole bench with tiny settings so it cannot rot. It
+// checks that every figure is there and positive, never how fast.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server and every worker")
+	}
+	rep, err := Run(t.Context(), Options{Duration: 300 * time.Millisecond, Held: 200, BaselineHeld: 50, Concurrency: 8})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	raw, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]map[string]any
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"floor":   {"turn_p50_ms", "turn_p99_ms", "turns_per_s"},
+		"turn":    {"p50_ms", "p99_ms", "turns_per_s"},
+		"confirm": {"resume_p50_ms", "resume_p99_ms", "cycles_per_s"},
+		"veto":    {"p50_ms", "p99_ms", "raw_p50_ms", "raw_p99_ms"},
+		"held": {"paused", "resume_p50_ms", "resume_p99_ms", "baseline_resume_p50_ms", "baseline_resume_p99_ms",
+			"kv_bytes_per_paused_turn"},
+	}
+	for section, keys := range want {
+		for _, k := range keys {
+			v, ok := got[section][k].(float64)
+			if !ok || v <= 0 {
+				t.Errorf("report %s.%s = %v, want a positive number", section, k, got[section][k])
+			}
+		}
+	}
+	if rep.Held.Paused != 200 {
+		t.Errorf("held.paused = %d, want 200", rep.Held.Paused)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "turns/s") {
+		t.Errorf("table lacks the turns/s row:\n%s", b.String())
+	}
+}

@@ -1,0 +1,401 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/agent"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/gate"
+	"github.com/parley-dev/parley/workers/processor"
+	"github.com/parley-dev/parley/workers/toolexec"
+)
+
+// waitTimeout bounds every wait for an event.
+const waitTimeout = 30 * time.Second
+
+// Texts that select the bench rules of the scripted model.
+const (
+	textRead  = "bench read the status"
+	textWrite = "bench write the value"
+)
+
+// target is a system the phases drive: parley, or the floor.
+type target interface {
+	events() *dispatcher
+	// send publishes a user message on thread: a turn calling the
+	// read-only tool, or (write) the tool that needs a confirmation.
+	send(ctx context.Context, thread string, write bool) error
+	// answer accepts the elicitation id of thread.
+	answer(ctx context.Context, thread, id string) error
+}
+
+// system is parley under test: the four workers on their own connections
+// and a driver acting as the integrator.
+type system struct {
+	env    *benchEnv
+	opts   *Options
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+	drv    *bus.Client
+	client *client.Client
+	disp   *dispatcher
+}
+
+func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, err error) {
+	nc, err := env.connect("driver")
+	if err != nil {
+		return nil, err
+	}
+	drv, err := bus.New(nc, &bus.Options{Storage: opts.Storage})
+	if err != nil {
+		return nil, err
+	}
+	if err := drv.EnsureStreams(ctx); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s = &system{env: env, opts: opts, cancel: cancel, drv: drv, client: client.New(drv, "/parley/bench"),
+		errs: make(chan error, 8)}
+	defer func() {
+		if err != nil {
+			s.stop()
+		}
+	}()
+	worker := func(name string) (*bus.Client, error) {
+		nc, err := env.connect(name)
+		if err != nil {
+			return nil, err
+		}
+		return bus.New(nc, &bus.Options{Logger: opts.Logger.With("worker", name), Storage: opts.Storage})
+	}
+	run := func(name string, f func(context.Context) error) {
+		s.wg.Go(func() {
+			if err := f(wctx); err != nil {
+				s.errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+
+	gb, err := worker("gate")
+	if err != nil {
+		return nil, err
+	}
+	run("gate", gate.New(gb, gate.DefaultConfig(), opts.Logger).Run)
+
+	xb, err := worker("toolexec")
+	if err != nil {
+		return nil, err
+	}
+	x, err := toolexec.New(ctx, xb, benchTools(), &toolexec.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	run("toolexec", x.Run)
+
+	ab, err := worker("agent")
+	if err != nil {
+		return nil, err
+	}
+	provider, err := model.NewScripted([]byte(benchRules))
+	if err != nil {
+		return nil, err
+	}
+	a, err := agent.New(ctx, ab, provider, &agent.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	run("agent", a.Run)
+
+	pb, err := worker("processor")
+	if err != nil {
+		return nil, err
+	}
+	p, err := processor.New(ctx, pb, &processor.Options{Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	run("processor", p.Run)
+
+	if err := waitService(ctx, nc, gate.PolicyName); err != nil {
+		return nil, err
+	}
+	s.disp, err = newDispatcher(ctx, drv.JetStream(), events.StreamChat, []string{
+		events.ChatSubject("*", events.ChatTurnCompleted),
+		events.ChatSubject("*", events.ChatTurnFailed),
+		events.ChatSubject("*", events.ChatTurnRejected),
+		events.ChatSubject("*", events.ChatElicitationRequested),
+		events.ChatSubject("*", events.ChatElicitationRejected),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// waitService waits until a NATS micro service answers discovery.
+func waitService(ctx context.Context, nc *nats.Conn, name string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := nc.Request("$SRV.PING."+name, nil, 200*time.Millisecond); err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer $SRV.PING within 10s", name)
+}
+
+// stop stops the workers and waits until they drained.
+func (s *system) stop() {
+	s.disp.stop()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// failed returns a worker's error, if one stopped.
+func (s *system) failed() error {
+	select {
+	case err := <-s.errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func (s *system) events() *dispatcher { return s.disp }
+
+func (s *system) send(ctx context.Context, thread string, write bool) error {
+	text := textRead
+	if write {
+		text = textWrite
+	}
+	_, err := s.client.Send(ctx, thread, "", text, "bench")
+	return err
+}
+
+func (s *system) answer(ctx context.Context, thread, id string) error {
+	_, err := s.client.Answer(ctx, thread, id, schema.ElicitResult{Action: schema.ActionAccept}, "bench")
+	return err
+}
+
+// readTurn runs one turn calling the read-only tool: the time from
+// turn.requested published to turn.completed received.
+func readTurn(ctx context.Context, t target, thread string) (time.Duration, error) {
+	ch, done := t.events().expect(thread)
+	defer done()
+	start := time.Now()
+	if err := t.send(ctx, thread, false); err != nil {
+		return 0, err
+	}
+	n, err := await(ctx, ch, "turn.completed", waitTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("thread %s: %w", thread, err)
+	}
+	return n.at.Sub(start), nil
+}
+
+// pauseTurn sends a turn that needs a confirmation and returns the
+// elicitation ID once elicitation.requested is received.
+func pauseTurn(ctx context.Context, t target, thread string) (string, error) {
+	ch, done := t.events().expect(thread)
+	defer done()
+	if err := t.send(ctx, thread, true); err != nil {
+		return "", err
+	}
+	n, err := await(ctx, ch, "elicitation.requested", waitTimeout)
+	if err != nil {
+		return "", fmt.Errorf("thread %s: %w", thread, err)
+	}
+	return n.elicitationID, nil
+}
+
+// resume answers elicitation id on thread: the time from
+// elicitation.responded published to turn.completed received.
+func resume(ctx context.Context, t target, thread, id string) (time.Duration, error) {
+	ch, done := t.events().expect(thread)
+	defer done()
+	start := time.Now()
+	if err := t.answer(ctx, thread, id); err != nil {
+		return 0, err
+	}
+	n, err := await(ctx, ch, "turn.completed", waitTimeout)
+	if err != nil {
+		return 0, fmt.Errorf("thread %s: %w", thread, err)
+	}
+	return n.at.Sub(start), nil
+}
+
+// confirmCycle pauses a turn and resumes it; it returns the resume time.
+func confirmCycle(ctx context.Context, t target, thread string) (time.Duration, error) {
+	id, err := pauseTurn(ctx, t, thread)
+	if err != nil {
+		return 0, err
+	}
+	return resume(ctx, t, thread, id)
+}
+
+// probe runs a read turn and a confirm cycle (each the second on its
+// thread, as most turns are) while a subscriber on ">" counts the bus
+// messages they cause and the size of each kind, for the floor.
+func (s *system) probe(ctx context.Context) (*floorSizes, OpCounts, error) {
+	nc, err := s.env.connect("probe")
+	if err != nil {
+		return nil, OpCounts{}, err
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	var counts map[string]int
+	sizes := map[string][]int{}
+	inboxes := map[string]bool{}
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if counts == nil {
+			return
+		}
+		size := len(m.Data) + headerSize(m.Header)
+		subj := m.Subject
+		if inboxes[subj] {
+			delete(inboxes, subj)
+			sizes["pre_execute.reply"] = append(sizes["pre_execute.reply"], size)
+			return
+		}
+		kind, class := classify(subj, m.Reply)
+		if kind == "" {
+			return
+		}
+		counts[kind]++
+		if kind != "advisory" {
+			counts["total"]++
+		}
+		if class != "" {
+			sizes[class] = append(sizes[class], size)
+		}
+		if class == "pre_execute" && m.Reply != "" {
+			inboxes[m.Reply] = true
+		}
+	})
+	if err != nil {
+		return nil, OpCounts{}, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return nil, OpCounts{}, err
+	}
+	count := func(f func() error) (map[string]int, error) {
+		time.Sleep(50 * time.Millisecond) // let the previous turn's stragglers pass
+		mu.Lock()
+		counts = map[string]int{}
+		mu.Unlock()
+		err := f()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		c := counts
+		counts = nil
+		return c, err
+	}
+	var ops OpCounts
+	rt, ct := s.env.runID+"-probe-r", s.env.runID+"-probe-c"
+	if _, err := readTurn(ctx, s, rt); err != nil {
+		return nil, ops, err
+	}
+	if ops.Turn, err = count(func() error { _, err := readTurn(ctx, s, rt); return err }); err != nil {
+		return nil, ops, err
+	}
+	if _, err := confirmCycle(ctx, s, ct); err != nil {
+		return nil, ops, err
+	}
+	if ops.Confirm, err = count(func() error { _, err := confirmCycle(ctx, s, ct); return err }); err != nil {
+		return nil, ops, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return newFloorSizes(sizes), ops, nil
+}
+
+// classify names the kind of bus operation a message on subj (with reply
+// subject reply) is, and for parley's own messages a size class.
+func classify(subj, reply string) (kind, class string) {
+	switch {
+	case strings.HasPrefix(reply, "$JS.ACK."):
+		return "js_deliver", ""
+	case strings.HasPrefix(subj, "$JS.EVENT."):
+		return "advisory", ""
+	case strings.HasPrefix(subj, "parley.tool.pre_execute."):
+		return "request_reply", "pre_execute"
+	case strings.HasPrefix(subj, "parley.chat."):
+		_, suffix, _ := events.ParseChatSubject(subj)
+		return "js_publish", "chat." + suffix
+	case strings.HasPrefix(subj, "parley.tool.call."):
+		return "js_publish", "tool.call"
+	case strings.HasPrefix(subj, "parley.tool.result."):
+		return "js_publish", "tool.result"
+	case strings.HasPrefix(subj, "parley."):
+		return "js_publish", strings.TrimPrefix(subj, "parley.")
+	case strings.HasPrefix(subj, "$KV."):
+		bucket, _, _ := strings.Cut(strings.TrimPrefix(subj, "$KV."), ".")
+		return "kv_write", "kv." + bucket
+	case strings.HasPrefix(subj, "$JS.API.DIRECT.GET."):
+		return "kv_get", ""
+	case strings.HasPrefix(subj, "$JS.ACK."):
+		return "ack", ""
+	case strings.HasPrefix(subj, "$JS.API.CONSUMER.MSG.NEXT."):
+		return "pull_request", ""
+	case strings.HasPrefix(subj, "$JS.API.CONSUMER.CREATE."), strings.HasPrefix(subj, "$JS.API.CONSUMER.DURABLE.CREATE."):
+		return "consumer_create", ""
+	case strings.HasPrefix(subj, "$JS.API.STREAM.MSG.GET."):
+		return "stream_msg_get", ""
+	case strings.HasPrefix(subj, "$JS.API.CONSUMER.DELETE."):
+		return "consumer_delete", ""
+	case strings.HasPrefix(subj, "$JS.API."):
+		return "js_api_other", ""
+	case strings.HasPrefix(subj, "$JS.FC."):
+		return "flow_control", ""
+	}
+	return "", ""
+}
+
+// headerSize is the wire size of a NATS header block.
+func headerSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
+}
+
+// kvGetEntry is what the held phase reads to find a real paused record.
+func kvGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s/%s: %w", bucket, key, err)
+	}
+	return e.Value(), nil
+}
+
+var errNoSamples = errors.New("no samples")
