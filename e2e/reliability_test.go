@@ -263,3 +263,25 @@ func TestPoisonMessageDeadLettered(t *testing.T) {
 	s.send("p6", "list everything")
 	s.completed("p6", 1)
 }
+
+// A pause that expires while no processor runs is announced when one
+// starts (the expiry markers are read through a durable consumer).
+func TestExpiryWhileProcessorsDown(t *testing.T) {
+	s := start(t, options{pauseTTL: time.Second})
+	s.send("p7", deleteDrafts)
+	id, _ := s.question("p7", 1)
+	s.stopProcessor("A")
+	time.Sleep(2500 * time.Millisecond) // the TTL passes with nobody watching
+	if n := len(s.rec.matching("p7", events.TypeElicitationExpired)); n != 0 {
+		t.Fatalf("expired announced with no processor running?")
+	}
+	s.startProcessor("B")
+	s.rec.await(t, 10*time.Second, "p7", events.TypeElicitationExpired, 1)
+	s.answer("p7", id, schema.ActionAccept, nil)
+	rej := s.rec.await(t, 5*time.Second, "p7", events.TypeElicitationRejected, 1)
+	if r, _ := events.Data[events.ElicitationRejected](rej); r.Reason != events.RejectUnknownOrExpired {
+		t.Fatalf("late answer: %+v", r)
+	}
+	s.send("p7", "list everything")
+	s.completed("p7", 1)
+}

@@ -262,3 +262,63 @@ func TestInvalidTurnRejected(t *testing.T) {
 		t.Fatalf("rejection = %s, want errors naming data.agent and data.message.text", mustJSON(d))
 	}
 }
+
+// Answers whose envelope or action is wrong are refused as invalid_event,
+// never applied: a turn.requested type on an elicitation.responded subject,
+// a ce-subject that is not the thread, and an unknown action.
+func TestMalformedAnswersRejected(t *testing.T) {
+	s := start(t, options{})
+	s.send("m1", deleteDrafts)
+	id, _ := s.question("m1", 1)
+	publish := func(typ, subject string, data any) {
+		e, err := events.New("/test", typ, subject, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.bus.Publish(s.ctx, events.ChatSubject("m1", events.ChatElicitationResponded), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(events.TypeTurnRequested, "m1", events.ElicitationResponded{ElicitationID: id, Action: schema.ActionCancel})
+	publish(events.TypeElicitationResponded, "other", events.ElicitationResponded{ElicitationID: id, Action: schema.ActionCancel})
+	publish(events.TypeElicitationResponded, "m1", events.ElicitationResponded{ElicitationID: id, Action: "maybe"})
+	s.rec.await(t, 5*time.Second, "m1", events.TypeElicitationRejected, 3)
+	for _, r := range s.rec.rejections("m1") {
+		if r.Reason != events.RejectInvalidEvent {
+			t.Fatalf("rejection %+v, want invalid_event", r)
+		}
+	}
+	// The question is still open and works.
+	s.answer("m1", id, schema.ActionAccept, nil)
+	if text := s.completed("m1", 1); !strings.Contains(text, "Deleted 10") {
+		t.Fatalf("completed = %q", text)
+	}
+}
+
+func TestOversizeMessageRejected(t *testing.T) {
+	s := start(t, options{})
+	s.send("m2", strings.Repeat("x", events.MaxMessageText+1))
+	rej := s.rec.await(t, 5*time.Second, "m2", events.TypeTurnRejected, 1)
+	if d, _ := events.Data[events.TurnRejected](rej); d.Reason != events.RejectMessageTooLarge {
+		t.Fatalf("rejection = %+v, want message_too_large", d)
+	}
+	s.send("m2", "list everything") // the thread is not blocked behind it
+	s.completed("m2", 1)
+}
+
+// A call whose arguments do not fit the tool's inputSchema is refused before
+// anyone is asked to confirm it.
+func TestInvalidArgumentsNotConfirmed(t *testing.T) {
+	rules := `{"rules":[{"name":"bad","match":"delete nothing","steps":[
+	  {"tool_calls":[{"name":"delete_entities","arguments":{"ids":[]}}]},
+	  {"text":"{{.Last.Text}}"}]}],"fallback":"?"}`
+	s := start(t, options{rules: rules})
+	s.send("m3", "delete nothing")
+	text := s.completed("m3", 1)
+	if !strings.Contains(text, "Invalid arguments for delete_entities") || !strings.Contains(text, "arguments.ids") {
+		t.Fatalf("completed = %q, want the argument error", text)
+	}
+	if n := len(s.rec.matching("m3", events.TypeElicitationRequested)); n != 0 {
+		t.Fatalf("asked to confirm an invalid call %d times", n)
+	}
+}

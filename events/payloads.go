@@ -109,7 +109,13 @@ const (
 	// RejectThreadBusy refuses a turn.requested when its thread already
 	// has kvstate.MaxQueue messages waiting.
 	RejectThreadBusy = "thread_busy"
+	// RejectMessageTooLarge refuses a user message whose text is over
+	// MaxMessageText bytes.
+	RejectMessageTooLarge = "message_too_large"
 )
+
+// MaxMessageText bounds a user message's text in bytes (UTF-8): 32 KiB.
+const MaxMessageText = 32 << 10
 
 // ElicitationRejected is the data of dev.parley.elicitation.rejected. On
 // invalid_content, Errors lists every "property: rule" and the elicitation
@@ -270,5 +276,12 @@ type DeadLetter struct {
 	StreamSeq    uint64              `json:"streamSeq"`
 	NumDelivered uint64              `json:"numDelivered"`
 	Headers      map[string][]string `json:"headers"`
-	Body         []byte              `json:"body"`
+	// Body is the original message body (base64 in JSON), cut to
+	// MaxDeadLetterBody bytes; BodyTruncated says it was cut.
+	Body          []byte `json:"body"`
+	BodyTruncated bool   `json:"bodyTruncated,omitempty"`
 }
+
+// MaxDeadLetterBody bounds DeadLetter.Body, so a dead letter of a message
+// near the server's payload limit still fits: 256 KiB.
+const MaxDeadLetterBody = 256 << 10

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -241,8 +242,13 @@ type Thread struct {
 // MaxHistory bounds Thread.History (oldest messages drop first).
 const MaxHistory = 50
 
-// MaxQueue bounds Thread.Queue: a message beyond it is rejected.
-const MaxQueue = 100
+// MaxQueue bounds Thread.Queue: a message beyond it is rejected. With
+// message texts of at most 32 KiB the queue stays under 512 KiB.
+const MaxQueue = 16
+
+// MaxHistoryBytes bounds the text of Thread.History: the oldest messages
+// drop first, so the thread record stays well under the KV value limit.
+const MaxHistoryBytes = 256 << 10
 
 const maxHandled = 64
 
@@ -251,6 +257,18 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 	t.History = append(t.History, msgs...)
 	if n := len(t.History); n > MaxHistory {
 		t.History = append([]schema.ChatMessage(nil), t.History[n-MaxHistory:]...)
+	}
+	size := 0
+	for _, m := range t.History {
+		size += len(m.Text)
+	}
+	drop := 0
+	for size > MaxHistoryBytes && drop < len(t.History)-1 {
+		size -= len(t.History[drop].Text)
+		drop++
+	}
+	if drop > 0 {
+		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
 	}
 }
 
@@ -346,4 +364,44 @@ func (s *ThreadStore) Mutate(ctx context.Context, id string, fn func(t *Thread) 
 		return t, nil
 	}
 	return nil, fmt.Errorf("updating thread %s: too many concurrent writers: %w", id, ErrConflict)
+}
+
+// ConsumeExpired calls fn(thread) for every paused turn the server expires,
+// through the durable consumer durable on the bucket's stream (headers
+// only), until ctx is cancelled. Unlike a watcher, a durable consumer
+// remembers its position: an expiry that happens while every processor is
+// down is delivered when one starts. Replicas share the consumer; fn must
+// still be idempotent (delivery is at least once). An fn error naks the
+// marker for a retry.
+func (s *PausedStore) ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, thread string) error) error {
+	stream := "KV_" + BucketPaused
+	prefix := "$KV." + BucketPaused + "."
+	cons, err := s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxDeliver: 10, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
+		FilterSubject: prefix + ">",
+		Description:   "parley processors: expiry markers of paused turns",
+	})
+	if err != nil {
+		return fmt.Errorf("ensuring consumer %s on %s: %w", durable, stream, err)
+	}
+	base := context.WithoutCancel(ctx)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if m.Headers().Get(jetstream.MarkerReasonHeader) != "MaxAge" {
+			_ = m.Ack() // a write, delete or purge: not an expiry
+			return
+		}
+		if err := fn(base, strings.TrimPrefix(m.Subject(), prefix)); err != nil {
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.Ack()
+	}, jetstream.PullMaxMessages(64))
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", durable, err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	<-cc.Closed()
+	return nil
 }

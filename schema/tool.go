@@ -340,3 +340,41 @@ func (r *CallToolResult) UnmarshalJSON(b []byte) error {
 	*r = CallToolResult(w)
 	return err
 }
+
+// ValidateArguments checks a call's arguments (a JSON object) against the
+// tool's inputSchema (JSON Schema 2020-12 via kaptinlin/jsonschema), so a
+// call that cannot run is refused before anyone is asked to confirm it. The
+// error is a *ValidationError with paths under "arguments", e.g.
+// "arguments.ids: minItems: ...". A tool without an inputSchema accepts any
+// object.
+func (t *Tool) ValidateArguments(args json.RawMessage) error {
+	var vs violations
+	var inst any
+	if err := json.Unmarshal(args, &inst); err != nil {
+		vs.addf("arguments", "not JSON: %v", err)
+		return vs.err()
+	}
+	if _, ok := inst.(map[string]any); !ok {
+		vs.add("arguments", "must be a JSON object")
+		return vs.err()
+	}
+	if len(t.InputSchema) == 0 || isNull(t.InputSchema) {
+		return nil
+	}
+	s, err := jsonschema.NewCompiler().Compile(t.InputSchema)
+	if err != nil {
+		vs.addf("inputSchema", "not a valid JSON Schema: %v", err)
+		return vs.err()
+	}
+	if res := s.ValidateJSON(args); !res.IsValid() {
+		var out violations
+		collectSchemaErrors(&out, res, inst)
+		if len(out) == 0 {
+			out.add("", "does not match the tool's inputSchema")
+		}
+		for _, v := range out {
+			vs.add(joinPath("arguments", v.Path), v.Rule)
+		}
+	}
+	return vs.err()
+}

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -254,5 +255,28 @@ func TestFoldChunks(t *testing.T) {
 	}
 	if err := (&ChatMessage{Role: "system"}).Validate(); err == nil || err.Error() != `role: must be "user" or "assistant"` {
 		t.Errorf("Validate = %v", err)
+	}
+}
+
+func TestValidateArguments(t *testing.T) {
+	tool := &Tool{Name: "del", InputSchema: json.RawMessage(`{"type":"object","properties":{"ids":{"type":"array","items":{"type":"string"},"minItems":1}},"required":["ids"],"additionalProperties":false}`)}
+	tests := []struct {
+		args, want string
+	}{
+		{`{"ids":["a"]}`, ""},
+		{`{"ids":[]}`, "arguments.ids"},
+		{`{}`, "arguments"},
+		{`{"ids":["a"],"x":1}`, "arguments"},
+		{`[1]`, "arguments: must be a JSON object"},
+		{`nope`, "arguments: not JSON"},
+	}
+	for _, tt := range tests {
+		err := tool.ValidateArguments(json.RawMessage(tt.args))
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("ValidateArguments(%s) = %v, want nil", tt.args, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("ValidateArguments(%s) = %v, want an error containing %q", tt.args, err, tt.want)
+		}
 	}
 }

@@ -276,17 +276,21 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 		}
 		got = append(got, ans)
 	}
-	c.Answer = &got[0]
+	kind := c.Awaiting[0].Kind
+	if kind == events.KindToolConfirmation {
+		c.Answer = &got[0] // a person's decision; form answers are not decisions
+	}
 	for _, ans := range got {
 		if ans.Result.Action == schema.ActionCancel {
-			c.Answer = &ans
+			if kind == events.KindToolConfirmation {
+				c.Answer = &ans
+			}
 			run.Final = &schema.ChatMessage{Role: schema.RoleAssistant,
 				Text: fmt.Sprintf("Stopped: %s was cancelled, so I did not continue.", c.Call.Name)}
 			c.Status, c.Result = callDone, schema.ErrorResult("User cancelled "+c.Call.Name)
 			return
 		}
 	}
-	kind := c.Awaiting[0].Kind
 	if kind == events.KindToolConfirmation {
 		ans := got[0]
 		instr, _ := ans.Result.Content[schema.InstructionsProperty].(string)
@@ -454,6 +458,13 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		return err
 	}
 	if c.Decision == nil {
+		// A call that cannot run is refused before any policy or person is
+		// asked about it; the model sees why.
+		if err := tool.ValidateArguments(c.Call.Arguments); err != nil {
+			c.Status = callDone
+			c.Result = schema.ErrorResult(fmt.Sprintf("Invalid arguments for %s: %v", c.Call.Name, err))
+			return nil
+		}
 		d, err := a.preExecute(ctx, run, c, tool)
 		if err != nil {
 			return err

@@ -261,6 +261,9 @@ func (c *Client) deadLetter(ctx context.Context, spec *ConsumerSpec, d *Delivery
 		Reason: reason.Error(), Stream: spec.Stream, Consumer: spec.Durable, Subject: m.Subject(),
 		StreamSeq: d.StreamSeq, NumDelivered: d.NumDelivered, Headers: m.Headers(), Body: m.Data(),
 	}
+	if len(dl.Body) > events.MaxDeadLetterBody {
+		dl.Body, dl.BodyTruncated = dl.Body[:events.MaxDeadLetterBody], true
+	}
 	thread := ""
 	if d.Event != nil {
 		thread = d.Event.Subject()

@@ -7,6 +7,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,8 +56,14 @@ type Config struct {
 // ParseConfig reads a JSON configuration; errors name the field and rule.
 func ParseConfig(data []byte) (*Config, error) {
 	var c Config
-	if err := json.Unmarshal(data, &c); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	// A misspelt key must not silently turn confirmation off.
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("gating config: %w", err)
+	}
+	if c.Agents == nil {
+		return nil, fmt.Errorf(`gating config: "agents": required`)
 	}
 	return &c, c.Validate()
 }

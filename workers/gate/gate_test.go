@@ -137,6 +137,15 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if err == nil {
 		t.Fatal("agent name with a space accepted")
 	}
+	// A typo must not silently switch confirmation off.
+	_, err = gate.ParseConfig([]byte(`{"agents":{"*":{"require_tool_confirmaton":true}}}`))
+	if err == nil || !strings.Contains(err.Error(), "require_tool_confirmaton") {
+		t.Fatalf("err = %v, want the unknown key named", err)
+	}
+	_, err = gate.ParseConfig([]byte(`{"agent":{"*":{"require_tool_confirmation":true}}}`))
+	if err == nil {
+		t.Fatal("a misspelt top-level key was accepted")
+	}
 }
 
 func waitGate(t *testing.T, srv *bustest.Server) {

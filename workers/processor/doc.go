@@ -4,7 +4,8 @@
 // Consumes: parley.chat.*.turn.requested and parley.chat.*.elicitation.responded
 // (durable "processor" on PARLEY_CHAT), parley.agent.run.completed|paused|failed
 // (durable "processor-runs" on PARLEY_RUNS), and expiry markers of the
-// parley_paused bucket (a KV watcher in every replica).
+// parley_paused bucket (durable "processor-expiry" on KV_parley_paused, so an
+// expiry while every processor is down is announced when one starts).
 // Produces: parley.agent.run.requested|resumed, and on parley.chat.<thread>.:
 // turn.paused|completed|failed|rejected, elicitation.requested|rejected|expired|cancelled.
 // KV: parley_threads (thread ID), parley_paused (thread ID, per-key TTL).

@@ -125,6 +125,20 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 	if err := events.ValidToken("subject", thread); err != nil {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
+	switch {
+	case e.Type() != events.TypeElicitationResponded:
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+			fmt.Sprintf("type: must be %q on an elicitation.responded subject", events.TypeElicitationResponded), nil)
+	case e.Subject() != thread:
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+			fmt.Sprintf("subject: must equal the thread of the NATS subject (%q)", thread), nil)
+	}
+	switch in.Action {
+	case schema.ActionAccept, schema.ActionDecline, schema.ActionCancel:
+	default:
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
+	}
 	for range 20 {
 		rec, rev, err := p.paused.Load(ctx, thread)
 		switch {
@@ -149,7 +163,7 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		}
 		if el.Status == kvstate.StatusCancelled {
 			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"the elicitation was cancelled by a newer message", nil)
+				"the elicitation was withdrawn (a newer message, or a cancel of another question of the turn)", nil)
 		}
 		result := in.Result()
 		if verr := result.Validate(&el.Request); verr != nil {

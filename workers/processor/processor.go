@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -119,10 +120,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		}, p.HandleRun)
 	})
 	run(func(ctx context.Context) error {
-		return p.paused.WatchExpired(ctx, func(thread string) {
-			if err := p.onExpired(context.WithoutCancel(ctx), thread); err != nil {
-				p.log.ErrorContext(ctx, "announcing expiry", "subject", thread, "error", err)
+		return p.paused.ConsumeExpired(ctx, "processor-expiry", func(ctx context.Context, thread string) error {
+			err := p.onExpired(ctx, thread)
+			if err != nil {
+				p.log.ErrorContext(ctx, "announcing expiry; retrying", "subject", thread, "error", err)
 			}
+			return err
 		})
 	})
 	wg.Wait()
@@ -170,9 +173,12 @@ func (p *Processor) HandleRun(ctx context.Context, d *bus.Delivery) error {
 	return bus.Permanent(fmt.Errorf("type: %q is not a run outcome", d.Event.Type()))
 }
 
-// onDeadLetter tells the thread that an event of its could not be handled.
+// onDeadLetter tells the thread that one of its events could not be
+// handled: a user message gets turn.failed (naming the message, not the
+// active turn), an answer gets elicitation.rejected, and a run outcome
+// fails its turn and frees the thread.
 func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
-	thread, _, ok := events.ParseChatSubject(d.Subject)
+	thread, suffix, ok := events.ParseChatSubject(d.Subject)
 	if !ok && d.Event != nil {
 		thread = d.Event.Subject()
 	}
@@ -181,11 +187,12 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 	}
 	detail := fmt.Sprintf("an event on %s could not be handled after %d attempts and was moved to the dead-letter stream %s: %v",
 		d.Subject, d.NumDelivered, events.StreamDeadLetter, reason)
-	var turnID string
-	if t, _, err := p.threads.Load(ctx, thread); err == nil {
-		turnID = t.TurnID
+	var eventID string
+	if d.Event != nil {
+		eventID = d.Event.ID()
 	}
-	if _, suffix, _ := events.ParseChatSubject(d.Subject); suffix == events.ChatTurnRequested {
+	switch {
+	case suffix == events.ChatTurnRequested:
 		// Later messages of the thread wait for this one: let them go.
 		_, _ = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
 			if t.LastTurnSeq >= d.StreamSeq {
@@ -194,10 +201,35 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 			t.LastTurnSeq = d.StreamSeq
 			return nil
 		})
+		_ = p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+			events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
+			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail})
+	case suffix == events.ChatElicitationResponded:
+		var elicitationID string
+		if d.Event != nil {
+			in, _ := events.Data[events.ElicitationResponded](d.Event)
+			elicitationID = in.ElicitationID
+		}
+		_ = p.publishChat(ctx, thread, events.ChatElicitationRejected, events.TypeElicitationRejected,
+			events.DerivedID("elicitation.rejected.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
+			events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: eventID,
+				Reason: events.RejectInvalidEvent, Detail: detail})
+	case d.Event != nil: // a run outcome: the turn cannot go on
+		var ids struct {
+			TurnID string `json:"turnId"`
+		}
+		if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.TurnID == "" {
+			return
+		}
+		if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+			events.DerivedID("turn.failed", ids.TurnID), ids.TurnID,
+			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {
+			return
+		}
+		if t, err := p.finishTurn(ctx, thread, ids.TurnID, eventID, nil); err == nil {
+			_ = p.requestNext(ctx, t)
+		}
 	}
-	_ = p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
-		events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), turnID,
-		events.TurnFailed{TurnID: turnID, Reason: "dead_lettered", Detail: detail})
 }
 
 // publishChat publishes a processor event on parley.chat.<thread>.<suffix>.

@@ -24,9 +24,13 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 	in, verr := p.validateTurn(thread, e)
 	if verr != nil {
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
+		reason := events.RejectInvalidEvent
+		if len(verr) == 1 && strings.Contains(verr[0].Rule, "over the limit") {
+			reason = events.RejectMessageTooLarge
+		}
 		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
-			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectInvalidEvent, Errors: verr}); err != nil {
+			events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}); err != nil {
 			return err
 		}
 		if events.ValidToken("subject", thread) != nil {
@@ -168,6 +172,13 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	}
 	if strings.TrimSpace(in.Message.Text) == "" {
 		vs = append(vs, schema.Violation{Path: "data.message.text", Rule: "required"})
+	}
+	if n := len(in.Message.Text); n > events.MaxMessageText {
+		vs = append(vs, schema.Violation{Path: "data.message.text",
+			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxMessageText)})
+	}
+	if e.Type() != events.TypeTurnRequested {
+		vs = append(vs, schema.Violation{Path: "type", Rule: fmt.Sprintf("must be %q on a turn.requested subject", events.TypeTurnRequested)})
 	}
 	return in, vs
 }
