@@ -10,9 +10,15 @@ import (
 	sjs "github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// mcpSchemaDir holds the official MCP schema.json of each revision; CI has
-// shared/ beside the checkout.
-const mcpSchemaDir = "../../shared/mcp"
+// mcpSchemaDir returns the directory holding the official MCP schema.json
+// of each revision: $PARLEY_MCP_SCHEMAS, or ../shared/mcp beside the
+// checkout (CI has shared/ there).
+func mcpSchemaDir() string {
+	if dir := os.Getenv("PARLEY_MCP_SCHEMAS"); dir != "" {
+		return dir
+	}
+	return filepath.Join("..", "..", "shared", "mcp")
+}
 
 // officialSchemas compiles definitions of the official schema.json of one
 // revision (draft-07 for 2025-06-18, 2020-12 later), asserting formats.
@@ -25,10 +31,11 @@ type officialSchemas struct {
 
 func loadOfficial(t *testing.T, rev Revision) *officialSchemas {
 	t.Helper()
-	if _, err := os.Stat(mcpSchemaDir); err != nil {
-		t.Skipf("official MCP schemas not found at %s: %v", mcpSchemaDir, err)
+	dir := mcpSchemaDir()
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("official MCP schemas not found at %s (set PARLEY_MCP_SCHEMAS): %v", dir, err)
 	}
-	path := filepath.Join(mcpSchemaDir, string(rev), "schema.json")
+	path := filepath.Join(dir, string(rev), "schema.json")
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,21 @@ func (c *benchCmd) AfterApply(kctx *kong.Context) error {
 	return nil
 }
 
+// Validate checks the flags (kong calls it after parsing).
+func (c *benchCmd) Validate() error {
+	switch {
+	case c.Conc < 1:
+		return fmt.Errorf("--concurrency must be at least 1, got %d", c.Conc)
+	case c.Duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %v", c.Duration)
+	case c.Held < 1:
+		return fmt.Errorf("--held must be at least 1, got %d", c.Held)
+	case c.Baseline < 1:
+		return fmt.Errorf("--baseline must be at least 1, got %d", c.Baseline)
+	}
+	return nil
+}
+
 func (c *benchCmd) Run(e *env) error {
 	opts := bench.Options{Duration: c.Duration, Held: c.Held, BaselineHeld: c.Baseline, Concurrency: c.Conc,
 		Progress: e.stderr}

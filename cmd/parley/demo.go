@@ -225,10 +225,10 @@ func (d *demo) drain(ctx context.Context) {
 
 func (d *demo) print(it client.Item) {
 	if d.cfg.JSON {
-		printItem(d.e.stdout, it, true)
+		printItem(d.e.stdout, d.e.stderr, it, true)
 		return
 	}
-	printItem(d.out, it, false)
+	printItem(d.out, d.e.stderr, it, false)
 }
 
 func (d *demo) send(thread, text string) error {

@@ -21,6 +21,11 @@ type devCmd struct {
 	gateFlags
 }
 
+// Validate checks the flags (kong calls it after parsing).
+func (c *devCmd) Validate() error {
+	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check())
+}
+
 func (c *devCmd) Run(e *env) error {
 	shutdown, _ := telemetry.Setup(e.ctx, "parley-dev")
 	defer func() { _ = shutdown(context.Background()) }()
@@ -28,6 +33,11 @@ func (c *devCmd) Run(e *env) error {
 		return fmt.Errorf("data-dir: %w", err)
 	}
 	abs, _ := filepath.Abs(c.DataDir)
+	unlock, err := lockDataDir(abs)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	srv, err := natsserver.Start(natsserver.Options{Listen: c.Listen, DataDir: abs})
 	if err != nil {
 		return err

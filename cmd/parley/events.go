@@ -21,6 +21,14 @@ type eventsCmd struct {
 	Follow bool   `name:"follow" short:"f" help:"Keep printing new events."`
 }
 
+// Validate checks the arguments (kong calls it after parsing).
+func (c *eventsCmd) Validate() error {
+	if c.Thread != "" {
+		return events.ValidToken("thread", c.Thread)
+	}
+	return nil
+}
+
 func (c *eventsCmd) Run(e *env) error {
 	cl, done, err := integrator(e)
 	if err != nil {
@@ -35,7 +43,7 @@ func (c *eventsCmd) Run(e *env) error {
 	defer cancel()
 	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true})
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return err
 	}
 	idle := time.NewTimer(time.Second)
 	for {
@@ -47,7 +55,7 @@ func (c *eventsCmd) Run(e *env) error {
 			if !ok {
 				return nil
 			}
-			printItem(e.stdout, it, c.JSON)
+			printItem(e.stdout, e.stderr, it, c.JSON)
 			if !c.Follow && it.Seq >= last {
 				return nil
 			}
@@ -62,16 +70,18 @@ func (c *eventsCmd) Run(e *env) error {
 	}
 }
 
-// printItem writes one event: a JSON line, or a readable line.
-func printItem(w io.Writer, it client.Item, asJSON bool) {
+// printItem writes one event to w: a JSON line, or readable lines. Items
+// that are not valid CloudEvents are noted on notes (stderr), so that w
+// holds nothing but events (JSON lines with asJSON).
+func printItem(w, notes io.Writer, it client.Item, asJSON bool) {
 	if it.Err != nil {
-		fmt.Fprintf(w, "# %s: not a valid CloudEvent: %v\n", it.Subject, it.Err)
+		fmt.Fprintf(notes, "# %s: not a valid CloudEvent: %v\n", it.Subject, it.Err)
 		return
 	}
 	if asJSON {
 		b, err := json.Marshal(it.Event)
 		if err != nil {
-			fmt.Fprintf(w, "# %s: %v\n", it.Subject, err)
+			fmt.Fprintf(notes, "# %s: %v\n", it.Subject, err)
 			return
 		}
 		fmt.Fprintln(w, string(b))
@@ -80,32 +90,51 @@ func printItem(w io.Writer, it client.Item, asJSON bool) {
 	fmt.Fprintln(w, describe(it.Event))
 }
 
-// describe renders an event as one or more readable lines.
+// describe renders an event as one or more readable lines (no trailing
+// spaces).
 func describe(ev *event.Event) string {
+	return trimLines(describeRaw(ev))
+}
+
+func describeRaw(ev *event.Event) string {
 	thread := ev.Subject()
 	short := strings.TrimPrefix(ev.Type(), "dev.parley.")
 	head := fmt.Sprintf("[%s] %-22s", thread, short)
 	switch ev.Type() {
 	case events.TypeTurnRequested:
-		d, _ := events.Data[events.TurnRequested](ev)
-		return fmt.Sprintf("%s user: %s", head, d.Message.Text)
+		d, err := events.Data[events.TurnRequested](ev)
+		if err != nil {
+			break
+		}
+		return fmt.Sprintf("%s user: %s%s", head, indent(d.Message.Text), blocks(d.Message.Content))
 	case events.TypeTurnCompleted:
-		d, _ := events.Data[events.TurnCompleted](ev)
-		return fmt.Sprintf("%s assistant: %s%s", head, d.Message.Text, blocks(d.Message.Content))
+		d, err := events.Data[events.TurnCompleted](ev)
+		if err != nil {
+			break
+		}
+		return fmt.Sprintf("%s assistant: %s%s%s", head, indent(d.Message.Text), blocks(d.Message.Content), decisions(d.Decisions))
 	case events.TypeTurnPaused:
-		d, _ := events.Data[events.TurnPaused](ev)
+		d, err := events.Data[events.TurnPaused](ev)
+		if err != nil {
+			break
+		}
 		return fmt.Sprintf("%s assistant: %s", head, indent(d.Message.Text))
 	case events.TypeElicitationRequested:
-		d, _ := events.Data[schema.ElicitRequestParams](ev)
+		d, err := events.Data[schema.ElicitRequestParams](ev)
+		if err != nil {
+			break
+		}
 		id, _ := d.Meta[schema.MetaElicitationID].(string)
 		kind := "form"
 		if d.IsToolConfirmation() {
 			kind = "confirmation"
 		}
-		props := d.RequestedSchema.PropertyNames()
-		return fmt.Sprintf("%s %s %s %q fields=%v", head, kind, id, d.Message, props)
+		return fmt.Sprintf("%s %s %s %q%s", head, kind, id, d.Message, fields(&d.RequestedSchema))
 	case events.TypeElicitationResponded:
-		d, _ := events.Data[events.ElicitationResponded](ev)
+		d, err := events.Data[events.ElicitationResponded](ev)
+		if err != nil {
+			break
+		}
 		content := ""
 		if len(d.Content) > 0 {
 			b, _ := json.Marshal(d.Content)
@@ -117,17 +146,118 @@ func describe(ev *event.Event) string {
 		}
 		return fmt.Sprintf("%s %s %s%s%s", head, d.ElicitationID, d.Action, content, by)
 	case events.TypeElicitationRejected:
-		d, _ := events.Data[events.ElicitationRejected](ev)
-		var errs []string
-		for _, v := range d.Errors {
-			errs = append(errs, v.String())
+		d, err := events.Data[events.ElicitationRejected](ev)
+		if err != nil {
+			break
 		}
-		return fmt.Sprintf("%s %s %s: %s %s", head, d.ElicitationID, d.Reason, d.Detail, strings.Join(errs, "; "))
+		return fmt.Sprintf("%s %s %s%s", head, d.ElicitationID, d.Reason, detailAndErrors(d.Detail, d.Errors))
+	case events.TypeElicitationExpired:
+		d, err := events.Data[events.ElicitationExpired](ev)
+		if err != nil {
+			break
+		}
+		return fmt.Sprintf("%s %s unanswered; turn %s ended, the thread is idle", head, strings.Join(d.ElicitationIDs, ", "), d.TurnID)
+	case events.TypeElicitationCancelled:
+		d, err := events.Data[events.ElicitationCancelled](ev)
+		if err != nil {
+			break
+		}
+		reason := ""
+		if d.Reason != "" {
+			reason = ": " + d.Reason
+		}
+		return fmt.Sprintf("%s %s withdrawn (turn %s)%s", head, strings.Join(d.ElicitationIDs, ", "), d.TurnID, reason)
+	case events.TypeTurnRejected:
+		d, err := events.Data[events.TurnRejected](ev)
+		if err != nil {
+			break
+		}
+		return fmt.Sprintf("%s message %s refused: %s%s", head, d.RequestEventID, d.Reason, detailAndErrors("", d.Errors))
 	case events.TypeTurnFailed:
-		d, _ := events.Data[events.TurnFailed](ev)
-		return fmt.Sprintf("%s %s: %s", head, d.Reason, d.Detail)
+		d, err := events.Data[events.TurnFailed](ev)
+		if err != nil {
+			break
+		}
+		return fmt.Sprintf("%s %s%s", head, d.Reason, detailAndErrors(d.Detail, nil))
 	}
 	return fmt.Sprintf("%s %s", head, string(ev.Data()))
+}
+
+// detailAndErrors renders ": detail | errors: a; b" (the parts present).
+func detailAndErrors(detail string, errs []schema.Violation) string {
+	var parts []string
+	if detail != "" {
+		parts = append(parts, indent(detail))
+	}
+	if len(errs) > 0 {
+		var es []string
+		for _, v := range errs {
+			es = append(es, v.String())
+		}
+		parts = append(parts, "errors: "+strings.Join(es, "; "))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, " | ")
+}
+
+// fields renders a form's properties, required ones first, with the values
+// (and titles) of enum properties:
+// ` fields: id: page-1 "About us" | page-3 "About the team"; note`.
+func fields(rs *schema.RequestedSchema) string {
+	names := rs.PropertyNames()
+	if len(names) == 0 {
+		return ""
+	}
+	var out []string
+	for _, name := range names {
+		opts := choices(rs.Properties[name])
+		if len(opts) == 0 {
+			out = append(out, name)
+			continue
+		}
+		var vs []string
+		for _, o := range opts {
+			if o.label == "" || o.label == o.value {
+				vs = append(vs, o.value)
+			} else {
+				vs = append(vs, fmt.Sprintf("%s %q", o.value, o.label))
+			}
+		}
+		out = append(out, name+": "+strings.Join(vs, " | "))
+	}
+	return " fields: " + strings.Join(out, "; ")
+}
+
+// decisions renders a completed turn's decision records, one per line.
+func decisions(ds []events.DecisionRecord) string {
+	var b strings.Builder
+	for _, d := range ds {
+		fmt.Fprintf(&b, "\n    [decision] %s %s", d.Tool, d.Decision)
+		if d.Policy != "" {
+			fmt.Fprintf(&b, " by policy %s", d.Policy)
+		}
+		if d.Action != "" {
+			fmt.Fprintf(&b, "; %s", d.Action)
+			if d.AnsweredBy != "" {
+				fmt.Fprintf(&b, " by %s", d.AnsweredBy)
+			}
+		}
+		if d.Reason != "" {
+			fmt.Fprintf(&b, ": %s", d.Reason)
+		}
+	}
+	return b.String()
+}
+
+// trimLines removes trailing spaces and tabs from every line.
+func trimLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " \t")
+	}
+	return strings.Join(lines, "\n")
 }
 
 func blocks(cs schema.ContentList) string {

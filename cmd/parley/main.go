@@ -78,6 +78,10 @@ func main() {
 // run parses args and runs the command; it returns the exit status: 0 ok,
 // 1 failure, 2 usage error.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "help" {
+		// `parley help [command...]` is `parley [command...] --help`.
+		args = append(append([]string(nil), args[1:]...), "--help")
+	}
 	if len(args) > 0 && args[0] == "validate" {
 		return runValidate(args[1:], stdin, stdout, stderr)
 	}

@@ -23,7 +23,7 @@ import (
 // storeFlags choose where streams and buckets live.
 type storeFlags struct {
 	Storage  string `name:"storage" env:"PARLEY_STORAGE" default:"file" enum:"file,memory" help:"JetStream storage of streams and buckets (${enum})."`
-	Replicas int    `name:"replicas" env:"PARLEY_REPLICAS" default:"1" help:"Replicas of streams and buckets (3 on a cluster)."`
+	Replicas int    `name:"replicas" env:"PARLEY_REPLICAS" default:"1" help:"Replicas of streams and buckets, 1 to 5 (3 on a cluster)."`
 }
 
 func (s storeFlags) storage() jetstream.StorageType {
@@ -34,8 +34,8 @@ func (s storeFlags) storage() jetstream.StorageType {
 }
 
 type processorFlags struct {
-	PauseTTL    time.Duration `name:"pause-ttl" env:"PARLEY_PAUSE_TTL" default:"24h" help:"How long a paused turn waits for answers."`
-	Concurrency int           `name:"concurrency" env:"PARLEY_CONCURRENCY" default:"8" help:"Events handled at once per consumer."`
+	PauseTTL    time.Duration `name:"pause-ttl" env:"PARLEY_PAUSE_TTL" default:"24h" help:"How long a paused turn waits for answers (at least 1s)."`
+	Concurrency int           `name:"concurrency" env:"PARLEY_CONCURRENCY" default:"8" help:"Events handled at once per consumer (at least 1)."`
 }
 
 type agentFlags struct {
@@ -44,7 +44,43 @@ type agentFlags struct {
 }
 
 type gateFlags struct {
-	GateConfig string `name:"gate-config" env:"PARLEY_GATE_CONFIG" type:"existingfile" help:"Gating configuration (JSON); default: confirm every non-read-only tool."`
+	GateConfig string `name:"gate-config" env:"PARLEY_GATE_CONFIG" type:"existingfile" help:"Gating configuration (JSON); default: confirm every tool that is not read-only, except create_event (never)."`
+}
+
+// check rejects values no worker can run with (kong reports the error as
+// a usage error, exit status 2).
+func (s storeFlags) check() error {
+	if s.Replicas < 1 || s.Replicas > 5 {
+		return fmt.Errorf("--replicas must be 1 to 5 (JetStream allows at most 5), got %d", s.Replicas)
+	}
+	return nil
+}
+
+func (p processorFlags) check() error {
+	if p.Concurrency < 1 {
+		return fmt.Errorf("--concurrency must be at least 1, got %d", p.Concurrency)
+	}
+	if p.PauseTTL < time.Second {
+		return fmt.Errorf("--pause-ttl must be at least 1s, got %v", p.PauseTTL)
+	}
+	return nil
+}
+
+func (a agentFlags) check() error {
+	if a.PreExecuteTimeout <= 0 {
+		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
+	}
+	return nil
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // roleConfig is everything a worker role needs.
@@ -127,6 +163,11 @@ type workerCmd struct {
 	processorFlags
 }
 
+// Validate checks the flags (kong calls it after parsing).
+func (c *workerCmd) Validate() error {
+	return firstErr(c.storeFlags.check(), c.processorFlags.check())
+}
+
 func (c *workerCmd) Run(e *env) error {
 	return serveRole(e, "processor", roleConfig{store: c.storeFlags, processor: c.processorFlags})
 }
@@ -134,6 +175,11 @@ func (c *workerCmd) Run(e *env) error {
 type agentCmd struct {
 	storeFlags
 	agentFlags
+}
+
+// Validate checks the flags (kong calls it after parsing).
+func (c *agentCmd) Validate() error {
+	return firstErr(c.storeFlags.check(), c.agentFlags.check())
 }
 
 func (c *agentCmd) Run(e *env) error {
@@ -144,6 +190,9 @@ type toolexecCmd struct {
 	storeFlags
 }
 
+// Validate checks the flags (kong calls it after parsing).
+func (c *toolexecCmd) Validate() error { return c.storeFlags.check() }
+
 func (c *toolexecCmd) Run(e *env) error {
 	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags})
 }
@@ -152,6 +201,9 @@ type gateCmd struct {
 	storeFlags
 	gateFlags
 }
+
+// Validate checks the flags (kong calls it after parsing).
+func (c *gateCmd) Validate() error { return c.storeFlags.check() }
 
 func (c *gateCmd) Run(e *env) error {
 	return serveRole(e, "gate", roleConfig{store: c.storeFlags, gate: c.gateFlags})

@@ -3,8 +3,10 @@
 package natsserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -22,7 +24,9 @@ type Options struct {
 	Logs bool
 }
 
-// Start starts the server and waits until it accepts clients (10s).
+// Start starts the server and waits until it accepts clients (10s). An
+// address that cannot be listened on (in use, not local, no permission)
+// fails at once: "listen: 127.0.0.1:4222: address already in use".
 func Start(o Options) (*server.Server, error) {
 	host, portStr, err := net.SplitHostPort(o.Listen)
 	if err != nil {
@@ -34,6 +38,13 @@ func Start(o Options) (*server.Server, error) {
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
+	}
+	if port > 0 {
+		// nats-server only logs a listen failure and never becomes ready;
+		// try the address first so a busy port fails fast and clearly.
+		if err := probe(o.Listen); err != nil {
+			return nil, err
+		}
 	}
 	s, err := server.NewServer(&server.Options{
 		ServerName: "parley-dev", Host: host, Port: port,
@@ -52,4 +63,17 @@ func Start(o Options) (*server.Server, error) {
 		return nil, fmt.Errorf("nats-server did not start on %s within 10s", o.Listen)
 	}
 	return s, nil
+}
+
+// probe listens on addr and closes the listener at once.
+func probe(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		var se *os.SyscallError
+		if errors.As(err, &se) {
+			return fmt.Errorf("listen: %s: %w", addr, se.Err)
+		}
+		return fmt.Errorf("listen: %s: %w", addr, err)
+	}
+	return l.Close()
 }

@@ -132,8 +132,8 @@ func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstre
 // Consume runs h for every message of the durable consumer spec until ctx
 // is cancelled, then stops taking messages, waits for in-flight handlers
 // (up to spec.DrainTimeout) and returns nil; messages prefetched but not
-// yet started are left unacknowledged, so the server redelivers them after
-// AckWait (to another replica). Handlers run on up to
+// yet started are released with a nak, so another replica takes them at
+// once. Handlers run on up to
 // spec.Concurrency goroutines; a handler's context is not cancelled by the
 // shutdown, so in-flight work finishes (or is redelivered after AckWait).
 func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) error {
@@ -146,15 +146,18 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	var wg sync.WaitGroup
 	base := context.WithoutCancel(ctx)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		// After ctx is cancelled, buffered messages are left unsettled
-		// (redelivered after AckWait) instead of starting new handlers.
+		// After ctx is cancelled no new handler starts: a buffered message
+		// is released (nak) at once, so another replica takes it now
+		// rather than after AckWait.
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			_ = m.Nak()
 			return
 		}
 		if ctx.Err() != nil {
 			<-sem
+			_ = m.Nak()
 			return
 		}
 		wg.Go(func() {
@@ -170,7 +173,9 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
 	}
 	<-ctx.Done()
-	cc.Stop()
+	// Drain stops pulling and hands what is buffered to the callback,
+	// which releases it.
+	cc.Drain()
 	drain, cancel := context.WithTimeout(context.Background(), spec.DrainTimeout)
 	defer cancel()
 	// Once Closed, the callback will not run again, so no wg.Go races wg.Wait.

@@ -158,7 +158,7 @@ func TestFixture(t *testing.T) {
 		if !validID.MatchString(e.ID) || e.Title == "" || e.Created.IsZero() {
 			t.Errorf("fixture entity %+v: bad id, title or created", e)
 		}
-		if (e.Type == TypeEvent) != checkDate(e.Date) {
+		if (e.Type == TypeEvent) != schema.CheckFormat(schema.FormatDate, e.Date) {
 			t.Errorf("fixture entity %s: type %s with date %q", e.ID, e.Type, e.Date)
 		}
 	}

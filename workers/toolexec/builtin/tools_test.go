@@ -69,6 +69,42 @@ func TestDefinitions(t *testing.T) {
 	if len(names) != len(want) {
 		t.Errorf("Tools() = %v, want %d tools", names, len(want))
 	}
+	// Arguments can be checked against the input schemas before anyone is
+	// asked to confirm: an empty ID list and an over-long title are invalid.
+	for _, name := range []string{ToolDeleteEntities, ToolPublishEntities} {
+		tool, _ := s.Tool(name)
+		var sch struct {
+			Properties struct {
+				IDs struct {
+					MinItems *int `json:"minItems"`
+				} `json:"ids"`
+			} `json:"properties"`
+			Required []string `json:"required"`
+		}
+		if err := json.Unmarshal(tool.Definition().InputSchema, &sch); err != nil {
+			t.Fatalf("%s: inputSchema: %v", name, err)
+		}
+		if m := sch.Properties.IDs.MinItems; m == nil || *m != 1 || !slices.Contains(sch.Required, "ids") {
+			t.Errorf("%s: inputSchema %s, want ids required with minItems 1", name, tool.Definition().InputSchema)
+		}
+	}
+	{
+		tool, _ := s.Tool(ToolCreateEvent)
+		var sch struct {
+			Properties struct {
+				Title struct {
+					MinLength *int `json:"minLength"`
+					MaxLength *int `json:"maxLength"`
+				} `json:"title"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(tool.Definition().InputSchema, &sch); err != nil {
+			t.Fatalf("create_event: inputSchema: %v", err)
+		}
+		if p := sch.Properties.Title; p.MinLength == nil || *p.MinLength != 1 || p.MaxLength == nil || *p.MaxLength != maxTitle {
+			t.Errorf("create_event: inputSchema %s, want title minLength 1, maxLength %d", tool.Definition().InputSchema, maxTitle)
+		}
+	}
 	if d, _ := s.Tool(ToolDeleteEntities); !strings.Contains(d.Definition().Description, "cannot be undone") {
 		t.Errorf("delete_entities description %q does not warn", d.Definition().Description)
 	}
@@ -249,9 +285,23 @@ func TestCreateEvent(t *testing.T) {
 	if !slices.Equal(rs.Required, []string{"title", "date"}) ||
 		rs.Properties["title"].Type != "string" || rs.Properties["title"].Title != "Title" ||
 		rs.Properties["title"].MinLength == nil || *rs.Properties["title"].MinLength != 1 ||
+		rs.Properties["title"].MaxLength == nil || *rs.Properties["title"].MaxLength != maxTitle ||
 		rs.Properties["date"].Type != "string" || rs.Properties["date"].Format != "date" ||
 		rs.Properties["date"].Title != "Date" || rs.Properties["title"].Default != nil {
 		t.Errorf("form = %s", dump(rs))
+	}
+
+	// The form says what the tool enforces: an over-long title is refused
+	// by the form (invalid_content, the question stays open), not by the
+	// tool after the answer is consumed.
+	for _, tt := range []struct {
+		title string
+		ok    bool
+	}{{strings.Repeat("é", maxTitle), true}, {strings.Repeat("x", maxTitle+1), false}, {"", false}} {
+		ans := schema.ElicitResult{Action: schema.ActionAccept, Content: map[string]any{"title": tt.title, "date": "2026-06-01"}}
+		if err := ans.Validate(&q.Params); (err == nil) != tt.ok {
+			t.Errorf("form answer with a %d-character title: Validate = %v, want ok %v", len([]rune(tt.title)), err, tt.ok)
+		}
 	}
 
 	retry := req

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,17 +17,6 @@ const detailsKey = "details"
 
 // maxTitle is the longest title create_event accepts, in characters.
 const maxTitle = 200
-
-var datePattern = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
-
-// checkDate reports whether s is a calendar date "YYYY-MM-DD".
-func checkDate(s string) bool {
-	if !datePattern.MatchString(s) {
-		return false
-	}
-	_, err := time.Parse(time.DateOnly, s)
-	return err == nil
-}
 
 type createEvent struct{ s *Site }
 
@@ -69,7 +56,7 @@ func detailsRequest() *schema.InputRequiredResult {
 					RequestedSchema: schema.RequestedSchema{
 						Type: "object",
 						Properties: map[string]*schema.PropertySchema{
-							"title": {Type: "string", Title: "Title", MinLength: new(1)},
+							"title": {Type: "string", Title: "Title", MinLength: new(1), MaxLength: new(maxTitle)},
 							"date":  {Type: "string", Format: "date", Title: "Date"},
 						},
 						Required: []string{"title", "date"},
@@ -120,7 +107,7 @@ func (t createEvent) Call(ctx context.Context, req Request) (Result, error) {
 		return errorResult("%s: title: must not be empty", where), nil
 	case utf8.RuneCountInString(title) > maxTitle:
 		return errorResult("%s: title: at most %d characters", where, maxTitle), nil
-	case !checkDate(date):
+	case !schema.CheckFormat(schema.FormatDate, date):
 		return errorResult("%s: date: %q is not a date in the form YYYY-MM-DD", where, date), nil
 	}
 

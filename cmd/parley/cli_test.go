@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Usage errors exit 2 with a message naming the flag or argument, before
+// any connection is made (nothing listens on the --nats given).
+func TestUsageErrors(t *testing.T) {
+	nats := "--nats=nats://127.0.0.1:1"
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"processor", "--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"processor", "--pause-ttl", "500ms"}, "--pause-ttl must be at least 1s"},
+		{[]string{"agent", "--pre-execute-timeout", "0s"}, "--pre-execute-timeout must be positive"},
+		{[]string{"toolexec", "--replicas", "0"}, "--replicas must be 1 to 5"},
+		{[]string{"gate", "--replicas", "6"}, "--replicas must be 1 to 5"},
+		{[]string{"dev", "--concurrency=-1"}, "--concurrency must be at least 1"},
+		{[]string{"bench", "--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"send", "-t", "t1", ""}, "message text: required"},
+		{[]string{"send", "-t", "t1", " ", " "}, "message text: required"},
+		{[]string{"send", "-t", "a b", "hi"}, "thread"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "null"}, "--content: must be a JSON object, not null"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "[1]"}, "--content: must be a JSON object, not an array"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "{} {}"}, "--content: must be one JSON object"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "@/nonexistent/c.json"}, "--content:"},
+		{[]string{"events", "-t", "a.b"}, "thread"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(append(tt.args, nats), strings.NewReader(""), &stdout, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tt.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", code, stderr.String(), tt.want)
+			}
+		})
+	}
+}
+
+// A publish that fails is a failure (1), not a usage error.
+func TestSendUnreachableExits1(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"send", "--nats", "nats://127.0.0.1:1", "-t", "t1", "hi"}, strings.NewReader(""), &stdout, &stderr); code != 1 {
+		t.Errorf("exit %d, want 1; stderr %q", code, stderr.String())
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"help", "send"}, {"help", "validate"}, {"--help"}} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, strings.NewReader(""), &stdout, &stderr); code != 0 || stdout.Len() == 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and help", args, code, stdout.String(), stderr.String())
+		}
+	}
+}
+
+func TestReadContent(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(`{"instructions": "not yet"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ arg, stdin string }{
+		{`{"instructions":"not yet"}`, ""},
+		{"@" + file, ""},
+		{"-", ` {"instructions": "not yet"} ` + "\n"},
+	} {
+		got, err := readContent(tt.arg, strings.NewReader(tt.stdin))
+		if err != nil || got["instructions"] != "not yet" {
+			t.Errorf("readContent(%q) = %v, %v", tt.arg, got, err)
+		}
+	}
+}
+
+func mustEvent(t *testing.T, typ events.Type, data any) *event.Event {
+	t.Helper()
+	ev, err := events.New(events.SourceCLI, typ, "t1", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func TestDescribe(t *testing.T) {
+	maxLen := 10
+	tests := []struct {
+		ev   *event.Event
+		want []string
+	}{
+		{mustEvent(t, events.TypeElicitationRequested, schema.ElicitRequestParams{
+			Message: "Which page?",
+			RequestedSchema: schema.RequestedSchema{Type: "object", Required: []string{"id"}, Properties: map[string]*schema.PropertySchema{
+				"id":   {Type: "string", Enum: []string{"page-1", "page-3"}, EnumNames: []string{"About us", "About the team"}},
+				"note": {Type: "string", MaxLength: &maxLen},
+			}},
+			Meta: schema.Meta{schema.MetaElicitationID: "e1"},
+		}), []string{`form e1 "Which page?" fields: id: page-1 "About us" | page-3 "About the team"; note`}},
+		{mustEvent(t, events.TypeElicitationExpired, events.ElicitationExpired{TurnID: "tu1", ElicitationIDs: []string{"e1", "e2"}}),
+			[]string{"elicitation.expired", "e1, e2 unanswered", "tu1"}},
+		{mustEvent(t, events.TypeElicitationCancelled, events.ElicitationCancelled{TurnID: "tu1", ElicitationIDs: []string{"e1"}, Reason: "a new user message started a new turn"}),
+			[]string{"e1 withdrawn (turn tu1): a new user message started a new turn"}},
+		{mustEvent(t, events.TypeTurnRejected, events.TurnRejected{RequestEventID: "r1", Reason: "invalid_event", Errors: []schema.Violation{{Path: "message.text", Rule: "required"}}}),
+			[]string{"message r1 refused: invalid_event: errors: message.text: required"}},
+		{mustEvent(t, events.TypeElicitationRejected, events.ElicitationRejected{ElicitationID: "e1", Reason: "invalid_content", Detail: "does not fit",
+			Errors: []schema.Violation{{Path: "title", Rule: "required"}, {Path: "date", Rule: "must be a date"}}}),
+			[]string{"e1 invalid_content: does not fit | errors: title: required; date: must be a date"}},
+		{mustEvent(t, events.TypeElicitationRejected, events.ElicitationRejected{ElicitationID: "e1", Reason: "already_consumed"}),
+			[]string{"e1 already_consumed"}},
+		{mustEvent(t, events.TypeTurnPaused, events.TurnPaused{TurnID: "tu1", Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Allow?\n\nReally."}}),
+			[]string{"assistant: Allow?\n\n    Really."}},
+	}
+	for _, tt := range tests {
+		got := describe(tt.ev)
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("describe(%s) = %q; want it to contain %q", tt.ev.Type(), got, w)
+			}
+		}
+		for _, line := range strings.Split(got, "\n") {
+			if strings.TrimRight(line, " \t") != line {
+				t.Errorf("describe(%s): trailing space in %q", tt.ev.Type(), line)
+			}
+		}
+	}
+}
+
+// Items that are not CloudEvents go to the notes writer (stderr), so
+// `--json` output stays JSON lines.
+func TestPrintItemNotes(t *testing.T) {
+	var out, notes bytes.Buffer
+	printItem(&out, &notes, client.Item{Subject: "parley.chat.t1.turn.requested", Err: os.ErrInvalid}, true)
+	if out.Len() != 0 || !strings.Contains(notes.String(), "not a valid CloudEvent") {
+		t.Errorf("stdout %q, notes %q", out.String(), notes.String())
+	}
+}
