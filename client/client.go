@@ -6,6 +6,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 )
@@ -157,3 +160,39 @@ func Connect(url, name string) (*nats.Conn, error) {
 
 // Bus returns the underlying bus client.
 func (c *Client) Bus() *bus.Client { return c.bus }
+
+// PendingQuestions returns the questions a paused turn of thread still
+// waits on (elicitation/create params, with their elicitation IDs in
+// _meta), read from the paused-turns bucket, so a client that joins a
+// paused thread can ask them. It returns none when the thread is not
+// paused or its record is of a format this client does not read.
+func (c *Client) PendingQuestions(ctx context.Context, thread string) ([]schema.ElicitRequestParams, error) {
+	if err := events.ValidToken("thread", thread); err != nil {
+		return nil, err
+	}
+	kv, err := c.bus.JetStream().KeyValue(ctx, kvstate.BucketPaused)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", kvstate.BucketPaused, err)
+	}
+	entry, err := kv.Get(ctx, thread)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the paused turn of %s: %w", thread, err)
+	}
+	var rec kvstate.PausedTurn
+	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Format != kvstate.PausedFormat {
+		return nil, nil
+	}
+	var out []schema.ElicitRequestParams
+	for _, el := range rec.Elicitations {
+		if el.Status == kvstate.StatusPending {
+			out = append(out, el.Request)
+		}
+	}
+	return out, nil
+}

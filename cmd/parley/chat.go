@@ -79,6 +79,22 @@ func (c *chatCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "parley chat: thread %s, agent %s, you are %s.\n", thread, agent, who)
 	fmt.Fprintln(e.stdout, "Type a message and press Enter; /quit or Ctrl-D ends the chat.")
+	// Joining a paused thread: ask what it is waiting for.
+	pending, err := cl.PendingQuestions(ctx, thread)
+	if err != nil {
+		return err
+	}
+	for i := range pending {
+		p := pending[i]
+		if id, _ := p.Meta[schema.MetaElicitationID].(string); id != "" {
+			s.known[id] = &p
+			s.enqueue(id, false)
+		}
+	}
+	if len(s.queue) > 0 {
+		s.running, s.paused = 1, true
+		fmt.Fprintf(e.stdout, "The thread is waiting for %d answer(s).\n", len(s.queue))
+	}
 	return s.loop()
 }
 

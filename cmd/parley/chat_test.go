@@ -351,3 +351,22 @@ func TestChatFormKinds(t *testing.T) {
 		t.Errorf("the decline does not validate: %v", err)
 	}
 }
+
+// Joining a thread that is already paused asks its pending question.
+func TestChatJoinsPausedThread(t *testing.T) {
+	url, ctx := startDev(t)
+	first := startChat(t, url, ctx, "chat-test-join")
+	first.typeLine("delete the 10 draft articles")
+	first.waitFor("Allow? [y/n/c] ")
+	first.quit() // leaves the question pending
+
+	h := startChat(t, url, ctx, "chat-test-join")
+	h.waitFor("The thread is waiting for 1 answer(s).")
+	h.waitFor("tool:        delete_entities")
+	h.waitFor("Allow? [y/n/c] ")
+	h.typeLine("y")
+	h.waitFor("Instructions (optional): ")
+	h.typeLine("")
+	h.waitFor("Deleted 10 entities")
+	h.quit()
+}
