@@ -125,11 +125,15 @@ func (c *Config) Version() string {
 
 // Decide applies the configuration to one pre-execute request.
 func (c *Config) Decide(req events.PreExecuteRequest) events.Decision {
+	return c.decide(req, c.Version())
+}
+
+func (c *Config) decide(req events.PreExecuteRequest, version string) events.Decision {
 	a, ok := c.Agents[req.Agent]
 	if !ok {
 		a = c.Agents["*"]
 	}
-	d := events.Decision{Policy: PolicyName, ConfigVersion: c.Version()}
+	d := events.Decision{Policy: PolicyName, ConfigVersion: version}
 	mode := a.Tools[req.Call.Name]
 	if mode == "" {
 		mode = ModeByAnnotation
@@ -157,9 +161,10 @@ const PolicyName = "parley-gate"
 
 // Gate is the policy service.
 type Gate struct {
-	bus *bus.Client
-	cfg *Config
-	log *slog.Logger
+	bus     *bus.Client
+	cfg     *Config
+	version string // cfg.Version(), computed once
+	log     *slog.Logger
 }
 
 // New returns a gate with cfg (nil: DefaultConfig).
@@ -170,12 +175,12 @@ func New(b *bus.Client, cfg *Config, logger *slog.Logger) *Gate {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gate{bus: b, cfg: cfg, log: logger}
+	return &Gate{bus: b, cfg: cfg, version: cfg.Version(), log: logger}
 }
 
 // Run serves pre-execute requests until ctx is cancelled.
 func (g *Gate) Run(ctx context.Context) error {
-	g.log.Info("gate serving", "config_version", g.cfg.Version())
+	g.log.Info("gate serving", "config_version", g.version)
 	return g.bus.Serve(ctx, bus.Endpoint{
 		Service: PolicyName, Version: "0.1.0", Name: "pre_execute", Subject: events.SubjectPreExecAll,
 		QueueGroup: "gate", Description: "parley default pre-execute policy: allow, veto or confirm tool calls",
@@ -187,7 +192,7 @@ func (g *Gate) decide(ctx context.Context, req *event.Event) (*event.Event, erro
 	if err != nil {
 		return nil, err
 	}
-	d := g.cfg.Decide(in)
+	d := g.cfg.decide(in, g.version)
 	g.log.InfoContext(ctx, "pre-execute decided", "agent", in.Agent, "tool", in.Call.Name, "decision", d.Decision,
 		"config_version", d.ConfigVersion, "run_id", in.RunID)
 	return events.NewWithID(events.DerivedID("decided", req.ID()), events.SourceGate, events.TypePreExecuteDecided, req.Subject(), d)
