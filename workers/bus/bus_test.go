@@ -891,3 +891,41 @@ func TestTemplateOf(t *testing.T) {
 		}
 	}
 }
+
+// RetryLater does not count as a failure: a handler that is not ready yet
+// is asked again past MaxDeliver, and the message is handled, not
+// dead-lettered.
+func TestConsumeRetryLaterIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.c.Publish(t.Context(), events.SubjectRunRequested, runRequested(t, "r1")); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	var mu sync.Mutex
+	calls := 0
+	handled := make(chan struct{})
+	spec := agentSpec()
+	spec.MaxDeliver = 2
+	spec.OnDeadLetter = func(context.Context, *Delivery, error) { t.Error("dead-lettered a message that was only waiting") }
+	stop, _ := e.consume(t, spec, func(context.Context, *Delivery) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls < 5 {
+			return RetryLater(errors.New("an earlier message is not handled yet"), 20*time.Millisecond)
+		}
+		close(handled)
+		return nil
+	})
+	select {
+	case <-handled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting message was not handled")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	if info := e.consumerInfo(t, events.StreamAgent, "agent"); info.Config.MaxDeliver != MaxServerDeliver {
+		t.Errorf("server MaxDeliver = %d, want %d", info.Config.MaxDeliver, MaxServerDeliver)
+	}
+}

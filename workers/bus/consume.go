@@ -50,6 +50,28 @@ func Permanent(err error) error {
 	return &permanentError{err}
 }
 
+type retryLaterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *retryLaterError) Error() string { return e.err.Error() }
+func (e *retryLaterError) Unwrap() error { return e.err }
+
+// RetryLater says the message cannot be handled yet (it waits for another
+// one) but is not failing: it is nakked with delay and does not count
+// toward MaxDeliver. Only the server's bound (MaxServerDeliver deliveries)
+// ends the waiting, with a dead letter.
+func RetryLater(err error, delay time.Duration) error {
+	return &retryLaterError{err: err, delay: delay}
+}
+
+// MaxServerDeliver is the consumers' server-side MaxDeliver: the bound on
+// deliveries of one message that also covers waiting (RetryLater) and a
+// worker crash-looping on a message. The runner dead-letters a message
+// before the server stops delivering it.
+const MaxServerDeliver = 100
+
 // IsPermanent reports whether err was wrapped with Permanent.
 func IsPermanent(err error) bool {
 	var p *permanentError
@@ -117,7 +139,7 @@ func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstre
 		Durable:        spec.Durable,
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        spec.AckWait,
-		MaxDeliver:     spec.MaxDeliver + 1, // the runner dead-letters at MaxDeliver; +1 covers a crash during that
+		MaxDeliver:     MaxServerDeliver, // the runner dead-letters failures at spec.MaxDeliver
 		MaxAckPending:  spec.MaxAckPending,
 		FilterSubjects: spec.FilterSubjects,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -220,7 +242,12 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 	stop := c.heartbeat(m, spec.AckWait)
 	err = h(ctx, d)
 	stop()
+	var later *retryLaterError
 	switch {
+	case errors.As(err, &later) && int(md.NumDelivered) < MaxServerDeliver-1:
+		c.logger.DebugContext(ctx, "not yet; retrying", "consumer", spec.Durable, "event_id", ev.ID(),
+			"delivery", md.NumDelivered, "reason", err)
+		_ = m.NakWithDelay(later.delay)
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
 			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", ev.ID(), "error", aerr)

@@ -31,9 +31,10 @@ type Options struct {
 	Concurrency int
 	// DefaultAgent answers turns that name no agent. Optional. Default: "default".
 	DefaultAgent string
-	// OrderWait bounds how long a user message waits for an earlier
-	// message of its thread (still being handled elsewhere) before it is
-	// retried. Optional. Default: 10s.
+	// OrderWait bounds how long a user message waits (heartbeating) for an
+	// earlier message of its thread that is still being handled, before it
+	// is released to be retried (bus.RetryLater: waiting does not count as
+	// a failure). Optional. Default: 10s.
 	OrderWait time.Duration
 }
 

@@ -134,7 +134,8 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			return nil // this is the next message of the thread
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence)
+			// Free the slot (the earlier message may need it) and come back.
+			return bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
 		_ = d.Msg.InProgress()
 		select {
