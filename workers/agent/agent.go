@@ -80,7 +80,7 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 func (a *Agent) Run(ctx context.Context) error {
 	return a.bus.Consume(ctx, bus.ConsumerSpec{
 		Stream: events.StreamAgent, Durable: "agent", Concurrency: a.opts.Concurrency,
-		AckWait: 30 * time.Second, OnDeadLetter: a.onDeadLetter,
+		OnDeadLetter: a.onDeadLetter,
 	}, a.Handle)
 }
 

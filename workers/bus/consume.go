@@ -66,6 +66,12 @@ func RetryLater(err error, delay time.Duration) error {
 	return &retryLaterError{err: err, delay: delay}
 }
 
+// DefaultAckWait is the consumers' AckWait: how long the work a killed
+// worker held waits before another replica gets it. Live handlers
+// heartbeat InProgress every AckWait/3, so a long model or tool call is
+// not redelivered; a shorter AckWait only shortens the wait after a crash.
+const DefaultAckWait = 15 * time.Second
+
 // MaxServerDeliver is the consumers' server-side MaxDeliver: the bound on
 // deliveries of one message that also covers waiting (RetryLater) and a
 // worker crash-looping on a message. The runner dead-letters a message
@@ -88,7 +94,7 @@ type ConsumerSpec struct {
 	FilterSubjects []string
 	// AckWait is how long a delivery may stay unacknowledged before the
 	// server redelivers it; handlers heartbeat InProgress every AckWait/3.
-	// Optional. Default: 30s.
+	// Optional. Default: DefaultAckWait.
 	AckWait time.Duration
 	// MaxDeliver bounds deliveries of one message before it is
 	// dead-lettered. Optional. Default: 5.
@@ -113,7 +119,7 @@ type ConsumerSpec struct {
 
 func (s *ConsumerSpec) defaults() {
 	if s.AckWait <= 0 {
-		s.AckWait = 30 * time.Second
+		s.AckWait = DefaultAckWait
 	}
 	if s.MaxDeliver <= 0 {
 		s.MaxDeliver = 5

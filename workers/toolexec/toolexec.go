@@ -84,7 +84,7 @@ func New(ctx context.Context, b *bus.Client, tools []builtin.Tool, opts *Options
 // Run consumes tool calls until ctx is cancelled, then drains.
 func (x *Executor) Run(ctx context.Context) error {
 	return x.bus.Consume(ctx, bus.ConsumerSpec{
-		Stream: events.StreamTools, Durable: "toolexec", Concurrency: x.opts.Concurrency, AckWait: 30 * time.Second,
+		Stream: events.StreamTools, Durable: "toolexec", Concurrency: x.opts.Concurrency,
 		OnDeadLetter: x.onDeadLetter,
 	}, x.Handle)
 }
