@@ -21,6 +21,8 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/parley-dev/parley/internal/telemetry"
 )
 
 // Globals are flags every command takes.
@@ -36,9 +38,9 @@ func (g *Globals) logger(w io.Writer) *slog.Logger {
 	_ = lvl.UnmarshalText([]byte(g.LogLevel))
 	opts := &slog.HandlerOptions{Level: lvl}
 	if g.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
 }
 
 type cli struct {

@@ -94,6 +94,15 @@ type roleConfig struct {
 // runRole runs one worker role on nc until ctx is cancelled.
 func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, log *slog.Logger) error {
 	log = log.With("worker", role)
+	// Check configuration before touching the bus, so a bad file is
+	// reported as such (and not as a connection problem).
+	var gc *gate.Config
+	if role == "gate" {
+		var err error
+		if gc, err = gate.LoadConfig(cfg.gate.GateConfig); err != nil {
+			return err
+		}
+	}
 	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
 	if err != nil {
 		return err
@@ -131,10 +140,6 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		}
 		return x.Run(ctx)
 	case "gate":
-		gc, err := gate.LoadConfig(cfg.gate.GateConfig)
-		if err != nil {
-			return err
-		}
 		return gate.New(b, gc, log).Run(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", role)
@@ -150,6 +155,13 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 		log.Warn("tracing disabled", "error", err)
 	}
 	defer func() { _ = shutdown(context.Background()) }()
+	if role == "gate" {
+		// A bad gating configuration is a usage error, reported before
+		// connecting.
+		if _, err := gate.LoadConfig(cfg.gate.GateConfig); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
 	nc, err := client.Connect(e.NATS, "parley-"+role)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,6 +62,9 @@ func ParseConfig(data []byte) (*Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("gating config: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("gating config: unexpected data after the JSON object")
 	}
 	if c.Agents == nil {
 		return nil, fmt.Errorf(`gating config: "agents": required`)
@@ -181,6 +185,9 @@ func New(b *bus.Client, cfg *Config, logger *slog.Logger) *Gate {
 // Run serves pre-execute requests until ctx is cancelled.
 func (g *Gate) Run(ctx context.Context) error {
 	g.log.Info("gate serving", "config_version", g.version)
+	if _, ok := g.cfg.Agents["*"]; !ok {
+		g.log.Warn(`the gating configuration has no "*" entry: agents it does not list get no confirmation at all`)
+	}
 	return g.bus.Serve(ctx, bus.Endpoint{
 		Service: PolicyName, Version: "0.1.0", Name: "pre_execute", Subject: events.SubjectPreExecAll,
 		QueueGroup: "gate", Description: "parley default pre-execute policy: allow, veto or confirm tool calls",

@@ -339,6 +339,15 @@ func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, 
 // replica sees the marker; the thread CAS and the deterministic event ID
 // make it idempotent) and makes the thread idle.
 func (p *Processor) onExpired(ctx context.Context, thread string) error {
+	// A marker read late (every processor was down) may be older than the
+	// thread's current pause: a live record means it is not this pause
+	// that expired.
+	if _, _, err := p.paused.Load(ctx, thread); !errors.Is(err, kvstate.ErrNotFound) {
+		if err != nil && !errors.Is(err, kvstate.ErrIncompatible) {
+			return err
+		}
+		return nil
+	}
 	var turnID string
 	var ids []string
 	t, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
@@ -348,9 +357,18 @@ func (p *Processor) onExpired(ctx context.Context, thread string) error {
 		turnID, ids = t.TurnID, t.Pending
 		t.State, t.Pending = kvstate.ThreadIdle, nil
 		t.Expired = &kvstate.Expiry{TurnID: turnID, ElicitationIDs: ids, At: time.Now().UTC()}
+		// Messages that queued behind the paused turn go on now.
+		if len(t.Queue) > 0 {
+			next := t.Queue[0]
+			t.Queue = t.Queue[1:]
+			startTurn(t, next)
+		}
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := p.requestNext(ctx, t); err != nil {
 		return err
 	}
 	// A replica that lost the race still announces (the event ID is the

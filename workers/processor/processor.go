@@ -222,6 +222,11 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 		if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.TurnID == "" {
 			return
 		}
+		// Only the thread's active turn can fail this way; anything else
+		// is a forged or stale outcome.
+		if t, _, err := p.threads.Load(ctx, thread); err != nil || t.TurnID != ids.TurnID || t.State == kvstate.ThreadIdle {
+			return
+		}
 		if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
 			events.DerivedID("turn.failed", ids.TurnID), ids.TurnID,
 			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {

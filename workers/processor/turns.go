@@ -51,43 +51,58 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
 
-	// A paused thread: withdraw its questions first, so no answer can
-	// resume the old turn once the new one starts.
-	t, _, err := p.threads.Load(ctx, thread)
-	if err != nil {
-		return p.failIncompatible(ctx, thread, err)
-	}
-	var cancelled []string
-	var cancelledTurn string
-	if t.State == kvstate.ThreadPaused && !t.Seen(e.ID()) {
-		cancelledTurn = t.TurnID
-		if cancelled, err = p.cancelPending(ctx, thread, t.TurnID); err != nil {
-			return err
+	// On a paused thread the paused record decides: pending questions are
+	// withdrawn first (so no answer can resume the old turn once the new
+	// one starts) and the new turn starts; a record whose answers are all
+	// in means its resume is under way, so the message queues; a record
+	// that expired means the old turn is over. If the thread pauses
+	// between the look and the write, look again.
+	var (
+		t    *kvstate.Thread
+		po   pauseOutcome
+		full bool
+	)
+	for attempt := 0; ; attempt++ {
+		cur, _, err := p.threads.Load(ctx, thread)
+		if err != nil {
+			return p.failIncompatible(ctx, thread, err)
 		}
-	}
-	full := false
-	t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-		full = false
-		if t.Seen(e.ID()) {
-			return kvstate.ErrNoChange
-		}
-		t.MarkHandled(e.ID())
-		t.LastTurnSeq = max(t.LastTurnSeq, d.StreamSeq)
-		switch t.State {
-		case kvstate.ThreadRunning:
-			if len(t.Queue) >= kvstate.MaxQueue {
-				full = true
-				return nil // recorded as handled, not queued
+		po = pauseOutcome{}
+		if cur.State == kvstate.ThreadPaused && !cur.Seen(e.ID()) {
+			if po, err = p.withdraw(ctx, cur); err != nil {
+				return err
 			}
-			t.Queue = append(t.Queue, queued)
-		default: // idle, or paused (its questions were just withdrawn)
+		}
+		t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+			full = false
+			if t.Seen(e.ID()) {
+				return kvstate.ErrNoChange
+			}
+			if t.State == kvstate.ThreadPaused && t.TurnID != po.turnID {
+				return errPauseChanged
+			}
+			t.MarkHandled(e.ID())
+			t.LastTurnSeq = max(t.LastTurnSeq, d.StreamSeq)
+			if t.State == kvstate.ThreadRunning || t.State == kvstate.ThreadPaused && po.resuming {
+				if len(t.Queue) >= kvstate.MaxQueue {
+					full = true
+					return nil // recorded as handled, not queued
+				}
+				t.Queue = append(t.Queue, queued)
+				return nil
+			}
+			// Idle, or paused with its questions withdrawn or expired.
 			t.Pending = nil
 			startTurn(t, queued)
+			return nil
+		})
+		if errors.Is(err, errPauseChanged) && attempt < 10 {
+			continue
 		}
-		return nil
-	})
-	if err != nil {
-		return p.failIncompatible(ctx, thread, err)
+		if err != nil {
+			return p.failIncompatible(ctx, thread, err)
+		}
+		break
 	}
 	if full {
 		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
@@ -95,11 +110,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
 				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", kvstate.MaxQueue)}}})
 	}
-	if len(cancelled) > 0 {
-		if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
-			events.DerivedID("elicitation.cancelled", cancelledTurn), cancelledTurn,
-			events.ElicitationCancelled{TurnID: cancelledTurn, ElicitationIDs: cancelled,
-				Reason: "a new user message started a new turn"}); err != nil {
+	if t.StartedBy == e.ID() {
+		if err := p.announceEnd(ctx, thread, po); err != nil {
 			return err
 		}
 	}
@@ -216,25 +228,47 @@ func (p *Processor) requestRun(ctx context.Context, t *kvstate.Thread, startedBy
 	// A turn taken from the queue continues the trace its message came in.
 	ctx, end := bus.WithTraceParent(ctx, t.TraceParent, "start turn")
 	defer end()
-	return p.publish(ctx, events.SubjectRunRequested, e)
+	if err := p.publish(ctx, events.SubjectRunRequested, e); err != nil {
+		return err
+	}
+	p.log.InfoContext(ctx, "turn started", "subject", t.ID, "turn_id", t.TurnID, "event_id", t.StartedBy,
+		"agent", t.Agent, "queued", len(t.Queue))
+	return nil
 }
 
-// cancelPending marks the pending elicitations of turnID cancelled.
-func (p *Processor) cancelPending(ctx context.Context, thread, turnID string) ([]string, error) {
+// errPauseChanged: the thread paused (or paused again) after it was read.
+var errPauseChanged = errors.New("the thread's pause changed")
+
+// pauseOutcome is what a new message found on a paused thread.
+type pauseOutcome struct {
+	// turnID is the paused turn that was looked at.
+	turnID string
+	// cancelled are its questions, withdrawn now.
+	cancelled []string
+	// expired are its questions, gone with the record's TTL.
+	expired []string
+	// resuming: every question is answered and the resume is under way.
+	resuming bool
+}
+
+// withdraw settles the paused turn of t for a new message: pending
+// questions are marked cancelled (a revision-checked update, so an answer
+// racing it either wins first or is refused).
+func (p *Processor) withdraw(ctx context.Context, t *kvstate.Thread) (pauseOutcome, error) {
+	po := pauseOutcome{turnID: t.TurnID}
 	for range 20 {
-		rec, rev, err := p.paused.Load(ctx, thread)
-		if errors.Is(err, kvstate.ErrNotFound) || errors.Is(err, kvstate.ErrIncompatible) {
-			return nil, nil
+		rec, rev, err := p.paused.Load(ctx, t.ID)
+		if errors.Is(err, kvstate.ErrNotFound) || errors.Is(err, kvstate.ErrIncompatible) || err == nil && rec.TurnID != t.TurnID {
+			po.expired = t.Pending // the record is gone: the turn expired
+			return po, nil
 		}
 		if err != nil {
-			return nil, err
-		}
-		if rec.TurnID != turnID {
-			return nil, nil
+			return po, err
 		}
 		ids := rec.PendingIDs()
 		if len(ids) == 0 {
-			return nil, nil
+			po.resuming = rec.Resumed
+			return po, nil
 		}
 		for i := range rec.Elicitations {
 			if rec.Elicitations[i].Status == kvstate.StatusPending {
@@ -244,11 +278,29 @@ func (p *Processor) cancelPending(ctx context.Context, thread, turnID string) ([
 		if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
 			continue
 		} else if err != nil {
-			return nil, err
+			return po, err
 		}
-		return ids, nil
+		po.cancelled = ids
+		return po, nil
 	}
-	return nil, fmt.Errorf("cancelling elicitations of %s: %w", thread, kvstate.ErrConflict)
+	return po, fmt.Errorf("withdrawing the questions of %s: %w", t.ID, kvstate.ErrConflict)
+}
+
+// announceEnd tells integrators how the superseded paused turn ended.
+func (p *Processor) announceEnd(ctx context.Context, thread string, po pauseOutcome) error {
+	switch {
+	case len(po.cancelled) > 0:
+		return p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+			events.DerivedID("elicitation.cancelled", po.turnID), po.turnID,
+			events.ElicitationCancelled{TurnID: po.turnID, ElicitationIDs: po.cancelled,
+				Reason: "a new user message started a new turn"})
+	case len(po.expired) > 0:
+		// Same ID as the expiry consumer's announcement: published once.
+		return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
+			events.DerivedID("elicitation.expired", po.turnID), po.turnID,
+			events.ElicitationExpired{TurnID: po.turnID, ElicitationIDs: po.expired})
+	}
+	return nil
 }
 
 // finishTurn ends the thread's active turn (if it is turnID) and starts the
@@ -276,6 +328,9 @@ func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID stri
 
 func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in events.RunCompleted) error {
 	thread := e.Subject()
+	if in.TurnID == "" {
+		return bus.Permanent(errors.New("data.turnId: required"))
+	}
 	t, _, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
@@ -294,6 +349,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in event
 	if err != nil {
 		return err
 	}
+	p.log.InfoContext(ctx, "turn completed", "subject", thread, "turn_id", in.TurnID, "decisions", len(in.Decisions))
 	return p.requestNext(ctx, t)
 }
 
@@ -317,7 +373,8 @@ func (p *Processor) onRunFailed(ctx context.Context, e *event.Event, in events.R
 	if err != nil {
 		return err
 	}
-	if t.TurnID != in.TurnID && !t.Seen(e.ID()) {
+	if in.TurnID == "" || (t.TurnID != in.TurnID || t.State == kvstate.ThreadIdle) && !t.Seen(e.ID()) {
+		p.log.InfoContext(ctx, "ignoring failure of a turn that is not active", "subject", thread, "turn_id", in.TurnID)
 		return nil
 	}
 	if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
