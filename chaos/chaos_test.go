@@ -170,6 +170,7 @@ type chaosRun struct {
 	timeline      []string
 	natsDowntime  time.Duration
 	natsRestarts  int
+	stalls        int
 	publishErrors int
 	stuck         []string
 	unsent        int
@@ -625,7 +626,7 @@ func (c *chaosRun) answersSettled() bool {
 // once, 40% into the window.
 func (c *chaosRun) chaos(ctx context.Context) {
 	start := time.Now()
-	restarted := false
+	restarted, stalled := false, false
 	for {
 		jitter := 0.5 + c.rnd.Float64()
 		sleepCtx(ctx, time.Duration(float64(*flagKillEvery)*jitter))
@@ -646,6 +647,24 @@ func (c *chaosRun) chaos(ctx context.Context) {
 			c.natsRestarts++
 			c.mu.Unlock()
 			c.note("nats-server: back after %v", time.Since(down).Round(time.Millisecond))
+			continue
+		}
+		if !stalled && time.Since(start) >= *flagDuration/5 {
+			// A replica that is alive but stops making progress (GC pause,
+			// VM freeze) for longer than AckWait: its work goes elsewhere
+			// and it must not break anything when it comes back.
+			stalled = true
+			for _, w := range c.workers {
+				if w.role == "processor" {
+					if pid, ok := w.stall(ctx, 20*time.Second); ok {
+						c.note("SIGSTOP %s pid %d for 20s", w.name(), pid)
+						c.mu.Lock()
+						c.stalls++
+						c.mu.Unlock()
+					}
+					break
+				}
+			}
 			continue
 		}
 		w := c.workers[c.rnd.IntN(len(c.workers))]
@@ -1001,6 +1020,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	row("worker process starts", fmt.Sprintf("%d %s", sum(starts), fmtCounts(starts)))
 	row("worker exits not caused by the test", fmt.Sprintf("%d", len(crashes)))
 	row("nats-server restarts", fmt.Sprintf("%d (down %v)", c.natsRestarts, c.natsDowntime.Round(time.Millisecond)))
+	row("processor replicas stalled 20 s (SIGSTOP/SIGCONT)", fmt.Sprint(c.stalls))
 	row("publish retries (test side)", strconv.Itoa(c.publishErrors))
 	row("turn time p50 / p99, all (send → turn.completed)", pcts(latAll))
 	row("  list turns (no pause)", pcts(latList))

@@ -212,6 +212,25 @@ func (w *worker) kill() (pid int, ok bool) {
 	return w.cmd.Process.Pid, true
 }
 
+// stall stops the current process with SIGSTOP and continues it with
+// SIGCONT after d (or when ctx ends).
+func (w *worker) stall(ctx context.Context, d time.Duration) (pid int, ok bool) {
+	w.mu.Lock()
+	cmd := w.cmd
+	w.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0, false
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return 0, false
+	}
+	go func() {
+		sleepCtx(ctx, d)
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+	}()
+	return cmd.Process.Pid, true
+}
+
 // shutdown stops the supervisor's process: SIGTERM, then SIGKILL after 5s.
 func (w *worker) shutdown() {
 	w.mu.Lock()
