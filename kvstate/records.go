@@ -234,6 +234,9 @@ type Thread struct {
 	// Expired records the last paused turn that expired, so every replica
 	// that sees the expiry marker announces the same event.
 	Expired *Expiry `json:"expired,omitempty"`
+	// Refused lists recent turn.requested event IDs refused as thread_busy,
+	// so a redelivery repeats the refusal.
+	Refused []string `json:"refused,omitempty"`
 	// Handled lists recent event IDs already applied (dedup on redelivery).
 	Handled   []string  `json:"handled,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
@@ -277,6 +280,14 @@ func (t *Thread) MarkHandled(id string) {
 	t.Handled = append(t.Handled, id)
 	if n := len(t.Handled); n > maxHandled {
 		t.Handled = append([]string(nil), t.Handled[n-maxHandled:]...)
+	}
+}
+
+// Refuse records a refused message ID (bounded like Handled).
+func (t *Thread) Refuse(id string) {
+	t.Refused = append(t.Refused, id)
+	if n := len(t.Refused); n > maxHandled {
+		t.Refused = append([]string(nil), t.Refused[n-maxHandled:]...)
 	}
 }
 

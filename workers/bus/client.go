@@ -189,6 +189,7 @@ type ServiceError struct {
 	Description string
 }
 
+// Error formats the micro error as "service error <code>: <description>".
 func (e *ServiceError) Error() string { return "service error " + e.Code + ": " + e.Description }
 
 // IsNoResponders reports whether err means nobody listened.

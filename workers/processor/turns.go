@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
 			full = false
 			if t.Seen(e.ID()) {
+				// A redelivery: repeat a refusal whose publish may have failed.
+				full = slices.Contains(t.Refused, e.ID())
 				return kvstate.ErrNoChange
 			}
 			if t.State == kvstate.ThreadPaused && t.TurnID != po.turnID {
@@ -86,7 +89,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 			if t.State == kvstate.ThreadRunning || t.State == kvstate.ThreadPaused && po.resuming {
 				if len(t.Queue) >= kvstate.MaxQueue {
 					full = true
-					return nil // recorded as handled, not queued
+					t.Refuse(e.ID())
+					return nil // recorded as handled and refused, not queued
 				}
 				t.Queue = append(t.Queue, queued)
 				return nil
