@@ -187,13 +187,8 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 							withdrawn = append(withdrawn, o.ID)
 						}
 					}
-					if len(withdrawn) > 0 {
-						if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
-							events.DerivedID("elicitation.cancelled", rec.TurnID, in.ElicitationID), rec.TurnID,
-							events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
-								Reason: "another question of the same turn was cancelled"}); err != nil {
-							return err
-						}
+					if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, withdrawn); err != nil {
+						return err
 					}
 				}
 				return p.resumeIfSettled(ctx, rec)
@@ -227,17 +222,25 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		}
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", in.AnsweredBy)
-		if len(withdrawn) > 0 {
-			if err := p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
-				events.DerivedID("elicitation.cancelled", rec.TurnID, in.ElicitationID), rec.TurnID,
-				events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
-					Reason: "another question of the same turn was cancelled"}); err != nil {
-				return err
-			}
+		if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, withdrawn); err != nil {
+			return err
 		}
 		return p.resumeIfSettled(ctx, rec)
 	}
 	return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, kvstate.ErrConflict)
+}
+
+// announceWithdrawn publishes elicitation.cancelled for the questions a
+// cancel of cancelledID withdrew (nothing when there are none); the ID is
+// deterministic, so a redelivered cancel announces them once.
+func (p *Processor) announceWithdrawn(ctx context.Context, rec *kvstate.PausedTurn, cancelledID string, withdrawn []string) error {
+	if len(withdrawn) == 0 {
+		return nil
+	}
+	return p.publishChat(ctx, rec.Thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+		events.DerivedID("elicitation.cancelled", rec.TurnID, cancelledID), rec.TurnID,
+		events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
+			Reason: "another question of the same turn was cancelled"})
 }
 
 // resumeIfSettled publishes run.resumed once every elicitation is settled.

@@ -195,13 +195,7 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 	switch {
 	case suffix == events.ChatTurnRequested:
 		// Later messages of the thread wait for this one: let them go.
-		_, _ = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-			if t.LastTurnSeq >= d.StreamSeq {
-				return kvstate.ErrNoChange
-			}
-			t.LastTurnSeq = d.StreamSeq
-			return nil
-		})
+		_ = p.recordSeq(ctx, thread, d.StreamSeq)
 		_ = p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
 			events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
 			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail})

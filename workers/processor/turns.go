@@ -37,14 +37,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		if events.ValidToken("subject", thread) != nil {
 			return nil // no thread record for an invalid thread ID
 		}
-		_, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-			if t.LastTurnSeq >= d.StreamSeq {
-				return kvstate.ErrNoChange
-			}
-			t.LastTurnSeq = d.StreamSeq
-			return nil
-		})
-		return err
+		return p.recordSeq(ctx, thread, d.StreamSeq)
 	}
 	if err := p.awaitPredecessors(ctx, thread, d); err != nil {
 		return err
@@ -120,6 +113,20 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		}
 	}
 	return p.requestRun(ctx, t, e.ID())
+}
+
+// recordSeq records that the turn.requested at stream sequence seq was
+// dealt with (refused or dead-lettered) without queueing, so later
+// messages of the thread stop waiting for it.
+func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) error {
+	_, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t.LastTurnSeq >= seq {
+			return kvstate.ErrNoChange
+		}
+		t.LastTurnSeq = seq
+		return nil
+	})
+	return err
 }
 
 // awaitPredecessors holds a user message until every earlier

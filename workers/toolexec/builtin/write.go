@@ -190,6 +190,18 @@ func idsOf(es []Entity) []string {
 	return ids
 }
 
+// noneFound is the result of publish_entities or delete_entities when no
+// ID names an entity: an error result with the unknown IDs, under the
+// structured key verb ("published" or "deleted") as an empty list.
+func noneFound(verb string, unknown []string) *Result {
+	r := callResult(&schema.CallToolResult{
+		Content:           schema.ContentList{schema.Text("No entities " + verb + ": no entity has the ID " + strings.Join(unknown, ", ") + ".")},
+		StructuredContent: map[string]any{verb: []string{}, "unknown": unknown},
+		IsError:           true,
+	})
+	return &r
+}
+
 type publishEntities struct{ s *Site }
 
 func (publishEntities) Definition() schema.Tool {
@@ -220,12 +232,7 @@ func (t publishEntities) Call(ctx context.Context, req Request) (Result, error) 
 			return nil, nil, err
 		}
 		if len(found) == 0 {
-			r := callResult(&schema.CallToolResult{
-				Content:           schema.ContentList{schema.Text("No entities published: no entity has the ID " + strings.Join(unknown, ", ") + ".")},
-				StructuredContent: map[string]any{"published": []string{}, "unknown": unknown},
-				IsError:           true,
-			})
-			return nil, &r, nil
+			return nil, noneFound("published", unknown), nil
 		}
 		done := idsOf(found)
 		text := fmt.Sprintf("Published %s: %s.", plural(len(found), "entity", "entities"), strings.Join(done, ", "))
@@ -308,12 +315,7 @@ func (t deleteEntities) Call(ctx context.Context, req Request) (Result, error) {
 			return nil, nil, err
 		}
 		if len(found) == 0 {
-			r := callResult(&schema.CallToolResult{
-				Content:           schema.ContentList{schema.Text("No entities deleted: no entity has the ID " + strings.Join(unknown, ", ") + ".")},
-				StructuredContent: map[string]any{"deleted": []string{}, "unknown": unknown},
-				IsError:           true,
-			})
-			return nil, &r, nil
+			return nil, noneFound("deleted", unknown), nil
 		}
 		done := idsOf(found)
 		var text strings.Builder
