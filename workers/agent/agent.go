@@ -73,6 +73,7 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	if err != nil {
 		return nil, err
 	}
+	tools.SetLogger(o.Logger)
 	return &Agent{bus: b, runs: runs, tools: tools, provider: provider, opts: o, log: o.Logger}, nil
 }
 
@@ -452,6 +453,13 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 			return nil
 		}
 		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+c.Call.Name)
+		return nil
+	}
+	if errors.Is(err, kvstate.ErrIncompatible) {
+		// One unreadable definition must not stop the run (logged by the
+		// registry): the model hears that this tool cannot be used.
+		c.Status, c.Result = callDone, schema.ErrorResult(fmt.Sprintf(
+			"Tool %s cannot be used right now: its registered definition is unreadable, so it was not run.", c.Call.Name))
 		return nil
 	}
 	if err != nil {
