@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -189,7 +190,8 @@ func TestLargeToolResultStaysOutOfTheRunRecord(t *testing.T) {
 	if n := len(done.Message.Text); n > MaxResultTextBytes+1024 {
 		t.Errorf("final text is %d bytes, want at most about %d", n, MaxResultTextBytes)
 	}
-	if !strings.Contains(done.Message.Text, "Output cut") || !strings.Contains(done.Message.Text, "limit and cursor") {
+	if !strings.Contains(done.Message.Text, "Output cut") || !strings.Contains(done.Message.Text, "limit and cursor") ||
+		!strings.Contains(done.Message.Text, "it was stored as "+ResultsBucket+"/") || strings.Count(done.Message.Text, "Output cut") != 1 {
 		t.Errorf("final text does not say it was cut and how to get more: ...%s", done.Message.Text[len(done.Message.Text)-300:])
 	}
 	if b, _ := json.Marshal(done.Message); len(b) > MaxInlineResultBytes+MaxUserBlocksBytes {
@@ -349,5 +351,83 @@ func TestDecisionValuesDocumented(t *testing.T) {
 		if !documented[d.Decision] {
 			t.Errorf("decision %+v has an undocumented value", d)
 		}
+	}
+}
+
+// TestOldToolResultsShortened is issue 8 item 5 for a long run: fifteen
+// steps of 30 KiB results would make a run record of about 700 KiB; the
+// oldest results are shortened instead and the run completes.
+func TestOldToolResultsShortened(t *testing.T) {
+	steps := strings.Repeat(`{"tool_calls":[{"name":"look","arguments":{}}]},`, 15)
+	rules := `{"rules":[{"name":"r","match":".","steps":[` + steps + `{"text":"done"}]}],"fallback":"?"}`
+	r := newRig(t, rules, allowAll, tool("look", true, `{"type":"object"}`))
+	if err := r.request("run7", user("look a lot")); err != nil {
+		t.Fatal(err)
+	}
+	for step := range 15 {
+		res := &schema.CallToolResult{Content: schema.ContentList{schema.Text(fmt.Sprintf("step %d ", step) + strings.Repeat("y", 30<<10))}}
+		if err := r.result(events.ToolResult{RunID: "run7", CallID: fmt.Sprintf("call_%d_0", step), Result: res}); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+	}
+	if done := r.completed(); done.Message.Text != "done" {
+		t.Errorf("final = %q", done.Message.Text)
+	}
+	kve, err := r.a.runs.KV().Get(r.ctx, "run7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(kve.Value()); n > MaxRunBytes {
+		t.Errorf("run record is %d bytes, want at most %d", n, MaxRunBytes)
+	}
+	var run Run
+	if err := json.Unmarshal(kve.Value(), &run); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range run.Messages {
+		if m.Role == model.RoleTool {
+			if !strings.Contains(m.Text, "shortened to keep the run record small") {
+				t.Errorf("oldest tool result not shortened: %.80q", m.Text)
+			}
+			break
+		}
+	}
+}
+
+// TestRunTooLargeFailsCleanly: a run that cannot be brought under
+// MaxRunBytes (this turn's own message is larger) fails with
+// run_too_large: the handler succeeds, nothing is dead-lettered.
+func TestRunTooLargeFailsCleanly(t *testing.T) {
+	r := newRig(t, `{"rules":[],"fallback":"?"}`, allowAll)
+	if err := r.request("run8", user(strings.Repeat("z", MaxRunBytes+1))); err != nil {
+		t.Fatalf("handler error (would be retried, then dead-lettered): %v", err)
+	}
+	e := r.outcome()
+	f, err := events.Data[events.RunFailed](e)
+	if err != nil || e.Type() != events.TypeRunFailed || f.Reason != RejectRunTooLarge {
+		t.Fatalf("outcome %s %s, want run.failed %s", e.Type(), e.Data(), RejectRunTooLarge)
+	}
+}
+
+// TestCutText: a cut never splits a character and always says what was
+// cut; the final message's blocks are bounded with a count of the rest.
+func TestCutText(t *testing.T) {
+	s := strings.Repeat("é", 100) // 200 bytes
+	got := cutText(s, 51, "hint")
+	head, _, _ := strings.Cut(got, "\n")
+	if !utf8.ValidString(head) || len(head) != 50 || !strings.Contains(got, "the first 50 of 200 bytes") || !strings.HasSuffix(got, "hint]") {
+		t.Errorf("cutText = %q", got)
+	}
+	if cutText("short", 10, "x") != "short" {
+		t.Error("a text under the limit was changed")
+	}
+	var blocks schema.ContentList
+	for i := range 2000 {
+		blocks = append(blocks, &schema.ResourceLink{URI: fmt.Sprintf("https://site.example/node/%d", i), Name: "n"})
+	}
+	text, kept := boundUserBlocks("answer", blocks)
+	b, _ := json.Marshal(kept)
+	if len(b) > MaxUserBlocksBytes || len(kept) == 0 || !strings.Contains(text, fmt.Sprintf("(%d more items are not shown here.)", 2000-len(kept))) {
+		t.Errorf("kept %d blocks (%d bytes), text %q", len(kept), len(b), text)
 	}
 }

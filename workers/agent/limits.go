@@ -133,12 +133,13 @@ func reduceResult(r *schema.CallToolResult, size int, ref *ResultRef) *schema.Ca
 	if left > 0 {
 		note += fmt.Sprintf(" [%d more content blocks left out.]", left)
 	}
-	out.Content = append(schema.ContentList{schema.Text(cutText(text, MaxResultTextBytes, "") + "\n" + note)}, blocks...)
+	// Leave room for the note, so modelText does not cut it off again.
+	out.Content = append(schema.ContentList{schema.Text(cutText(text, MaxResultTextBytes-1024, askForLess) + "\n" + note)}, blocks...)
 	return out
 }
 
 // fitBlocks returns the blocks of in that keep, in order, while their
-// encodings fit in budget bytes, and how many keep-able blocks were left
+// encodings (as a JSON array) fit in budget bytes, and how many keep-able blocks were left
 // out.
 func fitBlocks(in schema.ContentList, budget int, keep func(schema.Content) bool) (schema.ContentList, int) {
 	var out schema.ContentList
@@ -148,12 +149,13 @@ func fitBlocks(in schema.ContentList, budget int, keep func(schema.Content) bool
 			continue
 		}
 		b, err := json.Marshal(c)
-		if err != nil || len(b) > budget {
+		n := len(b) + 1 // and its separator in the JSON array
+		if err != nil || n > budget {
 			left++
 			budget = -1 // keep the order: nothing after a block left out
 			continue
 		}
-		budget -= len(b)
+		budget -= n
 		out = append(out, c)
 	}
 	return out, left
@@ -162,9 +164,11 @@ func fitBlocks(in schema.ContentList, budget int, keep func(schema.Content) bool
 // modelText is the text of a tool result as the model reads it: at most
 // MaxResultTextBytes, with a note when it was cut.
 func modelText(r *schema.CallToolResult) string {
-	return cutText(model.ResultText(r), MaxResultTextBytes,
-		"Ask the tool for less (a narrower filter, or its limit and cursor arguments) to see the rest.")
+	return cutText(model.ResultText(r), MaxResultTextBytes, askForLess)
 }
+
+// askForLess ends the note on a cut result.
+const askForLess = "Ask the tool for less (a narrower filter, or its limit and cursor arguments) to see the rest."
 
 // cutText returns s if it fits in max bytes, else its longest prefix that
 // does (at a character boundary) and a note saying what was cut, followed
