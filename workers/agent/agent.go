@@ -504,6 +504,10 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	if c.Decision == nil {
 		// A call that cannot run is refused before any policy or person is
 		// asked about it; the model sees why.
+		if r := argumentsTooLarge(tool, c.Call.Arguments); r != nil {
+			c.Status, c.Result = callDone, r
+			return nil
+		}
 		if err := tool.ValidateArguments(c.Call.Arguments); err != nil {
 			c.Status, c.Result = callDone, argumentsResult(tool, err)
 			return nil

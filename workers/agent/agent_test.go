@@ -431,3 +431,18 @@ func TestCutText(t *testing.T) {
 		t.Errorf("kept %d blocks (%d bytes), text %q", len(kept), len(b), text)
 	}
 }
+
+// TestOversizeArgumentsRefused: arguments over MaxArgumentsBytes are a
+// tool error before policy (no decision), never a tool.call event that
+// could not be published.
+func TestOversizeArgumentsRefused(t *testing.T) {
+	big, _ := json.Marshal(map[string]string{"text": strings.Repeat("w", MaxArgumentsBytes)})
+	r := newRig(t, oneCall("note", string(big)), allowAll, tool("note", true, `{"type":"object"}`))
+	if err := r.request("run9", user("note this")); err != nil {
+		t.Fatal(err)
+	}
+	done := r.completed()
+	if !strings.Contains(done.Message.Text, "more than the limit") || len(done.Decisions) != 0 {
+		t.Errorf("final = %q, decisions %+v; want the limit named and no decision", done.Message.Text, done.Decisions)
+	}
+}

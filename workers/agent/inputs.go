@@ -15,6 +15,22 @@ import (
 // error for the model, never a question (docs/events.md, "Limits").
 const MaxFormBytes = 64 << 10
 
+// MaxArgumentsBytes bounds the arguments of one tool call, as the model
+// wrote them. Larger arguments are refused before policy, like arguments
+// that do not fit the inputSchema: a tool error for the model, no
+// decision.
+const MaxArgumentsBytes = 64 << 10
+
+// argumentsTooLarge returns the tool error for arguments over
+// MaxArgumentsBytes, or nil.
+func argumentsTooLarge(tool *schema.Tool, args json.RawMessage) *schema.CallToolResult {
+	if len(args) <= MaxArgumentsBytes {
+		return nil
+	}
+	return schema.ErrorResult(fmt.Sprintf("%s was not run, so nothing changed: its arguments are %d bytes, more than the limit of %d.",
+		tool.DisplayName(), len(args), MaxArgumentsBytes))
+}
+
 // checkForm validates a form a tool or a policy service wants asked, for
 // the MCP revision rev the clients render (ElicitRequestParams.Validate)
 // and against MaxFormBytes. The error names the rule broken.
