@@ -204,6 +204,7 @@ func TestLargeToolResultStaysOutOfTheRunRecord(t *testing.T) {
 	if n := len(kve.Value()); n > MaxRunBytes {
 		t.Errorf("run record is %d bytes, want at most %d", n, MaxRunBytes)
 	}
+	t.Logf("tool result %d bytes; run record %d bytes; final text %d bytes", len(whole), len(kve.Value()), len(done.Message.Text))
 	var run Run
 	if err := json.Unmarshal(kve.Value(), &run); err != nil {
 		t.Fatal(err)

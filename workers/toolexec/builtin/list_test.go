@@ -41,6 +41,7 @@ func TestListEntitiesPages(t *testing.T) {
 		t.Errorf("total = %v, want %d", got, len(all))
 	}
 	size, _ := json.Marshal(first)
+	t.Logf("first page of %d entities: %d bytes", len(all), len(size))
 	if len(size) > 64<<10 {
 		t.Errorf("first page is %d bytes on a site of %d entities, want it bounded (<= 64 KiB)", len(size), len(all))
 	}
