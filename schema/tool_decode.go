@@ -11,7 +11,7 @@ import (
 // a reader that cannot decode one may treat it as absent. Without
 // annotations a tool takes MCP's defaults (not read-only, destructive), so
 // dropping them can only make gating stricter.
-var optionalToolMembers = []string{"annotations", "_meta", "title", "description", "icons"}
+var optionalToolMembers = []string{"annotations", "_meta", "title", "description"}
 
 // DecodeToolTolerant decodes a stored tool definition, treating an
 // unreadable optional member (annotations, _meta, title, description) as

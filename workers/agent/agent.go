@@ -528,7 +528,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	case events.DecisionConfirm:
 		req, who := c.Decision.Elicitation, "the policy service"
 		if req == nil {
-			req, who = schema.NewConfirmationRequest(tool, c.Call), "the confirmation"
+			req, who = schema.NewConfirmationRequest(tool, c.Call), "its confirmation form"
 		}
 		if err := checkForm(req, a.opts.FormRevision); err != nil {
 			a.refuseForm(ctx, run, c, who, err)
