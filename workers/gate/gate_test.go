@@ -148,14 +148,18 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// waitGate waits up to 5 s for the gate's micro service to answer
+// discovery. No responders comes back at once, so it pauses between tries.
 func waitGate(t *testing.T, srv *bustest.Server) {
 	nc := srv.Connect(t)
-	for range 50 {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
 		if _, err := nc.Request("$SRV.PING.parley-gate", nil, 100*time.Millisecond); err == nil {
 			return
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("gate did not come up")
+	t.Fatal("gate did not come up within 5s")
 }
 
 // TestUnreadableAnnotationConfirms is issue 8 item 9 at the gate: a
