@@ -68,9 +68,12 @@ func newRig(t *testing.T, rules string, policy func(events.PreExecuteRequest) ev
 			return events.New("/test/policy", events.TypePreExecuteDecided, req.Subject(), policy(in))
 		})
 	}()
-	for range 50 {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := nc.Request("$SRV.PING.test-policy", nil, 100*time.Millisecond); err == nil {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("test policy service did not come up within 5s")
 		}
 	}
 	provider, err := model.NewScripted([]byte(rules))
