@@ -67,6 +67,10 @@ type PausedTurn struct {
 	// Resumed is set once every elicitation is settled and the resume was
 	// published; the record then only answers late submits.
 	Resumed bool `json:"resumed,omitempty"`
+	// RunSeq is the PARLEY_RUNS stream sequence of the run.paused event
+	// this record stores: a pause of the same turn at or below the stored
+	// one is stale and never replaces it (ErrStale).
+	RunSeq uint64 `json:"runSeq,omitempty"`
 	// WithdrawnBy is the turn.requested event whose message superseded the
 	// turn, and Withdrawn the questions it withdrew (stored in the same
 	// write that marked them cancelled), so a redelivery of that message
@@ -106,6 +110,10 @@ func (p *PausedTurn) PendingIDs() []string {
 	return ids
 }
 
+// ErrStale is returned by PausedStore.Save for a pause older than the one
+// stored for the same turn (a late redelivery): it must be ignored.
+var ErrStale = errors.New("kvstate: stale pause")
+
 // PausedStore keeps paused turns.
 type PausedStore struct {
 	b *Bucket[PausedTurn]
@@ -138,7 +146,8 @@ func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uin
 // when that has passed). A live record already there is replaced if it is
 // settled (the previous pause of the turn) or belongs to another turn (the
 // thread moved on from it); a record of the same turn still pending fails
-// with ErrConflict. The caller checks that p's turn is the thread's
+// with ErrConflict, and an older pause of the same turn (by RunSeq) than
+// the stored one fails with ErrStale. The caller checks that p's turn is the thread's
 // active one and that the pause is not stale.
 func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	p.Format = PausedFormat
@@ -155,6 +164,10 @@ func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	}
 	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
 		return oldRev, nil // a redelivered pause: already stored
+	}
+	if err == nil && old.TurnID == p.TurnID && p.RunSeq != 0 && p.RunSeq <= old.RunSeq {
+		return 0, fmt.Errorf("thread %s: pause at runs sequence %d is older than the stored one (%d): %w",
+			p.Thread, p.RunSeq, old.RunSeq, ErrStale)
 	}
 	if err == nil && old.TurnID == p.TurnID && !old.Settled() {
 		return 0, fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
