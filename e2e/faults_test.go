@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/agent"
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Tests of the faults of issue 8 (thread state machine under crashes and
@@ -76,13 +79,46 @@ func TestLatePauseIgnored(t *testing.T) {
 	}
 }
 
-// Items 2 and 4: a message sent while the turn runs queues, also when the
-// turn then pauses; a message sent after the pause supersedes the paused
-// turn, and runs after the earlier queued one (stream order).
+// startAgent starts an agent on its own connection (for a system started
+// with noAgent), stopped with the test.
+func (s *system) startAgent() {
+	s.t.Helper()
+	nc := s.srv.Connect(s.t)
+	b, err := bus.New(nc, &bus.Options{Logger: s.log.With("worker", "agent")})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	a, err := agent.New(ctx, b, s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	s.t.Cleanup(func() { cancel(); <-done })
+}
+
+// Item 2, as the issue reproduces it: no agent running, #1 starts and #2
+// queues; an agent starts and #1 pauses; #3, sent after the pause,
+// supersedes #1 and runs after #2 (stream order), not before it.
 func TestFIFOAcrossSupersede(t *testing.T) {
-	s := start(t, options{processors: 2})
+	s := start(t, options{processors: 2, noAgent: true})
 	m1 := s.send("fs", deleteDrafts)
 	m2 := s.send("fs", "list everything")
+	ts, err := kvstate.OpenThreads(s.ctx, s.bus.JetStream(), s.bus.Storage(), 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		th, _, err := ts.Load(s.ctx, "fs")
+		if err == nil && len(th.Queue) == 1 && th.Queue[0].EventID == m2.ID() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("#2 was not queued behind #1: %+v, %v", th, err)
+		}
+	}
+	s.startAgent()
 	s.rec.await(t, 10*time.Second, "fs", events.TypeTurnPaused, 1)
 	m3 := s.send("fs", "what can you do?")
 	c := s.rec.await(t, 10*time.Second, "fs", events.TypeElicitationCancelled, 1)
