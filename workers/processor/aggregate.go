@@ -160,7 +160,9 @@ func classifyPause(t *kvstate.Thread, turnID, id string, runSeq uint64) outcomeA
 	}
 	switch t.State {
 	case kvstate.ThreadPaused:
-		if t.RunSeq == runSeq || t.Seen(id) {
+		// The pause the thread is on (a record written before RunSeq
+		// existed is recognised by the event ID).
+		if t.RunSeq == runSeq || t.RunSeq == 0 && t.Seen(id) {
 			return outcomeRepeat
 		}
 	case kvstate.ThreadRunning:

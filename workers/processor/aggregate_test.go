@@ -72,6 +72,11 @@ func TestClassifyRunOutcomes(t *testing.T) {
 
 	pausedNow := pausedOn(running(), 10, 1, "q1")
 
+	pausedAgain := running()
+	pausedOn(pausedAgain, 10, 1, "q1")
+	_ = applyResume(pausedAgain, &kvstate.PausedTurn{TurnID: turn})
+	pausedOn(pausedAgain, 20, 1, "q2")
+
 	tests := []struct {
 		name   string
 		thread *kvstate.Thread
@@ -88,6 +93,7 @@ func TestClassifyRunOutcomes(t *testing.T) {
 		{"late second pause while the turn runs after it", resumedAgain, true, turn, "p2", 20, outcomeStale},
 		{"redelivered pause while paused on it", pausedNow, true, turn, pauseID(10), 10, outcomeRepeat},
 		{"a later pause while paused", pausedNow, true, turn, "p9", 11, outcomeStale},
+		{"late first pause while paused on the second", pausedAgain, true, turn, pauseID(10), 10, outcomeStale},
 		{"completion of the running turn", resumedAgain, false, turn, "c1", 30, outcomeApply},
 		{"redelivered completion", ended, false, turn, "done", 30, outcomeRepeat},
 		{"another completion of an ended turn", ended, false, turn, "c2", 31, outcomeStale},

@@ -290,9 +290,14 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 	if err != nil {
 		return err
 	}
-	if classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq) == outcomeStale {
+	switch classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq) {
+	case outcomeStale:
 		p.log.InfoContext(ctx, "ignoring a stale completion (the turn is not active, or moved past it)", "subject", thread, "turn_id", in.TurnID)
 		return nil
+	case outcomeRepeat:
+		// Recorded, so announced before (the end is published first): only
+		// the next turn's start may be missing.
+		return p.requestNext(ctx, t)
 	}
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
@@ -329,9 +334,12 @@ func (p *Processor) onRunFailed(ctx context.Context, d *bus.Delivery, in events.
 	if err != nil {
 		return err
 	}
-	if in.TurnID == "" || classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq) == outcomeStale {
+	switch act := classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq); {
+	case in.TurnID == "" || act == outcomeStale:
 		p.log.InfoContext(ctx, "ignoring a stale failure (the turn is not active, or moved past it)", "subject", thread, "turn_id", in.TurnID)
 		return nil
+	case act == outcomeRepeat:
+		return p.requestNext(ctx, t) // announced before it was recorded
 	}
 	if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
 		events.DerivedID("turn.failed", in.TurnID), in.TurnID,
