@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -334,4 +335,92 @@ func normalizeAnswer(r schema.ElicitResult, req *schema.ElicitRequestParams) (ou
 		}
 	}
 	return out, dropped
+}
+
+// answerVerdict is what an elicitation.responded does to a paused record.
+type answerVerdict struct {
+	// reason is the rejection reason ("" when not rejected), with detail
+	// and the violations of the content.
+	reason string
+	detail string
+	errors []schema.Violation
+	// unknown: the record has no elicitation with the ID (the answer may
+	// have resumed an earlier pause of the turn: the caller checks).
+	unknown bool
+	// consumed: the answer won now; the record was changed and must be
+	// written (revision-checked) before anything is announced.
+	consumed bool
+	// withdrawn are the questions a cancel withdrew (to announce; also on
+	// a redelivery of the winning cancel).
+	withdrawn []string
+	// dropped names content the action may not carry, dropped.
+	dropped []string
+}
+
+// applyAnswer checks the answer id (data in) against the paused record rec
+// at time now, in the order of the catalogue (unknown_or_expired,
+// invalid_content, already_consumed; invalid_event and state_incompatible
+// are the caller's), and consumes it: the first answer wins, a cancel
+// withdraws the turn's other open questions, and a settled record is
+// marked Resumed. A redelivery of the winning answer is neither rejected
+// nor consumed again (consumed false, reason ""): the caller finishes what
+// it started.
+func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationResponded, now time.Time) answerVerdict {
+	el := rec.Find(in.ElicitationID)
+	switch {
+	case el == nil:
+		return answerVerdict{unknown: true, reason: events.RejectUnknownOrExpired,
+			detail: "no pending elicitation with this ID on the thread"}
+	case !now.Before(rec.ExpiresAt):
+		return answerVerdict{reason: events.RejectUnknownOrExpired, detail: "the paused turn expired"}
+	case el.Status == kvstate.StatusCancelled:
+		return answerVerdict{reason: events.RejectUnknownOrExpired,
+			detail: "the elicitation was withdrawn (a newer message, or a cancel of another question of the turn)"}
+	}
+	result, dropped := normalizeAnswer(in.Result(), &el.Request)
+	v := answerVerdict{dropped: dropped}
+	if err := result.Validate(&el.Request); err != nil {
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			v.errors = ve.Violations
+		} else {
+			v.errors = []schema.Violation{{Path: "content", Rule: err.Error()}}
+		}
+		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; the question is still open"
+		return v
+	}
+	if el.Status == kvstate.StatusConsumed {
+		if el.ResponseEventID != id {
+			v.reason, v.detail = events.RejectAlreadyConsumed, "this elicitation was already answered"
+			return v
+		}
+		if el.Result != nil && el.Result.Action == schema.ActionCancel {
+			for _, o := range rec.Elicitations {
+				if o.Status == kvstate.StatusCancelled {
+					v.withdrawn = append(v.withdrawn, o.ID)
+				}
+			}
+		}
+		return v
+	}
+	el.Status = kvstate.StatusConsumed
+	el.Result = &result
+	el.AnsweredBy = in.AnsweredBy
+	el.AnsweredAt = now.UTC()
+	el.ResponseEventID = id
+	if result.Action == schema.ActionCancel {
+		// Cancel ends the iteration: the turn's other questions are
+		// withdrawn, not left waiting.
+		v.withdrawn = rec.PendingIDs()
+		for i := range rec.Elicitations {
+			if rec.Elicitations[i].Status == kvstate.StatusPending {
+				rec.Elicitations[i].Status = kvstate.StatusCancelled
+			}
+		}
+	}
+	if rec.Settled() {
+		rec.Resumed = true
+	}
+	v.consumed = true
+	return v
 }

@@ -340,3 +340,83 @@ func TestNormalizeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// The answer transition: checks in the catalogue's order, exactly one
+// winner, cancel withdraws the others, decline with stray content is
+// honoured, a redelivered winner is neither rejected nor consumed again.
+func TestApplyAnswer(t *testing.T) {
+	now := time.Now()
+	form := schema.ElicitRequestParams{Message: "When?", RequestedSchema: schema.RequestedSchema{
+		Type: "object", Properties: map[string]*schema.PropertySchema{"date": {Type: "string", Format: "date"}},
+		Required: []string{"date"}}}
+	rec := func() *kvstate.PausedTurn {
+		r := &kvstate.PausedTurn{TurnID: "turn", ExpiresAt: now.Add(time.Minute)}
+		for _, id := range []string{"q1", "q2"} {
+			r.Elicitations = append(r.Elicitations, kvstate.Elicitation{
+				PendingElicitation: events.PendingElicitation{ID: id, Request: form}, Status: kvstate.StatusPending})
+		}
+		return r
+	}
+	ans := func(q string, action schema.ElicitAction, content map[string]any) events.ElicitationResponded {
+		return events.ElicitationResponded{ElicitationID: q, Action: action, Content: content, AnsweredBy: "ann"}
+	}
+	date := map[string]any{"date": "2026-12-12"}
+	tests := []struct {
+		name          string
+		rec           func() *kvstate.PausedTurn
+		id            string
+		in            events.ElicitationResponded
+		at            time.Time
+		wantReason    string
+		wantConsumed  bool
+		wantWithdrawn []string
+		wantResumed   bool
+	}{
+		{"unknown ID", rec, "a1", ans("q9", schema.ActionAccept, date), now, events.RejectUnknownOrExpired, false, nil, false},
+		{"after expiresAt", rec, "a1", ans("q1", schema.ActionAccept, date), now.Add(time.Minute), events.RejectUnknownOrExpired, false, nil, false},
+		{"invalid content", rec, "a1", ans("q1", schema.ActionAccept, map[string]any{"date": "friday"}), now, events.RejectInvalidContent, false, nil, false},
+		{"accept one of two", rec, "a1", ans("q1", schema.ActionAccept, date), now, "", true, nil, false},
+		{"decline with stray content is honoured", rec, "a1", ans("q1", schema.ActionDecline, map[string]any{"date": "x"}), now, "", true, nil, false},
+		{"cancel withdraws the other", rec, "a1", ans("q1", schema.ActionCancel, date), now, "", true, []string{"q2"}, true},
+		{"second answer", func() *kvstate.PausedTurn {
+			r := rec()
+			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), now)
+			return r
+		}, "a2", ans("q1", schema.ActionAccept, date), now, events.RejectAlreadyConsumed, false, nil, false},
+		{"redelivered winner", func() *kvstate.PausedTurn {
+			r := rec()
+			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), now)
+			return r
+		}, "a1", ans("q1", schema.ActionCancel, nil), now, "", false, []string{"q2"}, true},
+		{"answer to a withdrawn question", func() *kvstate.PausedTurn {
+			r := rec()
+			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), now)
+			return r
+		}, "a2", ans("q2", schema.ActionAccept, date), now, events.RejectUnknownOrExpired, false, nil, true},
+		{"last answer settles", func() *kvstate.PausedTurn {
+			r := rec()
+			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), now)
+			return r
+		}, "a2", ans("q2", schema.ActionDecline, nil), now, "", true, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.rec()
+			v := applyAnswer(r, tt.id, tt.in, tt.at)
+			if v.reason != tt.wantReason || v.consumed != tt.wantConsumed || !slices.Equal(v.withdrawn, tt.wantWithdrawn) ||
+				r.Resumed != tt.wantResumed {
+				t.Fatalf("verdict %+v, resumed %v; want reason %q, consumed %v, withdrawn %v, resumed %v",
+					v, r.Resumed, tt.wantReason, tt.wantConsumed, tt.wantWithdrawn, tt.wantResumed)
+			}
+			if v.consumed {
+				el := r.Find(tt.in.ElicitationID)
+				if el.Status != kvstate.StatusConsumed || el.ResponseEventID != tt.id || el.AnsweredBy != "ann" {
+					t.Errorf("consumed elicitation = %+v", el)
+				}
+				if el.Result.Action != schema.ActionAccept && el.Result.Content != nil {
+					t.Errorf("a %s kept content %v", el.Result.Action, el.Result.Content)
+				}
+			}
+		})
+	}
+}

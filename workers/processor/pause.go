@@ -187,86 +187,31 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		case err != nil:
 			return err
 		}
-		el := rec.Find(in.ElicitationID)
-		if el == nil && p.usedBefore(ctx, thread, e.ID()) {
-			return nil
-		}
-		if el == nil || time.Now().After(rec.ExpiresAt) {
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"no pending elicitation with this ID on the thread", nil)
-		}
-		if el.Status == kvstate.StatusCancelled {
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"the elicitation was withdrawn (a newer message, or a cancel of another question of the turn)", nil)
-		}
-		result, dropped := normalizeAnswer(in.Result(), &el.Request)
-		if len(dropped) > 0 {
+		v := applyAnswer(rec, e.ID(), in, time.Now())
+		if len(v.dropped) > 0 {
 			p.log.WarnContext(ctx, "dropped content the action does not carry", "subject", thread,
-				"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", dropped)
+				"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
 		}
-		if verr := result.Validate(&el.Request); verr != nil {
-			var ve *schema.ValidationError
-			var vs []schema.Violation
-			if errors.As(verr, &ve) {
-				vs = ve.Violations
-			} else {
-				vs = []schema.Violation{{Path: "content", Rule: verr.Error()}}
+		switch {
+		case v.unknown && p.usedBefore(ctx, thread, e.ID()):
+			return nil // used to resume an earlier pause of the turn
+		case v.reason != "":
+			return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
+		case v.consumed:
+			if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
+				continue // another answer changed the record: check again
+			} else if errors.Is(err, kvstate.ErrExpired) {
+				return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
+					"the paused turn expired", nil)
+			} else if err != nil {
+				return err
 			}
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
-				"the answer does not fit the requested schema; the question is still open", vs)
+			p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
+				"action", in.Action, "answered_by", in.AnsweredBy)
 		}
-		if el.Status == kvstate.StatusConsumed {
-			if el.ResponseEventID == e.ID() {
-				// Redelivery of the winning answer: finish what it started.
-				if el.Result != nil && el.Result.Action == schema.ActionCancel {
-					var withdrawn []string
-					for _, o := range rec.Elicitations {
-						if o.Status == kvstate.StatusCancelled {
-							withdrawn = append(withdrawn, o.ID)
-						}
-					}
-					if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, withdrawn); err != nil {
-						return err
-					}
-				}
-				if err := p.markAnswered(ctx, rec, in.ElicitationID); err != nil {
-					return err
-				}
-				return p.resumeIfSettled(ctx, rec)
-			}
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectAlreadyConsumed,
-				"this elicitation was already answered", nil)
-		}
-		el.Status = kvstate.StatusConsumed
-		el.Result = &result
-		el.AnsweredBy = in.AnsweredBy
-		el.AnsweredAt = time.Now().UTC()
-		el.ResponseEventID = e.ID()
-		var withdrawn []string
-		if result.Action == schema.ActionCancel {
-			// Cancel ends the iteration: the turn's other questions are
-			// withdrawn, not left waiting.
-			withdrawn = rec.PendingIDs()
-			for i := range rec.Elicitations {
-				if rec.Elicitations[i].Status == kvstate.StatusPending {
-					rec.Elicitations[i].Status = kvstate.StatusCancelled
-				}
-			}
-		}
-		if rec.Settled() {
-			rec.Resumed = true
-		}
-		if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
-			continue // another answer changed the record: check again
-		} else if errors.Is(err, kvstate.ErrExpired) {
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"the paused turn expired", nil)
-		} else if err != nil {
-			return err
-		}
-		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
-			"action", in.Action, "answered_by", in.AnsweredBy)
-		if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, withdrawn); err != nil {
+		// Consumed now, or the winning answer redelivered: finish what it
+		// started (each step is idempotent).
+		if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
 			return err
 		}
 		if err := p.markAnswered(ctx, rec, in.ElicitationID); err != nil {
