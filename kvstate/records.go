@@ -196,6 +196,36 @@ func (s *PausedStore) Update(ctx context.Context, p *PausedTurn, rev uint64) (ui
 	return s.b.UpdateUntil(ctx, p.Thread, *p, rev, p.ExpiresAt)
 }
 
+// Mutate loads the paused record of thread, applies fn and writes it back
+// if it is still at the revision read, with its TTL until ExpiresAt,
+// retrying on conflict (up to 20 times). fn may run more than once and
+// must only change p. If fn returns ErrNoChange nothing is written and
+// Mutate returns the record read and nil; any other error is returned as
+// is. A missing record is ErrNotFound and an unreadable one
+// ErrIncompatible (fn is not called); a write past ExpiresAt fails with
+// ErrExpired (see Update).
+func (s *PausedStore) Mutate(ctx context.Context, thread string, fn func(p *PausedTurn) error) (*PausedTurn, error) {
+	for range 20 {
+		p, rev, err := s.Load(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(p); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				return p, nil
+			}
+			return nil, err
+		}
+		if _, err := s.Update(ctx, p, rev); errors.Is(err, ErrConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("updating the paused turn of %s: too many concurrent writers: %w", thread, ErrConflict)
+}
+
 // Delete removes the record of thread if still at rev.
 func (s *PausedStore) Delete(ctx context.Context, thread string, rev uint64) error {
 	return s.b.Delete(ctx, thread, rev)

@@ -418,3 +418,53 @@ func TestPausedStoreRewriteAfterExpiresAt(t *testing.T) {
 		return errors.Is(err, ErrNotFound)
 	})
 }
+
+// PausedStore.Mutate: one winner among concurrent writers (CAS), no write
+// on ErrNoChange, ErrNotFound for a missing record, TTL kept.
+func TestPausedStoreMutate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	if _, err := s.Mutate(ctx, "none", func(*PausedTurn) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Mutate(missing) = %v, want ErrNotFound", err)
+	}
+	rev, err := s.Save(ctx, paused("t-m", "turn-1", 2*time.Second, "e1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mutate(ctx, "t-m", func(*PausedTurn) error { return ErrNoChange }); err != nil {
+		t.Fatal(err)
+	}
+	if _, r, _ := s.Load(ctx, "t-m"); r != rev {
+		t.Errorf("ErrNoChange wrote revision %d (was %d)", r, rev)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			won := false
+			_, err := s.Mutate(ctx, "t-m", func(p *PausedTurn) error {
+				won = false
+				if p.Elicitations[0].Status != StatusPending {
+					return ErrNoChange
+				}
+				p.Elicitations[0].Status, won = StatusConsumed, true
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			if won {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Errorf("%d writers consumed the elicitation, want exactly 1", wins.Load())
+	}
+	eventually(t, 5*time.Second, "the mutated record to expire", func() bool {
+		_, _, err := s.Load(ctx, "t-m")
+		return errors.Is(err, ErrNotFound)
+	})
+}

@@ -173,53 +173,50 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
-	for range 20 {
-		rec, rev, err := p.paused.Load(ctx, thread)
-		switch {
-		case errors.Is(err, kvstate.ErrNotFound):
-			if p.usedBefore(ctx, thread, e.ID()) {
-				return nil
-			}
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"the thread has no paused turn (it expired, or was never paused)", nil)
-		case errors.Is(err, kvstate.ErrIncompatible):
-			return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
-		case err != nil:
-			return err
+	var v answerVerdict
+	rec, err := p.paused.Mutate(ctx, thread, func(rec *kvstate.PausedTurn) error {
+		v = applyAnswer(rec, e.ID(), in, time.Now())
+		if !v.consumed {
+			return kvstate.ErrNoChange
 		}
-		v := applyAnswer(rec, e.ID(), in, time.Now())
-		if len(v.dropped) > 0 {
-			p.log.WarnContext(ctx, "dropped content the action does not carry", "subject", thread,
-				"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
+		return nil
+	})
+	switch {
+	case errors.Is(err, kvstate.ErrNotFound):
+		if p.usedBefore(ctx, thread, e.ID()) {
+			return nil
 		}
-		switch {
-		case v.unknown && p.usedBefore(ctx, thread, e.ID()):
-			return nil // used to resume an earlier pause of the turn
-		case v.reason != "":
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
-		case v.consumed:
-			if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
-				continue // another answer changed the record: check again
-			} else if errors.Is(err, kvstate.ErrExpired) {
-				return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-					"the paused turn expired", nil)
-			} else if err != nil {
-				return err
-			}
-			p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
-				"action", in.Action, "answered_by", in.AnsweredBy)
-		}
-		// Consumed now, or the winning answer redelivered: finish what it
-		// started (each step is idempotent).
-		if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
-			return err
-		}
-		if err := p.markAnswered(ctx, rec, in.ElicitationID); err != nil {
-			return err
-		}
-		return p.resumeIfSettled(ctx, rec)
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
+			"the thread has no paused turn (it expired, or was never paused)", nil)
+	case errors.Is(err, kvstate.ErrIncompatible):
+		return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
+	case errors.Is(err, kvstate.ErrExpired):
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired, "the paused turn expired", nil)
+	case err != nil:
+		return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, err)
 	}
-	return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, kvstate.ErrConflict)
+	if len(v.dropped) > 0 {
+		p.log.WarnContext(ctx, "dropped content the action does not carry", "subject", thread,
+			"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
+	}
+	switch {
+	case v.unknown && p.usedBefore(ctx, thread, e.ID()):
+		return nil // used to resume an earlier pause of the turn
+	case v.reason != "":
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
+	case v.consumed:
+		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
+			"action", in.Action, "answered_by", in.AnsweredBy)
+	}
+	// Consumed now, or the winning answer redelivered: finish what it
+	// started (each step is idempotent).
+	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
+		return err
+	}
+	if err := p.markAnswered(ctx, rec, in.ElicitationID); err != nil {
+		return err
+	}
+	return p.resumeIfSettled(ctx, rec)
 }
 
 // markAnswered removes a consumed question from the thread's open list

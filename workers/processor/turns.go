@@ -227,31 +227,29 @@ var errPauseChanged = errors.New("the thread's pause changed")
 // questions are marked cancelled (a revision-checked update, so an answer
 // racing it either wins first or is refused); see planWithdraw.
 func (p *Processor) withdraw(ctx context.Context, t *kvstate.Thread, by string) (pauseOutcome, error) {
-	for range 20 {
-		rec, rev, err := p.paused.Load(ctx, t.ID)
-		switch {
-		case errors.Is(err, kvstate.ErrNotFound), errors.Is(err, kvstate.ErrIncompatible):
-			rec = nil // gone: the turn expired
-		case err != nil:
-			return pauseOutcome{}, err
+	var (
+		po    pauseOutcome
+		wrote bool
+	)
+	_, err := p.paused.Mutate(ctx, t.ID, func(rec *kvstate.PausedTurn) error {
+		po, wrote = planWithdraw(rec, t.TurnID, t.Pending, by, time.Now())
+		if !wrote {
+			return kvstate.ErrNoChange
 		}
-		po, write := planWithdraw(rec, t.TurnID, t.Pending, by, time.Now())
-		if !write {
-			return po, nil
-		}
-		_, err = p.paused.Update(ctx, rec, rev)
-		switch {
-		case errors.Is(err, kvstate.ErrConflict):
-			continue
-		case errors.Is(err, kvstate.ErrExpired):
-			return pauseOutcome{turnID: t.TurnID, expired: t.Pending}, nil
-		case err != nil:
-			return po, err
-		}
-		p.fault(faultAfterWithdraw)
+		return nil
+	})
+	switch {
+	case errors.Is(err, kvstate.ErrNotFound), errors.Is(err, kvstate.ErrIncompatible), errors.Is(err, kvstate.ErrExpired):
+		// Gone, unreadable, or past expiresAt: the turn expired.
+		po, _ = planWithdraw(nil, t.TurnID, t.Pending, by, time.Now())
 		return po, nil
+	case err != nil:
+		return pauseOutcome{}, fmt.Errorf("withdrawing the questions of %s: %w", t.ID, err)
 	}
-	return pauseOutcome{}, fmt.Errorf("withdrawing the questions of %s: %w", t.ID, kvstate.ErrConflict)
+	if wrote {
+		p.fault(faultAfterWithdraw)
+	}
+	return po, nil
 }
 
 // announceEnd tells integrators how the superseded paused turn ended.
