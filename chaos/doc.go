@@ -41,9 +41,11 @@
 // is frozen (SIGSTOP) for 20 s, longer than the consumers' AckWait (15 s),
 // so its messages are redelivered to the other replica and handled again
 // when it wakes (late run outcomes must be ignored); and the processors
-// run with PARLEY_FAULT_EXIT=after-withdraw, which makes one of them exit,
-// once, right after storing a superseded turn's withdrawn questions and
-// before announcing them (the redelivered message must announce them).
+// run with PARLEY_FAULT_EXIT=after-withdraw,after-supersede, which makes
+// one of them exit, once per point, between storing a superseded turn's
+// withdrawn questions and announcing them: after the paused record is
+// written, and after the thread record is (the redelivered message must
+// announce them).
 //
 //	go test ./chaos -run TestChaos -v -count=1
 //	go test ./chaos -run TestChaos -v -count=1 -chaos.turns 1000 -chaos.duration 3m

@@ -13,16 +13,18 @@ import (
 // Disabled unless the environment asks for it.
 const (
 	// EnvFaultExit lists fault points (comma-separated) at which the
-	// process exits with status 70 ("after-withdraw": after a superseded
-	// turn's questions are stored as withdrawn, before the thread record
-	// and the announcement).
+	// process exits with status 70: "after-withdraw" (a superseded turn's
+	// questions are stored as withdrawn; the thread record and the
+	// announcement are not written yet) and "after-supersede" (the thread
+	// record is written; elicitation.cancelled is not published yet).
 	EnvFaultExit = "PARLEY_FAULT_EXIT"
-	// EnvFaultOnce, when set, names a file that the first exit creates:
-	// once it exists no fault point fires again (so a restarted replica
-	// does not crash-loop).
+	// EnvFaultOnce, when set, is a path prefix: the first exit at a point
+	// creates the file <prefix>.<point>, and while it exists that point
+	// does not fire again (so a restarted replica does not crash-loop).
 	EnvFaultOnce = "PARLEY_FAULT_ONCE"
 
-	faultAfterWithdraw = "after-withdraw"
+	faultAfterWithdraw  = "after-withdraw"
+	faultAfterSupersede = "after-supersede"
 )
 
 type faults struct {
@@ -39,7 +41,7 @@ func faultsFromEnv() faults {
 }
 
 // fault exits the process if point is enabled (and, with EnvFaultOnce, if
-// no earlier exit happened).
+// it did not fire before).
 func (p *Processor) fault(point string) {
 	f := p.faults
 	if len(f.points) == 0 {
@@ -50,7 +52,7 @@ func (p *Processor) fault(point string) {
 			continue
 		}
 		if f.once != "" {
-			fh, err := os.OpenFile(f.once, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			fh, err := os.OpenFile(f.once+"."+point, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 			if errors.Is(err, fs.ErrExist) || err != nil {
 				return
 			}

@@ -73,6 +73,9 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 			refused, started, err = applyMessage(t, queued, d.StreamSeq, po)
 			return err
 		})
+		if err == nil && started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
+			p.fault(faultAfterSupersede)
+		}
 		if errors.Is(err, errPauseChanged) && attempt < 10 {
 			continue
 		}
