@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
@@ -42,10 +41,11 @@ type Options struct {
 
 // Processor is the processor worker.
 type Processor struct {
-	bus     *bus.Client
-	threads *kvstate.ThreadStore
-	paused  *kvstate.PausedStore
-	chat    jetstream.Stream
+	bus     *bus.Client // consumes (Run)
+	pub     publisher
+	threads threadStore
+	paused  pausedStore
+	chat    chatReader
 	opts    Options
 	log     *slog.Logger
 	faults  faults
@@ -88,7 +88,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamChat, err)
 	}
-	return &Processor{bus: b, threads: threads, paused: paused, chat: chat, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return &Processor{bus: b, pub: b, threads: threads, paused: paused, chat: chat, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
 // Run consumes chat events and run outcomes and watches for expired pauses
@@ -284,11 +284,11 @@ func (p *Processor) publishChat(ctx context.Context, thread, suffix string, typ 
 	if turnID != "" {
 		e.SetExtension(events.ExtTurnID, turnID)
 	}
-	_, err = p.bus.Publish(ctx, events.ChatSubject(thread, suffix), e)
+	_, err = p.pub.Publish(ctx, events.ChatSubject(thread, suffix), e)
 	return err
 }
 
 func (p *Processor) publish(ctx context.Context, subject string, e *event.Event) error {
-	_, err := p.bus.Publish(ctx, subject, e)
+	_, err := p.pub.Publish(ctx, subject, e)
 	return err
 }
