@@ -182,7 +182,7 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 		writeProblem(w, Problem{Status: http.StatusNotFound, Reason: ReasonNotFound, Detail: "no such route"})
 	})
 	if !o.DisableWeb {
-		mux.Handle("GET /", webHandler())
+		mux.Handle("/", webHandler())
 	}
 	g.handler = g.cors(mux)
 	return g, nil

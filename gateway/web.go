@@ -24,6 +24,11 @@ func webHandler() http.Handler {
 	}
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
 		h := w.Header()
 		h.Set("Content-Security-Policy", webCSP)
 		h.Set("X-Content-Type-Options", "nosniff")
