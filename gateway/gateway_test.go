@@ -66,7 +66,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		OpenAPI string                               `yaml:"openapi"`
+		OpenAPI string                    `yaml:"openapi"`
 		Paths   map[string]map[string]any `yaml:"paths"`
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
