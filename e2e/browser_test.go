@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/parley-dev/parley/gateway"
+)
+
+// chromiumPath finds Debian's chromium (or PARLEY_CHROMIUM). Outside CI a
+// missing browser skips the browser tests with one loud line; under
+// CI=true it fails them.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PARLEY_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium not found: .ci/run installs it (apt-get install chromium); the browser tests cannot run")
+	}
+	t.Skip("!!! SKIPPING BROWSER TESTS: chromium not found (apt-get install chromium, or set PARLEY_CHROMIUM) !!!")
+	return ""
+}
+
+// screenshotDir is where the browser tests keep their screenshots:
+// $PARLEY_SCREENSHOTS when set, else a test temp dir.
+func screenshotDir(t *testing.T) string {
+	if d := os.Getenv("PARLEY_SCREENSHOTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// browser starts a headless chromium on the gateway's web chat, signed in
+// as alice.
+func browser(t *testing.T, s *system, x *gw) context.Context {
+	t.Helper()
+	path := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1100, 900), chromedp.Flag("headless", true))
+	actx, cancel := chromedp.NewExecAllocator(s.ctx, opts...)
+	t.Cleanup(cancel)
+	ctx, cancel2 := chromedp.NewContext(actx)
+	t.Cleanup(cancel2)
+	ctx, cancel3 := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(cancel3)
+	if err := chromedp.Run(ctx,
+		chromedp.Navigate(x.srv.URL+"/#token="+aliceToken),
+		chromedp.WaitVisible("#composer-text", chromedp.ByID),
+	); err != nil {
+		t.Fatalf("opening the web chat: %v", err)
+	}
+	return ctx
+}
+
+func run(t *testing.T, ctx context.Context, step string, actions ...chromedp.Action) {
+	t.Helper()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		var html string
+		_ = chromedp.Run(ctx, chromedp.OuterHTML("#messages", &html, chromedp.ByID))
+		t.Fatalf("%s: %v\n#messages: %s", step, err, html)
+	}
+}
+
+func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	var buf []byte
+	run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&buf, 100))
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, buf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", p)
+}
+
+// say types a message into the composer and sends it with the button.
+func say(t *testing.T, ctx context.Context, text string) {
+	t.Helper()
+	run(t, ctx, "sending "+text,
+		chromedp.SendKeys("#composer-text", text, chromedp.ByID),
+		chromedp.Click("#send", chromedp.ByID))
+}
+
+// waitText waits until an assistant message contains text.
+func waitText(t *testing.T, ctx context.Context, text string) {
+	t.Helper()
+	js := fmt.Sprintf(`[...document.querySelectorAll("#messages li.msg.assistant")].some(n => n.textContent.includes(%q))`, text)
+	run(t, ctx, "waiting for "+text, chromedp.Poll(js, nil, chromedp.WithPollingTimeout(20*time.Second)))
+}
+
+// The three demo conversations, by clicking and typing.
+func TestBrowserDemoConversations(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(&gateway.Options{VerdictWait: time.Second})
+	ctx := browser(t, s, x)
+	dir := screenshotDir(t)
+
+	// 1. "show me the About page": two pages match; the tool asks which
+	// (an enum with enumNames) and the answer opens it.
+	say(t, ctx, "show me the About page")
+	q := `li.question:not(.settled) select`
+	var options string
+	run(t, ctx, "the About question", chromedp.WaitVisible(q),
+		chromedp.Evaluate(`[...document.querySelector("li.question:not(.settled) select").options].map(o => o.value + "=" + o.textContent).join("|")`, &options))
+	if !strings.Contains(options, "About") {
+		t.Fatalf("options = %q, want the About pages by title (enumNames)", options)
+	}
+	var first string
+	run(t, ctx, "choosing", chromedp.Evaluate(`document.querySelector("li.question:not(.settled) select").options[1].value`, &first))
+	screenshot(t, ctx, dir, "about-question.png")
+	run(t, ctx, "answering", chromedp.SetValue(q, first), chromedp.Click(`li.question:not(.settled) button[data-action=accept]`))
+	waitText(t, ctx, "Here it is")
+
+	// 2. The event form: an empty title is caught in the page; an invalid
+	// date (a client whose checks were bypassed) comes back from the server
+	// as a field error next to the date; then a valid answer.
+	run(t, ctx, "new thread", chromedp.Click("#new-thread", chromedp.ByID))
+	say(t, ctx, "create an event for the launch party")
+	form := `li.question:not(.settled) `
+	run(t, ctx, "the event form", chromedp.WaitVisible(form+`input[type=date]`))
+	run(t, ctx, "submit empty", chromedp.Click(form+`button[data-action=accept]`))
+	var errText string
+	run(t, ctx, "client-side error", chromedp.Text(form+`[data-field=title] .error`, &errText))
+	if !strings.Contains(errText, "required") {
+		t.Fatalf("title error = %q, want required", errText)
+	}
+	run(t, ctx, "invalid date",
+		chromedp.SendKeys(form+`[data-field=title] input`, "Launch party"),
+		chromedp.Evaluate(`(() => { const d = document.querySelector("li.question:not(.settled) input[type=date]"); d.type = "text"; d.value = "next friday"; })()`, nil),
+		chromedp.Click(form+`button[data-action=accept]`),
+		chromedp.Poll(`(document.querySelector("li.question [data-field=date] .error")||{}).textContent !== ""`, nil, chromedp.WithPollingTimeout(10*time.Second)))
+	run(t, ctx, "date error", chromedp.Text(`li.question [data-field=date] .error`, &errText))
+	if errText == "" {
+		t.Fatal("no field error next to the date")
+	}
+	screenshot(t, ctx, dir, "event-form-invalid-date.png")
+	run(t, ctx, "valid date",
+		chromedp.Evaluate(`(() => { const d = document.querySelector("li.question:not(.settled) [data-field=date] input"); d.type = "date"; d.value = "2026-12-12"; })()`, nil),
+		chromedp.Click(form+`button[data-action=accept]`))
+	waitText(t, ctx, "Launch party")
+
+	// 3. The delete confirmation: declined with instructions, then accepted.
+	run(t, ctx, "new thread", chromedp.Click("#new-thread", chromedp.ByID))
+	say(t, ctx, "delete the 10 draft articles")
+	run(t, ctx, "the confirmation", chromedp.WaitVisible(form+`button[data-action=decline]`))
+	var title, args string
+	run(t, ctx, "confirmation text",
+		chromedp.Text(`li.question:not(.settled) h3`, &title),
+		chromedp.Text(`li.question:not(.settled) dl.args`, &args))
+	if !strings.Contains(title, "Delete site entities") || !strings.Contains(args, "article-") {
+		t.Fatalf("confirmation shows title %q args %q", title, args)
+	}
+	screenshot(t, ctx, dir, "delete-confirmation.png")
+	run(t, ctx, "decline with instructions",
+		chromedp.SendKeys(form+`[data-field=instructions] input`, "keep them for now"),
+		chromedp.Click(form+`button[data-action=decline]`))
+	waitText(t, ctx, "deleted nothing")
+	if s.drafts() != 10 {
+		t.Fatalf("drafts = %d after a decline, want 10", s.drafts())
+	}
+	say(t, ctx, "delete the 10 draft articles")
+	run(t, ctx, "the second confirmation", chromedp.WaitVisible(form+`button[data-action=accept]`),
+		chromedp.Click(form+`button[data-action=accept]`))
+	waitText(t, ctx, "Deleted 10")
+	screenshot(t, ctx, dir, "webchat.png")
+	if s.drafts() != 0 {
+		t.Fatalf("drafts = %d after the accept, want 0", s.drafts())
+	}
+}
+
+// Hostile Markdown, javascript: links and SVG in user and model text are
+// shown as text, never run.
+func TestBrowserXSS(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	hostile := `show me the <img src=x onerror="window.__xss=1"><svg onload="window.__xss=2"></svg>[click](javascript:window.__xss=3) **<script>window.__xss=4</script>** page`
+	say(t, ctx, hostile)
+	waitText(t, ctx, "could not open that page")
+	var res struct {
+		XSS     any  `json:"xss"`
+		Imgs    int  `json:"imgs"`
+		SVGs    int  `json:"svgs"`
+		Scripts int  `json:"scripts"`
+		JSLinks int  `json:"jsLinks"`
+		Literal bool `json:"literal"`
+	}
+	run(t, ctx, "inspecting", chromedp.Evaluate(`(() => { const m = document.getElementById("messages"); return {
+		xss: window.__xss === undefined ? null : window.__xss,
+		imgs: m.querySelectorAll("img").length, svgs: m.querySelectorAll("svg").length,
+		scripts: m.querySelectorAll("script").length,
+		jsLinks: [...m.querySelectorAll("a")].filter(a => !/^https?:/.test(a.href)).length,
+		literal: m.textContent.includes("<svg onload=") }; })()`, &res))
+	if res.XSS != nil || res.Imgs != 0 || res.SVGs != 0 || res.Scripts != 0 || res.JSLinks != 0 || !res.Literal {
+		t.Fatalf("hostile text rendered unsafely: %+v", res)
+	}
+	screenshot(t, ctx, screenshotDir(t), "xss.png")
+}
