@@ -64,7 +64,7 @@ function link(href, text) {
 
 function inline(text) {
   const frag = document.createDocumentFragment();
-  const re = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|_[^_\s][^_]*_)|(\[([^\]]+)\]\(([^)\s]+)\))/g;
+  const re = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|(?<![\w])_[^_\s][^_]*_(?![\w]))|(\[([^\]]+)\]\(([^)\s]+)\))/g;
   let last = 0, m;
   while ((m = re.exec(text)) !== null) {
     if (m.index > last) frag.append(document.createTextNode(text.slice(last, m.index)));
@@ -307,7 +307,11 @@ function renderQuestion(q) {
     if (p.type === "array") input.setAttribute("aria-labelledby", fid + "-label");
     field.append(el("span", { class: "hint", id: fid + "-hint", text: p.description || "" }));
     field.append(el("span", { class: "error", id: fid + "-err", "aria-live": "polite" }));
-    input.addEventListener("change", () => setFieldError(card, name, checkField(input, p, required.has(name))));
+    // Re-check while typing (not on blur: a message appearing or vanishing
+    // on blur moves the buttons under a pointer that is clicking them).
+    const recheck = () => setFieldError(card, name, checkField(input, p, required.has(name)));
+    input.addEventListener("input", recheck);
+    input.addEventListener("change", recheck);
     form.append(field);
   }
   if (!renderable) card.append(el("p", { text: "This form cannot be shown here; answer the restated question above in a message." }));
