@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -218,4 +219,124 @@ func TestBrowserXSS(t *testing.T) {
 		t.Fatalf("hostile text rendered unsafely: %+v", res)
 	}
 	screenshot(t, ctx, screenshotDir(t), "xss.png")
+}
+
+// allKinds is an elicitation with every field kind the web chat renders:
+// MCP 2025-06-18 primitives and the 2025-11-25 titled and multi-select
+// enums with defaults.
+const allKinds = `{
+  "message": "Every kind of field",
+  "requestedSchema": {"type": "object", "required": ["name", "email", "count", "tags"], "properties": {
+    "name": {"type": "string", "title": "Name", "minLength": 2, "maxLength": 10},
+    "email": {"type": "string", "title": "Email", "format": "email"},
+    "site": {"type": "string", "title": "Site", "format": "uri"},
+    "day": {"type": "string", "title": "Day", "format": "date"},
+    "at": {"type": "string", "title": "At", "format": "date-time"},
+    "count": {"type": "integer", "title": "Count", "minimum": 1, "maximum": 5},
+    "ratio": {"type": "number", "title": "Ratio", "minimum": 0, "maximum": 1},
+    "agree": {"type": "boolean", "title": "Agree", "default": true},
+    "color": {"type": "string", "title": "Color", "enum": ["r", "g"], "enumNames": ["Red", "Green"]},
+    "size": {"type": "string", "title": "Size", "oneOf": [{"const": "s", "title": "Small"}, {"const": "l", "title": "Large"}], "default": "l"},
+    "tags": {"type": "array", "title": "Tags", "minItems": 1, "maxItems": 2,
+      "items": {"anyOf": [{"const": "a", "title": "Alpha"}, {"const": "b", "title": "Beta"}, {"const": "c", "title": "Gamma"}]}}
+  }},
+  "_meta": {"drupal.org/ai.elicitation_id": "kinds-1"}
+}`
+
+// Every field kind renders with its native input, a label, and the
+// client-side checks that mirror the server's; a valid form sends the
+// typed content.
+func TestBrowserFormFieldKinds(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	card := `li.question[data-elicitation=kinds-1] `
+	var kinds string
+	run(t, ctx, "rendering",
+		chromedp.Evaluate(`window.__bodies = []; { const f = window.fetch; window.fetch = (u, o) => { if (o && o.method === "POST") __bodies.push(o.body); return f(u, o); }; } renderQuestion(`+allKinds+`); 1`, nil),
+		chromedp.WaitVisible(card+`form`),
+		chromedp.Evaluate(`JSON.stringify([...document.querySelectorAll("li.question [data-field]")].map(f => {
+			const i = f.querySelector("[name]");
+			const labelled = i.getAttribute("aria-labelledby") ? !!document.getElementById(i.getAttribute("aria-labelledby")) : !!document.querySelector("label[for='" + i.id + "']");
+			return [f.dataset.field, i.tagName.toLowerCase(), i.type || i.getAttribute("role"), labelled,
+				i.tagName === "SELECT" ? [...i.options].map(o => o.textContent + (o.selected ? "*" : "")).join(",") : (i.checked ? "checked" : ""),
+				[i.getAttribute("min"), i.getAttribute("max"), i.getAttribute("step"), i.getAttribute("minlength"), i.getAttribute("maxlength")].join("/"),
+				f.querySelectorAll("input[type=checkbox]").length];
+		}))`, &kinds))
+	var got [][]any
+	if err := json.Unmarshal([]byte(kinds), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"name":  `["name","input","text",true,"","///2/10",0]`,
+		"email": `["email","input","email",true,"","////",0]`,
+		"site":  `["site","input","url",true,"","////",0]`,
+		"day":   `["day","input","date",true,"","////",0]`,
+		"at":    `["at","input","datetime-local",true,"","////",0]`,
+		"count": `["count","input","number",true,"","1/5/1//",0]`,
+		"ratio": `["ratio","input","number",true,"","0/1/any//",0]`,
+		"agree": `["agree","input","checkbox",true,"checked","////",1]`,
+		"color": `["color","select","select-one",true,"— choose —*,Red,Green","////",0]`,
+		"size":  `["size","select","select-one",true,"— choose —,Small,Large*","////",0]`,
+		"tags":  `["tags","div","group",true,"","////",3]`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rendered %d fields, want %d: %s", len(got), len(want), kinds)
+	}
+	for _, f := range got {
+		b, _ := json.Marshal(f)
+		if w := want[f[0].(string)]; string(b) != w {
+			t.Errorf("field %s rendered as %s, want %s", f[0], b, w)
+		}
+	}
+	// Invalid values: each field's rule is shown next to it, focus goes to
+	// the first, and nothing is sent.
+	run(t, ctx, "invalid values",
+		chromedp.SendKeys(card+`[name=name]`, "x"),
+		chromedp.SendKeys(card+`[name=email]`, "not-an-email"),
+		chromedp.SendKeys(card+`[name=count]`, "9"),
+		chromedp.Click(card+`[data-field=tags] label:nth-of-type(1) input`),
+		chromedp.Click(card+`[data-field=tags] label:nth-of-type(2) input`),
+		chromedp.Click(card+`[data-field=tags] label:nth-of-type(3) input`),
+		chromedp.Click(card+`button[data-action=accept]`))
+	var errs, focused string
+	var sent int
+	run(t, ctx, "reading errors",
+		chromedp.Evaluate(`JSON.stringify(Object.fromEntries([...document.querySelectorAll("li.question [data-field]")].map(f => [f.dataset.field, f.querySelector(".error").textContent]).filter(e => e[1])))`, &errs),
+		chromedp.Evaluate(`document.activeElement.name || ""`, &focused),
+		chromedp.Evaluate(`__bodies.length`, &sent))
+	for _, field := range []string{"name", "email", "count", "tags"} {
+		if !strings.Contains(errs, `"`+field+`"`) {
+			t.Errorf("no error next to %s: %s", field, errs)
+		}
+	}
+	if strings.Contains(errs, `"ratio"`) || strings.Contains(errs, `"site"`) {
+		t.Errorf("errors on optional empty fields: %s", errs)
+	}
+	if focused != "name" || sent != 0 {
+		t.Fatalf("focus on %q and %d requests sent, want focus on name and none sent", focused, sent)
+	}
+	// Valid values: the content is sent with JSON types.
+	run(t, ctx, "valid values",
+		chromedp.SendKeys(card+`[name=name]`, "yz"),
+		chromedp.SetValue(card+`[name=email]`, "a@example.com"),
+		chromedp.SetValue(card+`[name=count]`, "3"),
+		chromedp.Click(card+`[data-field=tags] label:nth-of-type(3) input`),
+		chromedp.SetValue(card+`[name=color]`, "g"),
+		chromedp.Click(card+`button[data-action=accept]`),
+		chromedp.Poll(`__bodies.length === 1`, nil, chromedp.WithPollingTimeout(5*time.Second)))
+	var body string
+	run(t, ctx, "request body", chromedp.Evaluate(`__bodies[0]`, &body))
+	var req struct {
+		Action  string         `json:"action"`
+		Content map[string]any `json:"content"`
+	}
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	wantContent := map[string]any{"name": "xyz", "email": "a@example.com", "count": 3.0, "agree": true,
+		"color": "g", "size": "l", "tags": []any{"a", "b"}}
+	if req.Action != "accept" || fmt.Sprint(req.Content) != fmt.Sprint(wantContent) {
+		t.Fatalf("sent %s, want accept with %v", body, wantContent)
+	}
 }
