@@ -214,6 +214,10 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.ShutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
+	if err != nil {
+		// Requests still running after the budget: cut them off.
+		_ = srv.Close()
+	}
 	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
 		err = serr
 	}

@@ -204,9 +204,15 @@ func TestServeShutdownEndsStreams(t *testing.T) {
 		t.Fatalf("stream = %q, want the turn.requested event with id 1", got.String())
 	}
 	cancel()
-	rest, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("stream did not end cleanly: %v (after %q)", err, rest)
+	ended := make(chan error, 1)
+	go func() { _, err := io.ReadAll(resp.Body); ended <- err }()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("stream did not end cleanly: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event stream is still open 5 s after shutdown began")
 	}
 	select {
 	case err := <-served:
