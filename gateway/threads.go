@@ -21,8 +21,8 @@ import (
 const BucketThreads = "parley_gateway_threads"
 
 // MaxThreadsListed bounds GET /v1/threads: at most this many of a user's
-// threads are returned (newest claims first); the response says
-// "truncated" when there were more.
+// threads are returned (the first in key order, then sorted newest claim
+// first); the response says "truncated" when there were more.
 const MaxThreadsListed = 1000
 
 // ThreadOwner is the value of "t.<thread>" in BucketThreads.
@@ -112,7 +112,8 @@ func (o *ownership) claim(ctx context.Context, thread, user string) error {
 	return nil
 }
 
-// list returns user's threads, newest first, at most MaxThreadsListed.
+// list returns at most MaxThreadsListed of user's threads (the first in
+// key order), sorted newest claim first; truncated says there were more.
 func (o *ownership) list(ctx context.Context, user string) ([]ThreadSummary, bool, error) {
 	prefix := "u." + userKey(user) + "."
 	lister, err := o.kv.ListKeysFiltered(ctx, prefix+">")
