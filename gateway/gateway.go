@@ -200,7 +200,7 @@ func (g *Gateway) Close() { g.closeOnce.Do(func() { close(g.closing) }) }
 // ends the event streams, lets requests in flight finish within
 // ShutdownTimeout, and returns nil on a clean stop.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 	srv.RegisterOnShutdown(g.Close)

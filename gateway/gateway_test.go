@@ -314,3 +314,22 @@ func TestLimitersBounded(t *testing.T) {
 		t.Fatalf("limiters hold %d users, want at most 3", len(ls.m))
 	}
 }
+
+// The web chat is served with its Content-Security-Policy; other methods
+// are refused.
+func TestWebServed(t *testing.T) {
+	g := newTestGateway(t, nil)
+	for _, path := range []string{"/", "/app.js", "/style.css"} {
+		w := request(t, g.Handler(), "GET", path, "", "", nil)
+		if w.Code != 200 || !strings.Contains(w.Header().Get("Content-Security-Policy"), "script-src 'self'") ||
+			w.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s = %d %v", path, w.Code, w.Header())
+		}
+	}
+	if w := request(t, g.Handler(), "POST", "/", "", "x", nil); w.Code != http.StatusMethodNotAllowed {
+		t.Errorf("POST / = %d, want 405", w.Code)
+	}
+	if w := request(t, g.Handler(), "GET", "/", "", "", nil); !strings.Contains(w.Body.String(), `<script src="app.js" defer>`) {
+		t.Errorf("GET / is not the web chat: %.200s", w.Body.String())
+	}
+}
