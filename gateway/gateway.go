@@ -314,9 +314,9 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err == nil {
 		return true
 	}
-	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
-			Detail: fmt.Sprintf("request body is over %d bytes", r.ContentLength)})
+			Detail: fmt.Sprintf("request body is over %d bytes", mbe.Limit)})
 		return false
 	}
 	writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error()})

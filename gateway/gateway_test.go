@@ -126,7 +126,8 @@ func TestBodyTooLarge(t *testing.T) {
 	g := newTestGateway(t, &Options{MaxBodyBytes: 1024})
 	body := `{"text":"` + strings.Repeat("x", 2000) + `"}`
 	w := request(t, g.Handler(), "POST", "/v1/threads/big/messages", devTok, body, nil)
-	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), ReasonTooLarge) {
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), ReasonTooLarge) ||
+		!strings.Contains(w.Body.String(), "over 1024 bytes") {
 		t.Fatalf("large body = %d %s, want 413 too_large", w.Code, w.Body)
 	}
 	for _, tc := range []struct{ name, body, want string }{
