@@ -340,3 +340,32 @@ func TestBrowserFormFieldKinds(t *testing.T) {
 		t.Fatalf("sent %s, want accept with %v", body, wantContent)
 	}
 }
+
+// A question withdrawn by a new message, and one that expires, are shown
+// as such and can no longer be answered.
+func TestBrowserWithdrawnAndExpired(t *testing.T) {
+	s := start(t, options{pauseTTL: 4 * time.Second})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	settled := func(want string) {
+		t.Helper()
+		js := fmt.Sprintf(`[...document.querySelectorAll("li.question.settled .state")].some(n => n.textContent.startsWith(%q))`, want)
+		run(t, ctx, "waiting for "+want, chromedp.Poll(js, nil, chromedp.WithPollingTimeout(20*time.Second)))
+	}
+	say(t, ctx, "delete the 10 draft articles")
+	run(t, ctx, "the confirmation", chromedp.WaitVisible(`li.question:not(.settled) button[data-action=accept]`))
+	say(t, ctx, "list everything")
+	settled("Withdrawn")
+	run(t, ctx, "new thread", chromedp.Click("#new-thread", chromedp.ByID))
+	say(t, ctx, "delete the 10 draft articles")
+	run(t, ctx, "the confirmation", chromedp.WaitVisible(`li.question:not(.settled) button[data-action=accept]`))
+	settled("Expired")
+	var disabled bool
+	run(t, ctx, "buttons disabled", chromedp.Evaluate(`document.querySelector("li.question.settled button[data-action=accept]").disabled`, &disabled))
+	if !disabled {
+		t.Fatal("an expired question can still be answered")
+	}
+	if s.drafts() != 10 {
+		t.Fatalf("drafts = %d, want 10", s.drafts())
+	}
+}
