@@ -131,6 +131,15 @@ func TestBrowserDemoConversations(t *testing.T) {
 	screenshot(t, ctx, dir, "about-question.png")
 	run(t, ctx, "answering", chromedp.SetValue(q, first), chromedp.Click(`li.question:not(.settled) button[data-action=accept]`))
 	waitText(t, ctx, "Here it is")
+	// The page comes back as a resource_link: an entity card from
+	// _meta["drupal.org/ai.entity"] with an http(s) link.
+	var cardText, href string
+	run(t, ctx, "the entity card",
+		chromedp.Text(`li.msg.assistant .entity`, &cardText),
+		chromedp.Evaluate(`document.querySelector("li.msg.assistant .entity a").href`, &href))
+	if !strings.Contains(cardText, "page") || !strings.Contains(cardText, "About") || !strings.HasPrefix(href, "http") {
+		t.Fatalf("entity card %q linking %q, want the About page card", cardText, href)
+	}
 
 	// 2. The event form: an empty title is caught in the page; an invalid
 	// date (a client whose checks were bypassed) comes back from the server

@@ -119,7 +119,7 @@ function entityCard(block, meta) {
   const e = meta[META.entity];
   const title = block.title || block.name || (e && e.id) || block.uri;
   const card = el("div", { class: "entity", role: "group", "aria-label": "Entity " + title });
-  if (e) card.append(el("span", { class: "kind", text: [e.entity_type, e.bundle].filter(Boolean).join(" · ") }));
+  if (e) card.append(el("span", { class: "kind", text: [e.entity_type, e.bundle !== e.entity_type && e.bundle].filter(Boolean).join(" · ") }));
   card.append(el("strong", {}, link(block.uri, title)));
   if (block.description) card.append(el("span", { text: block.description }));
   if (e && e.status) card.append(el("span", { class: "badge", text: e.status }));
