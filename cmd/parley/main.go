@@ -57,6 +57,7 @@ type cli struct {
 	Events    eventsCmd   `cmd:"" help:"Print chat events."`
 	Chat      chatCmd     `cmd:"" help:"Chat in the terminal: messages, forms and confirmations."`
 	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
+	Gateway   gatewayCmd  `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`
 	Bench     benchCmd    `cmd:"" help:"Measure turns/s and pause-to-resume latency next to the raw NATS floor, in the same run."`
 }
 
