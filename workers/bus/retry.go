@@ -1,0 +1,218 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultStartupTimeout is how long start-up steps (connecting, creating
+// streams, buckets and consumers) retry by default: long enough for a
+// JetStream cluster to elect a meta leader and stream leaders (a few seconds
+// each) after a node loss, and for a node that is restarting to come back.
+const DefaultStartupTimeout = 2 * time.Minute
+
+// DefaultPublishRetry is how long Publish retries a JetStream publish that
+// got no acknowledgement (no responders while a stream elects a leader, a
+// timeout) by default. A stream leader election on a 3-node cluster takes
+// a few seconds.
+const DefaultPublishRetry = 20 * time.Second
+
+// RetryPolicy bounds an operation retried with exponential backoff and
+// jitter.
+type RetryPolicy struct {
+	// Timeout is the whole budget, measured from the first try: no try
+	// starts after it. Zero means DefaultStartupTimeout; negative means a
+	// single try.
+	Timeout time.Duration
+	// AttemptTimeout bounds one try (capped by what is left of Timeout).
+	// Optional. Default: 10s.
+	AttemptTimeout time.Duration
+	// InitialBackoff is the wait after the first failed try; it doubles
+	// after every further failure up to MaxBackoff. Each wait is drawn at
+	// random between half of it and all of it (jitter), so replicas that
+	// failed together do not retry together. Optional. Defaults: 100ms and
+	// 5s.
+	InitialBackoff, MaxBackoff time.Duration
+	// Logger receives one warning per failed try that will be retried.
+	// Optional. Default: discard.
+	Logger *slog.Logger
+}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Timeout == 0 {
+		p.Timeout = DefaultStartupTimeout
+	}
+	if p.AttemptTimeout <= 0 {
+		p.AttemptTimeout = 10 * time.Second
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff = 100 * time.Millisecond
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = 5 * time.Second
+	}
+	if p.MaxBackoff < p.InitialBackoff {
+		p.MaxBackoff = p.InitialBackoff
+	}
+	return p
+}
+
+// backoff returns the jittered wait after the n-th failed try (n from 1).
+func (p RetryPolicy) backoff(n int) time.Duration {
+	d := p.InitialBackoff
+	for i := 1; i < n && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, p.MaxBackoff)
+	return d/2 + rand.N(d/2+1)
+}
+
+type startupKey struct{}
+
+// WithStartupPolicy returns ctx carrying p as the start-up retry policy:
+// EnsureStreams, EnsureConsumer (so Consume) and kvstate.OpenBucket called
+// with the returned context use it instead of their defaults. A worker sets
+// it once, from its --startup-timeout flag, on the context it runs with.
+func WithStartupPolicy(ctx context.Context, p RetryPolicy) context.Context {
+	return context.WithValue(ctx, startupKey{}, p)
+}
+
+// StartupPolicy returns the start-up retry policy carried by ctx (see
+// WithStartupPolicy), or def when ctx carries none.
+func StartupPolicy(ctx context.Context, def RetryPolicy) RetryPolicy {
+	if p, ok := ctx.Value(startupKey{}).(RetryPolicy); ok {
+		return p
+	}
+	return def
+}
+
+// RetryError is returned by Retry when the budget ran out: what was tried,
+// how often, for how long, and the last error (Unwrap).
+type RetryError struct {
+	// What names the operation ("creating stream PARLEY_CHAT").
+	What string
+	// Tries is the number of tries made.
+	Tries int
+	// Elapsed is the time from the first try to giving up.
+	Elapsed time.Duration
+	// Last is the last try's error.
+	Last error
+}
+
+// Error formats the failure as "<what>: gave up after N tries in D: <last>".
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("%s: gave up after %d tries in %v: %v", e.What, e.Tries, e.Elapsed.Round(time.Millisecond), e.Last)
+}
+
+// Unwrap returns the last try's error.
+func (e *RetryError) Unwrap() error { return e.Last }
+
+// Retry runs op until it returns nil, an error marked Permanent or one
+// IsRetryable rejects (returned at once, wrapped with what, so IsPermanent
+// still reports it), or the policy's Timeout runs out (a *RetryError
+// wrapping the last error). Each try gets a context bounded by
+// AttemptTimeout; ctx's cancellation ends the retrying with ctx's error.
+// Every failed try that will be retried is logged (p.Logger) at warn level with what,
+// the try number, the wait and the error, so an operator sees a worker
+// waiting for NATS (or for a leader) and why.
+func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.Context) error) error {
+	p = p.withDefaults()
+	log := p.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	deadline := start.Add(p.Timeout)
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
+		err := op(actx)
+		cancel()
+		if err == nil {
+			if try > 1 {
+				log.Info("succeeded after retries", "op", what, "tries", try, "elapsed", time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		}
+		if IsPermanent(err) || !IsRetryable(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		wait := p.backoff(try)
+		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
+			return &RetryError{What: what, Tries: try, Elapsed: time.Since(start), Last: err}
+		}
+		log.Warn("not done yet; retrying", "op", what, "try", try, "retry_in", wait.Round(time.Millisecond),
+			"budget_left", time.Until(deadline).Round(time.Second), "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// IsRetryable reports whether err may go away by itself on a NATS
+// JetStream cluster (a leader election, a node restarting, a lost
+// acknowledgement, a connection being re-established), so the operation is
+// worth another try. It is false for a closed connection, bad credentials,
+// and the JetStream errors that no wait can fix (replicas > 1 on a server
+// that is not clustered, invalid JSON); every other JetStream API error is
+// retryable, since a starting cluster answers "no suitable peers for
+// placement" or "insufficient resources" until enough nodes joined.
+// Errors marked Permanent are not retryable.
+func IsRetryable(err error) bool {
+	if err == nil || IsPermanent(err) {
+		return false
+	}
+	switch {
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrAuthorization),
+		errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrMaxPayload):
+		return false
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode {
+		case jsErrReplicasNotSupported, jsErrInvalidJSON, jetstream.JSErrCodeStreamMessageExceedsMaximum:
+			return false
+		}
+	}
+	return true
+}
+
+// JetStream API error codes without a constant in nats.go (from
+// nats-server's errors.json).
+const (
+	jsErrReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 not supported in non-clustered mode
+	jsErrInvalidJSON          jetstream.ErrorCode = 10025
+	jsErrNoSuitablePeers      jetstream.ErrorCode = 10005 // {err}: no suitable peers for placement
+)
+
+// isPublishRetryable reports whether a JetStream publish that failed with
+// err may be sent again: nobody answered (no responders while the stream
+// has no leader, or the connection is reconnecting) or the ack did not come
+// in time (the message may or may not be stored; the same Nats-Msg-Id makes
+// a second copy a duplicate the stream drops). An error the stream sent
+// back (a wrong expected sequence, a message too large) is final.
+func isPublishRetryable(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.ErrorCode != 0 {
+		// JetStream not enabled / temporarily unavailable (503) come back
+		// during an election; anything else is the stream's answer.
+		return api.Code == 503
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+}
