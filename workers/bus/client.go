@@ -282,7 +282,7 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
 	p := c.publish.withDefaults()
 	start := time.Now()
-	deadline := start.Add(p.Timeout)
+	deadline := start.Add(p.budget())
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
 		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))

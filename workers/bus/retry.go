@@ -64,6 +64,15 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
+// budget is the time from the first try after which no try starts; for
+// a single try (Timeout < 0) it is that try's AttemptTimeout.
+func (p RetryPolicy) budget() time.Duration {
+	if p.Timeout < 0 {
+		return p.AttemptTimeout
+	}
+	return p.Timeout
+}
+
 // backoff returns the jittered wait after the n-th failed try (n from 1).
 func (p RetryPolicy) backoff(n int) time.Duration {
 	d := p.InitialBackoff
@@ -129,7 +138,7 @@ func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.
 		log = slog.New(slog.DiscardHandler)
 	}
 	start := time.Now()
-	deadline := start.Add(p.Timeout)
+	deadline := start.Add(p.budget())
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
 		err := op(actx)
@@ -164,38 +173,53 @@ func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.
 
 // IsRetryable reports whether err may go away by itself on a NATS
 // JetStream cluster (a leader election, a node restarting, a lost
-// acknowledgement, a connection being re-established), so the operation is
-// worth another try. It is false for a closed connection, bad credentials,
-// and the JetStream errors that no wait can fix (replicas > 1 on a server
-// that is not clustered, invalid JSON); every other JetStream API error is
-// retryable, since a starting cluster answers "no suitable peers for
-// placement" or "insufficient resources" until enough nodes joined.
-// Errors marked Permanent are not retryable.
+// acknowledgement, a connection being (re-)established), so the operation
+// is worth another try. The JetStream API's own answers follow its status
+// codes: 5xx ("JetStream system temporarily unavailable", "insufficient
+// resources" while nodes join) is retryable except "replicas > 1 not
+// supported in non-clustered mode"; 4xx is final except "no suitable peers
+// for placement" (a starting cluster) and the "already in use / exists"
+// answers of a lost creation race. Final too: a closed connection, bad
+// credentials, invalid names, subjects and options rejected by nats.go
+// before sending, and errors marked Permanent. Anything else (timeouts, no
+// responders, dial errors) is retryable.
 func IsRetryable(err error) bool {
 	if err == nil || IsPermanent(err) {
 		return false
 	}
-	switch {
-	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrAuthorization),
-		errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
-		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrMaxPayload):
-		return false
-	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode {
-		case jsErrReplicasNotSupported, jsErrInvalidJSON, jetstream.JSErrCodeStreamMessageExceedsMaximum:
+	for _, final := range finalErrors {
+		if errors.Is(err, final) {
 			return false
 		}
 	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.Code != 0 {
+		switch api.ErrorCode {
+		case jsErrReplicasNotSupported:
+			return false
+		case jsErrNoSuitablePeers, jetstream.JSErrCodeStreamNameInUse, jetstream.JSErrCodeConsumerExists,
+			jetstream.JSErrCodeConsumerNameExists, jetstream.JSErrCodeConsumerAlreadyExists:
+			return true
+		}
+		return api.Code >= 500
+	}
 	return true
+}
+
+// finalErrors are the client-side errors no retry changes.
+var finalErrors = []error{
+	nats.ErrConnectionClosed, nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked,
+	nats.ErrBadSubject, nats.ErrMaxPayload, nats.ErrInvalidContext,
+	jetstream.ErrInvalidBucketName, jetstream.ErrInvalidStreamName, jetstream.ErrInvalidConsumerName,
+	jetstream.ErrStreamNameRequired, jetstream.ErrInvalidSubject, jetstream.ErrKeyValueConfigRequired,
+	jetstream.ErrHistoryTooLarge, jetstream.ErrLimitMarkerTTLNotSupported, jetstream.ErrInvalidOption,
+	jetstream.ErrConnectionClosed,
 }
 
 // JetStream API error codes without a constant in nats.go (from
 // nats-server's errors.json).
 const (
 	jsErrReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 not supported in non-clustered mode
-	jsErrInvalidJSON          jetstream.ErrorCode = 10025
 	jsErrNoSuitablePeers      jetstream.ErrorCode = 10005 // {err}: no suitable peers for placement
 )
 
