@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Entity types and statuses.
@@ -153,11 +155,14 @@ func OpenSite(ctx context.Context, js jetstream.JetStream, opts *SiteOptions) (*
 		Storage:     o.Storage,
 		Replicas:    o.Replicas,
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		// Lost a creation race with another starter; the bucket exists now.
+	// Retried (a lost creation race, a cluster electing leaders) until the
+	// start-up deadline of ctx (bus.WithStartupPolicy), like every bucket.
+	var kv jetstream.KeyValue
+	err := bus.Retry(ctx, "ensuring bucket "+o.Bucket, bus.StartupPolicy(ctx, bus.RetryPolicy{}), func(ctx context.Context) error {
+		var err error
 		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
-	}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("opening content bucket %s: %w", o.Bucket, err)
 	}
