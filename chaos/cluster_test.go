@@ -292,8 +292,9 @@ func TestCluster(t *testing.T) {
 	c.waitReady()
 	t.Logf("8 workers ready %v after their simultaneous start", time.Since(workersStarted).Round(time.Millisecond))
 
-	// Load, with the meta leader killed at 10 s and the PARLEY_CHAT leader
-	// at 30 s, each node restarted 5 s after its kill.
+	// Load (threads starting over 35 s), with the meta leader killed at
+	// 8 s and the PARLEY_CHAT leader at 22 s, each node restarted 5 s after
+	// its kill.
 	plan := c.planWorkload(clusterTurns(t))
 	loadStart := time.Now()
 	var losses []*leaderLoss
@@ -303,7 +304,7 @@ func TestCluster(t *testing.T) {
 		for _, k := range []struct {
 			after time.Duration
 			what  string
-		}{{10 * time.Second, "meta leader"}, {30 * time.Second, "PARLEY_CHAT leader"}} {
+		}{{8 * time.Second, "meta leader"}, {22 * time.Second, "PARLEY_CHAT leader"}} {
 			sleepCtx(ctx, time.Until(loadStart.Add(k.after)))
 			if ctx.Err() != nil {
 				return
@@ -356,7 +357,7 @@ func TestCluster(t *testing.T) {
 	})
 	var drivers sync.WaitGroup
 	for i, bursts := range plan {
-		delay := time.Duration(float64(25*time.Second) * float64(i) / float64(max(len(plan), 1)))
+		delay := time.Duration(float64(35*time.Second) * float64(i) / float64(max(len(plan), 1)))
 		drivers.Go(func() {
 			sleepCtx(ctx, delay)
 			c.drive(bursts)
@@ -406,6 +407,24 @@ func TestCluster(t *testing.T) {
 	}
 	t.Log(b.String())
 
+	// Every stream and bucket is replicated 3 ways (checked before
+	// c.check, which opens the demo site's bucket with default options).
+	js := c.bus.JetStream()
+	names := js.StreamNames(context.Background())
+	n := 0
+	for name := range names.Name() {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Errorf("stream %s: %v", name, err)
+			continue
+		}
+		n++
+		if r := s.CachedInfo().Config.Replicas; r != 3 {
+			t.Errorf("stream %s has %d replicas, want 3", name, r)
+		}
+	}
+	t.Logf("%d streams and buckets, all checked for replicas 3", n)
+
 	bad := c.check(loadTime)
 	for i, thread := range bad {
 		if i == 8 {
@@ -429,20 +448,4 @@ func TestCluster(t *testing.T) {
 	if len(losses) != 2 {
 		t.Errorf("%d leader losses happened, want 2 (meta leader, PARLEY_CHAT leader)", len(losses))
 	}
-	// Every stream and bucket is replicated 3 ways.
-	js := c.bus.JetStream()
-	names := js.StreamNames(context.Background())
-	n := 0
-	for name := range names.Name() {
-		s, err := js.Stream(context.Background(), name)
-		if err != nil {
-			t.Errorf("stream %s: %v", name, err)
-			continue
-		}
-		n++
-		if r := s.CachedInfo().Config.Replicas; r != 3 {
-			t.Errorf("stream %s has %d replicas, want 3", name, r)
-		}
-	}
-	t.Logf("%d streams and buckets, all checked for replicas 3", n)
 }
