@@ -64,7 +64,13 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	var kv jetstream.KeyValue
 	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
 		var err error
-		if kv, err = js.CreateKeyValue(ctx, cfg); err == nil || !errors.Is(err, jetstream.ErrBucketExists) {
+		if kv, err = js.CreateKeyValue(ctx, cfg); err == nil {
+			// A new replicated bucket answers reads once its stream has
+			// a leader: wait for that here, so the first Get of the
+			// caller does not meet "no responders".
+			_, err = kv.Status(ctx)
+			return err
+		} else if !errors.Is(err, jetstream.ErrBucketExists) {
 			return err
 		}
 		if kv, err = js.KeyValue(ctx, name); err != nil {
