@@ -69,16 +69,16 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 			// a leader: wait for that here, so the first Get of the
 			// caller does not meet "no responders".
 			_, err = kv.Status(ctx)
-			return err
+			return bus.NotVisibleYet(err)
 		} else if !errors.Is(err, jetstream.ErrBucketExists) {
 			return err
 		}
 		if kv, err = js.KeyValue(ctx, name); err != nil {
-			return err
+			return bus.NotVisibleYet(err)
 		}
 		st, err := kv.Status(ctx)
 		if err != nil {
-			return err
+			return bus.NotVisibleYet(err)
 		}
 		changes, err := BucketConfigChanges(st.Config(), cfg)
 		if err != nil || len(changes) == 0 {

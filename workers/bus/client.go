@@ -154,7 +154,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, p RetryPolicy, wa
 		}
 		s, err := js.Stream(ctx, want.Name)
 		if err != nil {
-			return err
+			return NotVisibleYet(err)
 		}
 		changes, err := StreamConfigChanges(s.CachedInfo().Config, want)
 		if err != nil || len(changes) == 0 {

@@ -173,7 +173,7 @@ func EnsureConsumer(ctx context.Context, js jetstream.JetStream, p RetryPolicy, 
 			return err
 		}
 		if cons, err = js.Consumer(ctx, stream, want.Durable); err != nil {
-			return err
+			return NotVisibleYet(err)
 		}
 		changes, err := ConsumerConfigChanges(stream, cons.CachedInfo().Config, want)
 		if err != nil || len(changes) == 0 {

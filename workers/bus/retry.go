@@ -206,6 +206,19 @@ func IsRetryable(err error) bool {
 	return true
 }
 
+// NotVisibleYet turns the "not found" answer (stream, consumer, bucket) to
+// a read of something that was just created, or that a create said
+// exists, into a retryable error: on a cluster, the server that answers
+// may not have applied the assignment yet, or the new stream may not have a
+// leader. Any other error is returned as it is.
+func NotVisibleYet(err error) error {
+	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("created, but not visible yet: %v", err)
+	}
+	return err
+}
+
 // finalErrors are the client-side errors no retry changes.
 var finalErrors = []error{
 	nats.ErrConnectionClosed, nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked,

@@ -148,7 +148,7 @@ func TestPublishRetryBudgetRunsOut(t *testing.T) {
 	t.Parallel()
 	srv := bustest.NewServer(t)
 	nc, _ := srv.JetStream(t)
-	c, err := New(nc, &Options{PublishRetry: 600 * time.Millisecond})
+	c, err := New(nc, &Options{PublishRetry: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestPublishRetryBudgetRunsOut(t *testing.T) {
 		t.Errorf("error %q does not say the outcome is unknown", err)
 	}
 	if el := time.Since(start); el > 5*time.Second {
-		t.Errorf("Publish took %v with a 600ms budget", el)
+		t.Errorf("Publish took %v with a 2s budget", el)
 	}
 	// Negative: one try.
 	c1, _ := New(nc, &Options{PublishRetry: -1})
@@ -305,5 +305,20 @@ func TestEnsureConcurrentOnFreshCluster(t *testing.T) {
 		if r := s.CachedInfo().Config.Replicas; r != 3 {
 			t.Errorf("stream %s has %d replicas, want 3", name, r)
 		}
+	}
+}
+
+func TestNotVisibleYetIsRetryable(t *testing.T) {
+	t.Parallel()
+	nf := &jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound, Description: "stream not found"}
+	if IsRetryable(nf) {
+		t.Error("a plain stream not found is retryable")
+	}
+	if err := NotVisibleYet(fmt.Errorf("x: %w", nf)); !IsRetryable(err) || !strings.Contains(err.Error(), "stream not found") {
+		t.Errorf("NotVisibleYet(stream not found) = %v, retryable %v; want a retryable error saying why", err, IsRetryable(err))
+	}
+	other := errors.New("boom")
+	if NotVisibleYet(other) != other {
+		t.Error("NotVisibleYet changed another error")
 	}
 }
