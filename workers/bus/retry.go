@@ -128,9 +128,9 @@ func (e *RetryError) Unwrap() error { return e.Last }
 // still reports it), or the policy's Timeout runs out (a *RetryError
 // wrapping the last error). Each try gets a context bounded by
 // AttemptTimeout; ctx's cancellation ends the retrying with ctx's error.
-// Every failed try that will be retried is logged (p.Logger) at warn level with what,
-// the try number, the wait and the error, so an operator sees a worker
-// waiting for NATS (or for a leader) and why.
+// Every failed try that will be retried is logged to p.Logger at warn
+// level with what, the try number, the wait and the error, so an operator
+// sees a worker waiting for NATS (or for a leader) and why.
 func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.Context) error) error {
 	p = p.withDefaults()
 	log := p.Logger
