@@ -73,6 +73,13 @@ func RetryLater(err error, delay time.Duration) error {
 // not redelivered; a shorter AckWait only shortens the wait after a crash.
 const DefaultAckWait = 15 * time.Second
 
+// pullExpiry and pullHeartbeat are Consume's pull request lifetime and
+// idle heartbeat (nats.go requires heartbeat ≤ expiry/2).
+const (
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = time.Second
+)
+
 // MaxServerDeliver is the consumers' server-side MaxDeliver: the bound on
 // deliveries of one message that also covers waiting (RetryLater) and a
 // worker crash-looping on a message. The runner dead-letters a message
@@ -274,11 +281,18 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 			defer func() { <-sem }()
 			c.handle(base, &spec, m, h)
 		})
-	}, jetstream.PullMaxMessages(spec.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
-			c.logger.Debug("consume", "consumer", spec.Durable, "error", err)
-		}
-	}))
+	}, jetstream.PullMaxMessages(spec.Concurrency),
+		// Short pulls with frequent heartbeats: a pull request lost with a
+		// NATS node (or refused while a new consumer has no leader yet) is
+		// noticed after 2 missed heartbeats (2 s) and sent again, instead
+		// of after the defaults' 30 s, during which this replica takes no
+		// work.
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+				c.logger.Debug("consume", "consumer", spec.Durable, "error", err)
+			}
+		}))
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
 	}
