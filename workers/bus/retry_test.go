@@ -322,3 +322,56 @@ func TestNotVisibleYetIsRetryable(t *testing.T) {
 		t.Error("NotVisibleYet changed another error")
 	}
 }
+
+// A replica whose first pull is refused ("no responders": a consumer just
+// created on a cluster has no leader yet) sends it again within seconds. With
+// nats.go's default 30 s pulls and 15 s heartbeats the replica sat idle for
+// 30 s (TestCluster's logs); the same holds for a pull lost with a node.
+func TestConsumeRepullsSoonAfterALostPull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	t.Parallel()
+	cl := bustest.NewCluster(t, 3)
+	var worst time.Duration
+	// The refused first pull is a race (the consumer's leader election
+	// against the first pull): 8 rounds make it likely to happen.
+	for i := range 8 {
+		w, err := New(cl.Connect(t), &Options{Replicas: 3, Storage: jetstream.MemoryStorage})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := w.EnsureStreams(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A fresh consumer each round, consumed at once.
+		thread := fmt.Sprintf("t%d", i)
+		spec := ConsumerSpec{Stream: events.StreamChat, Durable: "c-" + thread,
+			FilterSubjects: []string{events.ChatThreadSubjects(thread)}}
+		got := make(chan struct{}, 1)
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() {
+			_ = w.Consume(ctx, spec, func(context.Context, *Delivery) error {
+				select {
+				case got <- struct{}{}:
+				default:
+				}
+				return nil
+			})
+		}()
+		start := time.Now()
+		if _, err := w.Publish(t.Context(), events.ChatSubject(thread, events.ChatTurnRequested), runRequested(t, thread)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+			worst = max(worst, time.Since(start))
+		case <-time.After(12 * time.Second):
+			t.Fatalf("round %d: nothing consumed within 12 s of publishing", i)
+		}
+		cancel()
+	}
+	t.Logf("slowest first delivery: %v", worst.Round(time.Millisecond))
+}
