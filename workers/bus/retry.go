@@ -32,7 +32,9 @@ type RetryPolicy struct {
 	// single try.
 	Timeout time.Duration
 	// AttemptTimeout bounds one try (capped by what is left of Timeout).
-	// Optional. Default: 10s.
+	// Optional. Default: 5s, nats.go's JetStream API timeout: on a
+	// cluster, a create that races another replica's identical create
+	// can go unanswered, and the next try finds the stream created.
 	AttemptTimeout time.Duration
 	// InitialBackoff is the wait after the first failed try; it doubles
 	// after every further failure up to MaxBackoff. Each wait is drawn at
@@ -50,7 +52,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.Timeout = DefaultStartupTimeout
 	}
 	if p.AttemptTimeout <= 0 {
-		p.AttemptTimeout = 10 * time.Second
+		p.AttemptTimeout = 5 * time.Second
 	}
 	if p.InitialBackoff <= 0 {
 		p.InitialBackoff = 100 * time.Millisecond
