@@ -290,7 +290,7 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		if err == nil {
 			if try > 1 {
 				c.logger.InfoContext(ctx, "published after retries", "subject", msg.Subject, "msg_id", id,
-					"tries", try, "elapsed", time.Since(start).Round(time.Millisecond), "duplicate", ack.Duplicate)
+					"tries", try, "elapsed", time.Since(start).Round(time.Millisecond).String(), "duplicate", ack.Duplicate)
 			}
 			return ack, nil
 		}
@@ -303,7 +303,7 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 				"publishing it again is safe within the duplicate window)", Tries: try, Elapsed: time.Since(start), Last: err}
 		}
 		c.logger.WarnContext(ctx, "publish not acknowledged; retrying", "subject", msg.Subject, "msg_id", id,
-			"try", try, "retry_in", wait.Round(time.Millisecond), "error", err)
+			"try", try, "retry_in", wait.Round(time.Millisecond).String(), "error", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

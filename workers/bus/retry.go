@@ -147,7 +147,7 @@ func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.
 		cancel()
 		if err == nil {
 			if try > 1 {
-				log.Info("succeeded after retries", "op", what, "tries", try, "elapsed", time.Since(start).Round(time.Millisecond))
+				log.Info("succeeded after retries", "op", what, "tries", try, "elapsed", time.Since(start).Round(time.Millisecond).String())
 			}
 			return nil
 		}
@@ -161,8 +161,8 @@ func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.
 		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
 			return &RetryError{What: what, Tries: try, Elapsed: time.Since(start), Last: err}
 		}
-		log.Warn("not done yet; retrying", "op", what, "try", try, "retry_in", wait.Round(time.Millisecond),
-			"budget_left", time.Until(deadline).Round(time.Second), "error", err)
+		log.Warn("not done yet; retrying", "op", what, "try", try, "retry_in", wait.Round(time.Millisecond).String(),
+			"budget_left", time.Until(deadline).Round(time.Second).String(), "error", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
