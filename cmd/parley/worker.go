@@ -65,9 +65,11 @@ func (s storeFlags) check() error {
 	return nil
 }
 
-// startupPolicy is the start-up retry policy of the flags, logging to log.
+// startupPolicy is the start-up retry policy of the flags, logging to log:
+// every step (connecting, streams, buckets, consumers) shares one deadline,
+// --startup-timeout from now.
 func (s storeFlags) startupPolicy(log *slog.Logger) bus.RetryPolicy {
-	return bus.RetryPolicy{Timeout: s.StartupTimeout, Logger: log}
+	return bus.RetryPolicy{Timeout: s.StartupTimeout, Deadline: time.Now().Add(s.StartupTimeout), Logger: log}
 }
 
 // publishRetry is bus.Options.PublishRetry for the flag (0: no retry).
@@ -132,8 +134,11 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 	}
 	// Every start-up step (streams, buckets, consumers) retries through a
 	// leader election or a concurrent start of other replicas until
-	// --startup-timeout.
-	ctx = bus.WithStartupPolicy(ctx, cfg.store.startupPolicy(log))
+	// --startup-timeout after the start (serveRole's policy, sharing the
+	// connection's deadline), or from now when none was set (parley dev).
+	startup := bus.StartupPolicy(ctx, cfg.store.startupPolicy(log))
+	startup.Logger = log
+	ctx = bus.WithStartupPolicy(ctx, startup)
 	if err := b.EnsureStreams(ctx); err != nil {
 		return err
 	}
@@ -189,12 +194,13 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 			return &exitError{code: 2, err: err}
 		}
 	}
-	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, cfg.store.startupPolicy(log))
+	startup := cfg.store.startupPolicy(log)
+	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, startup)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return runRole(e.ctx, role, nc, cfg, log)
+	return runRole(bus.WithStartupPolicy(e.ctx, startup), role, nc, cfg, log)
 }
 
 // connectWorker connects to url like client.Connect (reconnecting for

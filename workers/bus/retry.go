@@ -42,6 +42,11 @@ type RetryPolicy struct {
 	// failed together do not retry together. Optional. Defaults: 100ms and
 	// 5s.
 	InitialBackoff, MaxBackoff time.Duration
+	// Deadline, when set, also ends the retrying: a worker sets it once
+	// for its whole start-up, so the steps share one budget instead of
+	// each having Timeout. The first try is made even after it.
+	// Optional.
+	Deadline time.Time
 	// Logger receives one warning per failed try that will be retried.
 	// Optional. Default: discard.
 	Logger *slog.Logger
@@ -141,8 +146,15 @@ func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.
 	}
 	start := time.Now()
 	deadline := start.Add(p.budget())
+	if !p.Deadline.IsZero() && p.Deadline.Before(deadline) {
+		deadline = p.Deadline
+	}
 	for try := 1; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
+		at := p.AttemptTimeout
+		if try > 1 {
+			at = min(at, max(time.Until(deadline), time.Millisecond))
+		}
+		actx, cancel := context.WithTimeout(ctx, at)
 		err := op(actx)
 		cancel()
 		if err == nil {

@@ -375,3 +375,24 @@ func TestConsumeRepullsSoonAfterALostPull(t *testing.T) {
 	}
 	t.Logf("slowest first delivery: %v", worst.Round(time.Millisecond))
 }
+
+// Start-up steps share one deadline: a step that starts after it gets one
+// try, a step before it no more than the time left.
+func TestRetrySharedDeadline(t *testing.T) {
+	t.Parallel()
+	p := fastRetry
+	p.Timeout = time.Minute
+	p.Deadline = time.Now().Add(-time.Second)
+	tries := 0
+	err := Retry(t.Context(), "late step", p, func(context.Context) error { tries++; return nats.ErrTimeout })
+	var re *RetryError
+	if !errors.As(err, &re) || tries != 1 {
+		t.Errorf("Retry after the deadline = %v after %d tries, want a *RetryError after 1", err, tries)
+	}
+	p.Deadline = time.Now().Add(300 * time.Millisecond)
+	start := time.Now()
+	_ = Retry(t.Context(), "step", p, func(context.Context) error { return nats.ErrTimeout })
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Retry ran %v past a deadline 300ms away (its Timeout is 1m)", el)
+	}
+}
