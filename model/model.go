@@ -5,6 +5,7 @@ package model
 
 import (
 	"context"
+	"time"
 
 	"github.com/parley-dev/parley/schema"
 )
@@ -37,6 +38,14 @@ type Request struct {
 	Agent    string        `json:"agent"`
 	Messages []Message     `json:"messages"`
 	Tools    []schema.Tool `json:"tools"`
+	// OnDelta, when set, receives assistant text as it streams (providers
+	// that do not stream never call it). It is called from the provider's
+	// goroutine, in order, and must not block for long.
+	OnDelta func(Delta) `json:"-"`
+	// OnRetry, when set, is told before the provider waits to retry a
+	// failed attempt (attempt counts from 1; wait is the pause; err the
+	// failure).
+	OnRetry func(attempt int, wait time.Duration, err error) `json:"-"`
 }
 
 // Response is the model's answer: final text, or tool calls (with
@@ -46,10 +55,19 @@ type Response struct {
 	ToolCalls []schema.ToolCall `json:"toolCalls,omitempty"`
 	// Content enriches Text with MCP content blocks (optional).
 	Content schema.ContentList `json:"content,omitempty"`
+	// Chunks are the streamed pieces Text was folded from, each with its
+	// own _meta (nil when the provider does not stream).
+	Chunks []schema.ChatMessage `json:"chunks,omitempty"`
+	// Usage is the call's token usage (nil when the provider reports none).
+	Usage *Usage `json:"usage,omitempty"`
+	// Model is the model that answered, as the endpoint named it.
+	Model string `json:"model,omitempty"`
 }
 
-// Provider completes a conversation. Errors are infrastructure failures
-// (the agent retries the event); the model's own refusals are text.
+// Provider completes a conversation. An *Error ends the turn with its
+// reason; other errors are infrastructure failures (the agent retries the
+// event); the model's own refusals are text. A Provider holds no state
+// between calls: a paused run resumes on any agent.
 type Provider interface {
 	Complete(ctx context.Context, req Request) (Response, error)
 }

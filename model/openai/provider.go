@@ -1,0 +1,295 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Provider is a model.Provider for an OpenAI-compatible chat-completions
+// endpoint. It is safe for concurrent use and holds no state between
+// calls.
+type Provider struct {
+	cfg    Config
+	client oai.Client
+}
+
+// New checks cfg and returns a Provider. httpClient may be nil
+// (http.DefaultClient's transport is used).
+func New(cfg Config, httpClient *http.Client) (*Provider, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if httpClient == nil {
+		httpClient = &http.Client{}
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(httpClient),
+		// Retries are parley's (classify): the SDK would also retry 408
+		// and 409, and cannot retry a stream cut after its headers.
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	} else {
+		opts = append(opts, option.WithHeaderDel("Authorization"))
+	}
+	return &Provider{cfg: cfg, client: oai.NewClient(opts...)}, nil
+}
+
+// Complete sends req (streaming) and returns the answer: text (folded
+// from the streamed chunks) or tool calls with parley's tool names. A
+// failure the turn should end with is a *model.Error.
+func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	s := p.cfg.settings(req.Agent)
+	params, names, err := p.params(req, s)
+	if err != nil {
+		return model.Response{}, err
+	}
+	var lastErr error
+	status, attempts := 0, 0
+	for attempt := 1; ; attempt++ {
+		attempts = attempt
+		resp, err := p.attempt(ctx, params, names, attempt, req.OnDelta)
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return model.Response{}, ctx.Err()
+		}
+		retry, wait, final := classify(err)
+		status = 0
+		if ae := (*oai.Error)(nil); errors.As(err, &ae) {
+			status = ae.StatusCode
+		}
+		if final != nil {
+			final.Attempts = attempt
+			return model.Response{}, final
+		}
+		lastErr = err
+		if !retry || attempt > p.cfg.MaxRetries {
+			break
+		}
+		if wait > p.cfg.MaxRetryDelay {
+			lastErr = fmt.Errorf("%w (the endpoint asked to wait %v, more than the %v allowed)", err, wait.Round(time.Millisecond), p.cfg.MaxRetryDelay)
+			break
+		}
+		wait = max(wait, backoff(attempt, p.cfg.MaxRetryDelay))
+		if req.OnRetry != nil {
+			req.OnRetry(attempt, wait, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return model.Response{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return model.Response{}, &model.Error{Reason: model.ReasonUnavailable, Status: status, Attempts: attempts, Err: lastErr}
+}
+
+// toolCall is a tool call being assembled from stream chunks.
+type toolCall struct {
+	id, name string
+	args     []byte
+}
+
+// attempt makes one streaming HTTP request.
+func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewParams, names nameMap, attempt int, onDelta func(model.Delta)) (model.Response, error) {
+	actx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	stream := p.client.Chat.Completions.NewStreaming(actx, params)
+	defer stream.Close()
+	var (
+		resp     model.Response
+		calls    = map[int64]*toolCall{}
+		finished bool
+		usage    *model.Usage
+	)
+	for stream.Next() {
+		chunk := stream.Current()
+		if resp.Model == "" {
+			resp.Model = chunk.Model
+		}
+		if chunk.JSON.Usage.Valid() {
+			usage = &model.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue // n is 1: only choice 0 exists
+			}
+			if t := ch.Delta.Content; t != "" {
+				resp.Chunks = append(resp.Chunks, schema.ChatMessage{Role: schema.RoleAssistant, Text: t})
+				if onDelta != nil {
+					onDelta(model.Delta{Attempt: attempt, Text: t})
+				}
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				c := calls[tc.Index]
+				if c == nil {
+					c = &toolCall{}
+					calls[tc.Index] = c
+				}
+				if tc.ID != "" {
+					c.id = tc.ID
+				}
+				if tc.Function.Name != "" {
+					c.name += tc.Function.Name
+				}
+				c.args = append(c.args, tc.Function.Arguments...)
+			}
+			if ch.FinishReason != "" {
+				finished = true
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return model.Response{}, err
+	}
+	if !finished {
+		return model.Response{}, errStreamCut
+	}
+	folded, err := schema.FoldChunks(resp.Chunks...)
+	if err != nil {
+		return model.Response{}, err
+	}
+	resp.Text = folded.Text
+	resp.Usage = usage
+	idx := make([]int64, 0, len(calls))
+	for i := range calls {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		c := calls[i]
+		resp.ToolCalls = append(resp.ToolCalls, schema.ToolCall{ID: c.id, Name: names.parley(c.name), Arguments: arguments(c.args)})
+	}
+	return resp, nil
+}
+
+// arguments returns the model's arguments as JSON: {} when empty, and
+// malformed JSON as a JSON string (so the tool's input-schema check tells
+// the model its arguments are not an object, instead of losing them).
+func arguments(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+// params builds the request body: settings, tools the agent may use, and
+// the (trimmed) conversation.
+func (p *Provider) params(req model.Request, s AgentSettings) (oai.ChatCompletionNewParams, nameMap, error) {
+	names := nameMap{}
+	params := oai.ChatCompletionNewParams{Model: shared.ChatModel(s.Model)}
+	params.StreamOptions.IncludeUsage = oai.Bool(true)
+	if s.Temperature != nil {
+		params.Temperature = oai.Float(*s.Temperature)
+	}
+	if s.MaxTokens > 0 {
+		params.MaxCompletionTokens = oai.Int(s.MaxTokens)
+	}
+	tools := slices.Clone(req.Tools)
+	sort.Slice(tools, func(i, j int) bool { return tools[i].Name < tools[j].Name })
+	toolTokens := 0
+	for _, t := range tools {
+		if s.Tools != nil && !slices.Contains(s.Tools, t.Name) {
+			continue
+		}
+		var schemaObj map[string]any
+		if len(t.InputSchema) > 0 {
+			if err := json.Unmarshal(t.InputSchema, &schemaObj); err != nil {
+				return params, nil, fmt.Errorf("tool %s: inputSchema: %w", t.Name, err)
+			}
+		}
+		fn := shared.FunctionDefinitionParam{Name: names.add(t.Name), Parameters: schemaObj}
+		if t.Description != "" {
+			fn.Description = oai.String(t.Description)
+		}
+		params.Tools = append(params.Tools, oai.ChatCompletionFunctionTool(fn))
+		toolTokens += (len(t.Name) + len(t.Description) + len(t.InputSchema)) / 4
+	}
+	msgs := req.Messages
+	if s.SystemPrompt != "" {
+		msgs = append([]model.Message{{Role: model.RoleSystem, Text: s.SystemPrompt}}, msgs...)
+	}
+	if s.ContextTokens > 0 {
+		var err error
+		if msgs, err = Trim(msgs, s.ContextTokens-int(s.MaxTokens)-toolTokens); err != nil {
+			return params, nil, err
+		}
+	}
+	for _, m := range msgs {
+		params.Messages = append(params.Messages, message(m, names))
+	}
+	return params, names, nil
+}
+
+// message converts one conversation entry.
+func message(m model.Message, names nameMap) oai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case model.RoleSystem:
+		return oai.SystemMessage(m.Text)
+	case model.RoleAssistant:
+		a := oai.ChatCompletionAssistantMessageParam{}
+		if m.Text != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = oai.String(m.Text)
+		}
+		for _, tc := range m.ToolCalls {
+			args := string(tc.Arguments)
+			if args == "" {
+				args = "{}"
+			}
+			a.ToolCalls = append(a.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{ID: tc.ID,
+					Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: APIName(tc.Name), Arguments: args}}})
+		}
+		return oai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+	case model.RoleTool:
+		return oai.ToolMessage(toolText(m), m.ToolCallID)
+	default:
+		return oai.UserMessage(m.Text)
+	}
+}
+
+// toolText is what the model reads of a tool result: the text the agent
+// prepared, plus structuredContent whole (as JSON) when the tool returned
+// one and the text does not already carry it.
+func toolText(m model.Message) string {
+	text := m.Text
+	if m.Result != nil && m.Result.StructuredContent != nil {
+		if b, err := json.Marshal(m.Result.StructuredContent); err == nil && !containsJSON(text, b) {
+			if text != "" {
+				text += "\n"
+			}
+			text += "structuredContent: " + string(b)
+		}
+	}
+	if text == "" {
+		text = "(no output)"
+	}
+	return text
+}
+
+func containsJSON(text string, b []byte) bool {
+	var a, c any
+	return json.Unmarshal([]byte(text), &a) == nil && json.Unmarshal(b, &c) == nil && fmt.Sprint(a) == fmt.Sprint(c)
+}
