@@ -39,6 +39,10 @@ type options struct {
 	processors int
 	// rules for the scripted model; "" means the default rules.
 	rules string
+	// provider replaces the scripted model when set.
+	provider model.Provider
+	// noAgent starts no agent (the test starts its own).
+	noAgent bool
 }
 
 // system is a running parley on an embedded server.
@@ -137,21 +141,25 @@ func start(t *testing.T, opts options) *system {
 		t.Fatal(err)
 	}
 	wg.Go(func() { _ = x.Run(ctx) })
-	var provider model.Provider
-	if opts.rules != "" {
+	provider := opts.provider
+	switch {
+	case provider != nil:
+	case opts.rules != "":
 		provider, err = model.NewScripted([]byte(opts.rules))
-	} else {
+	default:
 		provider, err = model.LoadScripted("")
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.model = &countingProvider{Provider: provider}
-	a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	if !opts.noAgent {
+		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = a.Run(ctx) })
 	}
-	wg.Go(func() { _ = a.Run(ctx) })
 	for i := range opts.processors {
 		s.startProcessor(string(rune('A' + i)))
 	}

@@ -94,7 +94,7 @@ func TestCompleteToolCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0].Name != "get_entity" || string(resp.ToolCalls[0].Arguments) != `{"title": "About"}` ||
+	if len(resp.ToolCalls) != 2 || resp.ToolCalls[0].Name != "get_entity" || string(resp.ToolCalls[0].Arguments) != `{"title": "About us"}` ||
 		resp.ToolCalls[1].Name != "list_entities" || resp.ToolCalls[1].ID != "call_Par1bb" {
 		t.Errorf("parallel tool calls = %+v", resp.ToolCalls)
 	}
