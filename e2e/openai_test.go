@@ -349,3 +349,28 @@ func TestOpenAIPausedTurnResumesOnFreshWorkers(t *testing.T) {
 		t.Errorf("model requests = %d, want 3", n)
 	}
 }
+
+// A user message's blocks (a resource_link with the entity it points to)
+// reach the model as context.
+func TestOpenAIUserContextReachesModel(t *testing.T) {
+	s, srv := startOpenAI(t, reply("text.sse"))
+	link := &schema.ResourceLink{URI: "https://example.com/node/2", Name: "article-2", Title: "Draft about NATS"}
+	link.Meta.SetEntity(schema.Entity{EntityType: "node", ID: "2", Bundle: "article"})
+	e, err := events.New("/parley/test", events.TypeTurnRequested, "oa11", events.TurnRequested{User: "tester",
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "summarise this", Content: schema.ContentList{link}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.bus.Publish(s.ctx, events.ChatSubject("oa11", events.ChatTurnRequested), e); err != nil {
+		t.Fatal(err)
+	}
+	s.turnCompleted("oa11", 1)
+	msgs := srv.Requests()[0]["messages"].([]any)
+	user := msgs[len(msgs)-1].(map[string]any)
+	content, _ := user["content"].(string)
+	for _, want := range []string{"summarise this", "https://example.com/node/2", `"entity_type":"node"`, `"id":"2"`} {
+		if !strings.Contains(content, want) {
+			t.Errorf("user message sent to the model = %q, lacks %q", content, want)
+		}
+	}
+}

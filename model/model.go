@@ -31,6 +31,9 @@ type Message struct {
 	ToolName   string `json:"toolName,omitempty"`
 	// Result is the full MCP result of a tool message.
 	Result *schema.CallToolResult `json:"result,omitempty"`
+	// Content are the MCP content blocks of a user message (context such
+	// as resource_link blocks with _meta["drupal.org/ai.entity"]).
+	Content schema.ContentList `json:"content,omitempty"`
 }
 
 // Request is one model call.
@@ -72,14 +75,15 @@ type Provider interface {
 	Complete(ctx context.Context, req Request) (Response, error)
 }
 
-// ResultText joins the text blocks of a tool result.
+// ResultText joins the text blocks of a tool result that are meant for the
+// model (see ForModel: a block for the user only is left out).
 func ResultText(r *schema.CallToolResult) string {
 	if r == nil {
 		return ""
 	}
 	var s string
 	for _, c := range r.Content {
-		if t, ok := c.(*schema.TextContent); ok {
+		if t, ok := c.(*schema.TextContent); ok && ForModel(c) {
 			if s != "" {
 				s += "\n"
 			}

@@ -72,6 +72,10 @@ type AgentSettings struct {
 	// Tools lists the tools the agent may call, by parley name. Absent:
 	// every registered tool; empty list: none.
 	Tools []string `json:"tools,omitempty"`
+	// Images says the model takes images: image blocks of user messages
+	// are sent as image parts. Otherwise (and always for tool results,
+	// which the API takes as text only) they are described as text.
+	Images bool `json:"images,omitempty"`
 	// ContextTokens is the model's context window in tokens. When set,
 	// history is trimmed to fit (see Trim); 0 sends everything.
 	ContextTokens int `json:"contextTokens,omitempty"`

@@ -238,13 +238,14 @@ func (p *Provider) params(req model.Request, s AgentSettings) (oai.ChatCompletio
 		}
 	}
 	for _, m := range msgs {
-		params.Messages = append(params.Messages, message(m, names))
+		params.Messages = append(params.Messages, message(m, s.Images))
 	}
 	return params, names, nil
 }
 
-// message converts one conversation entry.
-func message(m model.Message, names nameMap) oai.ChatCompletionMessageParamUnion {
+// message converts one conversation entry; images says whether the model
+// takes image parts in user messages.
+func message(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
 	switch m.Role {
 	case model.RoleSystem:
 		return oai.SystemMessage(m.Text)
@@ -266,8 +267,36 @@ func message(m model.Message, names nameMap) oai.ChatCompletionMessageParamUnion
 	case model.RoleTool:
 		return oai.ToolMessage(toolText(m), m.ToolCallID)
 	default:
+		return userMessage(m, images)
+	}
+}
+
+// userMessage is the user's text with the blocks of the message meant for
+// the model: context references (resource links, with the entity they
+// point to) and other blocks described as text, images as image parts when
+// the model takes them.
+func userMessage(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
+	if len(m.Content) == 0 {
 		return oai.UserMessage(m.Text)
 	}
+	var described schema.ContentList
+	var parts []oai.ChatCompletionContentPartUnionParam
+	for _, c := range m.Content {
+		if img, ok := c.(*schema.ImageContent); ok && images && model.ForModel(c) {
+			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{
+				URL: "data:" + img.MIMEType + ";base64," + img.Data}))
+			continue
+		}
+		described = append(described, c)
+	}
+	text := m.Text
+	if ctx := model.ContextText(described, true); ctx != "" {
+		text += "\n\nContext:\n" + ctx
+	}
+	if len(parts) == 0 {
+		return oai.UserMessage(text)
+	}
+	return oai.UserMessage(append([]oai.ChatCompletionContentPartUnionParam{oai.TextContentPart(text)}, parts...))
 }
 
 // toolText is what the model reads of a tool result: the text the agent
@@ -275,6 +304,14 @@ func message(m model.Message, names nameMap) oai.ChatCompletionMessageParamUnion
 // one and the text does not already carry it.
 func toolText(m model.Message) string {
 	text := m.Text
+	if m.Result != nil {
+		if ctx := model.ContextText(m.Result.Content, true); ctx != "" {
+			if text != "" {
+				text += "\n"
+			}
+			text += ctx
+		}
+	}
 	if m.Result != nil && m.Result.StructuredContent != nil {
 		if b, err := json.Marshal(m.Result.StructuredContent); err == nil && !containsJSON(text, b) {
 			if text != "" {

@@ -238,3 +238,33 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("New without a model = %v", err)
 	}
 }
+
+// Tool-result blocks meant for the user only never reach the model;
+// structuredContent does, whole.
+func TestToolResultRouting(t *testing.T) {
+	srv := openaitest.New(t, openaitest.Reply{File: "testdata/text.sse"})
+	p := newProvider(t, srv, "")
+	res := &schema.CallToolResult{StructuredContent: map[string]any{"ids": []any{"a-1", "a-2"}}, Content: schema.ContentList{
+		&schema.TextContent{Text: "for the model"},
+		&schema.TextContent{Text: "SECRET for the user", Annotations: &schema.Annotations{Audience: []schema.Role{schema.RoleUser}}},
+		&schema.ResourceLink{URI: "https://example.com/a-1", Name: "a-1", Annotations: &schema.Annotations{Audience: []schema.Role{schema.RoleAssistant}}},
+	}}
+	_, err := p.Complete(context.Background(), model.Request{Messages: []model.Message{
+		{Role: model.RoleUser, Text: "go"},
+		{Role: model.RoleAssistant, ToolCalls: []schema.ToolCall{{ID: "c1", Name: "list_entities", Arguments: json.RawMessage(`{}`)}}},
+		{Role: model.RoleTool, ToolCallID: "c1", ToolName: "list_entities", Text: model.ResultText(res), Result: res},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := srv.Requests()[0]["messages"].([]any)
+	tool := msgs[2].(map[string]any)["content"].(string)
+	if strings.Contains(tool, "SECRET") {
+		t.Errorf("a user-only block reached the model: %q", tool)
+	}
+	for _, want := range []string{"for the model", "https://example.com/a-1", `structuredContent: {"ids":["a-1","a-2"]}`} {
+		if !strings.Contains(tool, want) {
+			t.Errorf("tool message %q lacks %q", tool, want)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func decodeSnapshot(raw json.RawMessage) (*Run, error) {
 func fromChat(msgs []schema.ChatMessage) []model.Message {
 	out := make([]model.Message, 0, len(msgs))
 	for _, m := range msgs {
-		out = append(out, model.Message{Role: string(m.Role), Text: m.Text})
+		out = append(out, model.Message{Role: string(m.Role), Text: m.Text, Content: m.Content})
 	}
 	return out
 }

@@ -216,7 +216,8 @@ func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
 	t.Pending = nil
-	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text})
+	// The blocks go with the text: context references reach the model.
+	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content})
 }
 
 // requestRun publishes run.requested for the thread's active turn if the
