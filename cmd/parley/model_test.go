@@ -2,10 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/model/openai/openaitest"
 )
 
 // Bad model flags are usage errors (exit 2) naming the flag, before any
@@ -57,5 +63,47 @@ func TestModelAPIKeyOrder(t *testing.T) {
 	m.ModelAPIKeyFile = f
 	if k, _ := m.apiKey(); k != "sk-file" {
 		t.Errorf("key = %q, want the file's (trimmed)", k)
+	}
+}
+
+// `parley dev --model-url URL --model NAME` wiring: the workers run the
+// OpenAI-compatible provider, and `parley chat` drives a confirmation
+// conversation with it (the model replies are recorded streams).
+func TestChatWithOpenAICompatibleModel(t *testing.T) {
+	const data = "../../model/openai/testdata/"
+	srv := openaitest.New(t,
+		openaitest.Reply{File: data + "tool_list.sse"},
+		openaitest.Reply{File: data + "tool_delete_reused_id.sse", Replace: map[string]string{"__ID__": "article-2"}},
+		openaitest.Reply{File: data + "text_deleted.sse"})
+	ns, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ctx, cancel := context.WithCancel(t.Context())
+	cfg := roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4},
+		agent: agentFlags{PreExecuteTimeout: 2 * time.Second, modelFlags: modelFlags{ModelURL: srv.URL(), Model: "gpt-4.1-mini",
+			ModelTimeout: 5 * time.Second, ModelRetries: 1}}}
+	if err := cfg.agent.check(); err != nil {
+		t.Fatal(err)
+	}
+	wait, err := startWorkers(ctx, ns.ClientURL(), []string{"gate", "toolexec", "agent", "processor"}, cfg,
+		&env{Globals: &Globals{LogLevel: "error", LogFormat: "text"}, ctx: ctx, stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = wait() })
+	h := startChat(t, ns.ClientURL(), ctx, "model-chat")
+	h.typeLine("delete the draft about page loads")
+	h.waitFor("… Thinking…")
+	h.waitFor("tool:        delete_entities")
+	h.waitFor("Allow? [y/n/c] ")
+	h.typeLine("y")
+	h.waitFor("Instructions (optional): ")
+	h.typeLine("")
+	h.waitFor("→ accepted")
+	h.waitFor("assistant: Deleted the draft article.")
+	if n := len(srv.Requests()); n != 3 {
+		t.Errorf("model requests = %d, want 3", n)
 	}
 }
