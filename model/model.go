@@ -65,6 +65,9 @@ type Response struct {
 	Usage *Usage `json:"usage,omitempty"`
 	// Model is the model that answered, as the endpoint named it.
 	Model string `json:"model,omitempty"`
+	// SuggestedReplies are next prompts the model proposes to the user
+	// (with a final answer only).
+	SuggestedReplies []string `json:"suggestedReplies,omitempty"`
 }
 
 // Provider completes a conversation. An *Error ends the turn with its

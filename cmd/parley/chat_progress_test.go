@@ -16,6 +16,7 @@ func TestChatShowsProgress(t *testing.T) {
 	h.typeLine("list the content")
 	h.waitFor("… Thinking…")
 	h.waitFor("… Running list_entities")
+	h.waitFor("suggestions: publish the draft articles | show me the About page")
 }
 
 // With no worker running, the chat says plainly that nothing answers.

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -98,6 +100,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 		}
 		final.Content = append(final.Content, resp.Content...)
 		final.Content = append(final.Content, userBlocks(run.Messages)...)
+		enrichFinal(&final, run.Messages, resp.SuggestedReplies)
 		if len(run.Usage) > 0 {
 			u := events.Usage{Calls: run.Usage}
 			for _, c := range run.Usage {
@@ -244,4 +247,76 @@ func (a *Agent) toolProgress(ctx context.Context, run *Run, kind int, c *CallSta
 func (a *Agent) waitingProgress(ctx context.Context, run *Run, questions int) {
 	a.progress(ctx, run, events.PhaseWaiting, 0, "Waiting for your answer",
 		fmt.Sprintf("The turn is paused until %d question(s) are answered.", questions))
+}
+
+// Bounds of what the final message gathers from the turn's tool results.
+const (
+	// maxCitations bounds _meta["drupal.org/ai.citations"]; later ones are
+	// left out.
+	maxCitations = 20
+	// maxStructuredBytes bounds the structuredContent copied to
+	// _meta["drupal.org/ai.structured_content"]; a larger one stays only in
+	// the tool result (the model saw it whole).
+	maxStructuredBytes = 16 << 10
+)
+
+// enrichFinal adds to the final message what the turn's tool results
+// (those after the latest user message) offer the user:
+//
+//   - the sources they cited (their result _meta["drupal.org/ai.citations"])
+//     after any citations of the streamed chunks, each URL once, at most
+//     maxCitations;
+//   - the structuredContent of the latest result that has one, whole, at
+//     _meta["drupal.org/ai.structured_content"] (when at most
+//     maxStructuredBytes of JSON);
+//   - the model's suggested replies at _meta["drupal.org/ai.suggested_replies"].
+func enrichFinal(final *schema.ChatMessage, msgs []model.Message, suggested []string) {
+	start := 0
+	for i, m := range msgs {
+		if m.Role == model.RoleUser {
+			start = i
+		}
+	}
+	cites, _ := final.Meta.Citations()
+	seen := map[string]bool{}
+	for _, c := range cites {
+		seen[c.URL] = true
+	}
+	var structured map[string]any
+	for _, m := range msgs[start:] {
+		if m.Role != model.RoleTool || m.Result == nil {
+			continue
+		}
+		if m.Result.StructuredContent != nil {
+			structured = m.Result.StructuredContent
+		}
+		cs, err := m.Result.Meta.Citations()
+		if err != nil {
+			continue
+		}
+		for _, c := range cs {
+			if !seen[c.URL] && len(cites) < maxCitations && c.Validate() == nil {
+				seen[c.URL] = true
+				cites = append(cites, c)
+			}
+		}
+	}
+	if len(cites) > 0 {
+		final.Meta.SetCitations(cites)
+	}
+	if structured != nil {
+		if b, err := json.Marshal(structured); err == nil && len(b) <= maxStructuredBytes {
+			final.Meta = cloneMeta(final.Meta)
+			final.Meta[schema.MetaStructuredContent] = structured
+		}
+	}
+	var rs []string
+	for _, r := range suggested {
+		if strings.TrimSpace(r) != "" {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) > 0 {
+		final.Meta.SetSuggestedReplies(rs)
+	}
 }
