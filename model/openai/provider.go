@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"time"
@@ -13,6 +14,9 @@ import (
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
@@ -24,6 +28,7 @@ import (
 type Provider struct {
 	cfg    Config
 	client oai.Client
+	host   string
 }
 
 // New checks cfg and returns a Provider. httpClient may be nil
@@ -47,7 +52,11 @@ func New(cfg Config, httpClient *http.Client) (*Provider, error) {
 	} else {
 		opts = append(opts, option.WithHeaderDel("Authorization"))
 	}
-	return &Provider{cfg: cfg, client: oai.NewClient(opts...)}, nil
+	host := ""
+	if u, err := url.Parse(cfg.BaseURL); err == nil {
+		host = u.Hostname()
+	}
+	return &Provider{cfg: cfg, client: oai.NewClient(opts...), host: host}, nil
 }
 
 // Complete sends req (streaming) and returns the answer: text (folded
@@ -58,6 +67,16 @@ func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Respo
 	params, names, err := p.params(req, s)
 	if err != nil {
 		return model.Response{}, err
+	}
+	// The agent's model-call span gets the request side of the GenAI
+	// semantic conventions.
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(semconv.GenAIRequestModel(s.Model), attribute.String("server.address", p.host))
+	if s.Temperature != nil {
+		span.SetAttributes(semconv.GenAIRequestTemperature(*s.Temperature))
+	}
+	if s.MaxTokens > 0 {
+		span.SetAttributes(semconv.GenAIRequestMaxTokens(int(s.MaxTokens)))
 	}
 	var lastErr error
 	status, attempts := 0, 0

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/model/openai"
 	"github.com/parley-dev/parley/model/openai/openaitest"
@@ -265,6 +268,29 @@ func TestToolResultRouting(t *testing.T) {
 	for _, want := range []string{"for the model", "https://example.com/a-1", `structuredContent: {"ids":["a-1","a-2"]}`} {
 		if !strings.Contains(tool, want) {
 			t.Errorf("tool message %q lacks %q", tool, want)
+		}
+	}
+}
+
+// The model-call span gets the GenAI request attributes.
+func TestSpanAttributes(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	srv := openaitest.New(t, openaitest.Reply{File: "testdata/text.sse"})
+	p := newProvider(t, srv, `{"agents":{"a":{"model":"m-a","temperature":0.5,"maxTokens":64}}}`)
+	ctx, span := tp.Tracer("t").Start(context.Background(), "chat")
+	if _, err := p.Complete(ctx, model.Request{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	got := map[string]string{}
+	for _, kv := range rec.Ended()[0].Attributes() {
+		got[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, v := range map[string]string{"gen_ai.request.model": "m-a", "gen_ai.request.temperature": "0.5",
+		"gen_ai.request.max_tokens": "64", "server.address": "127.0.0.1"} {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)
 		}
 	}
 }
