@@ -4,9 +4,10 @@ import "github.com/parley-dev/parley/schema"
 
 // TypeMessageDelta: a piece of the assistant's answer while the model is
 // still writing it. Data: MessageDelta. Published on
-// parley.chat.<thread>.message.delta without waiting for a JetStream ack;
-// the subject is inside PARLEY_CHAT, so the stream keeps it and a late
-// subscriber catches up by reading the thread's subjects from the stream.
+// parley.chat.<thread>.message.delta without waiting for a JetStream ack
+// (each delta's ID is unique, so no deduplication is needed); the subject
+// is inside PARLEY_CHAT, so the stream keeps it and a late subscriber
+// catches up by reading the thread's subjects from the stream.
 // The final message in turn.completed is authoritative.
 const TypeMessageDelta Type = "dev.parley.message.delta"
 
@@ -20,6 +21,10 @@ type MessageDelta struct {
 	RunID  string `json:"runId"`
 	// Step is the model call of the run the text belongs to (from 1).
 	Step int `json:"step"`
+	// Generation identifies one execution of that model call (random): a
+	// step redone after an agent crash streams under a new generation,
+	// whose text replaces the older one's.
+	Generation string `json:"generation"`
 	// Attempt is the HTTP attempt of that model call (from 1). A delta with
 	// a higher attempt than the ones shown voids the text of the earlier
 	// attempts of the same step (the stream was cut and retried).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -24,6 +25,8 @@ import (
 const (
 	deltaMaxBytes = 256
 	deltaInterval = 100 * time.Millisecond
+	// progressTimeout bounds the wait for a progress event's ack.
+	progressTimeout = 2 * time.Second
 )
 
 func tracer() trace.Tracer { return otel.Tracer("github.com/parley-dev/parley/workers/agent") }
@@ -56,7 +59,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 		trace.WithAttributes(semconv.GenAIOperationNameChat, attribute.String("parley.agent", run.Agent),
 			attribute.String("parley.run_id", run.RunID), attribute.Int("parley.step", step)))
 	defer span.End()
-	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step}
+	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step, generation: uuid.NewString()}
 	retries := 0
 	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: run.Messages, Tools: tools,
 		OnDelta: ds.add,
@@ -139,14 +142,18 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 // deltaStream publishes streamed text as message.delta events, coalescing
 // small pieces (deltaMaxBytes, deltaInterval).
 type deltaStream struct {
-	a       *Agent
-	ctx     context.Context
-	run     *Run
-	step    int
-	attempt int
-	seq     int
-	buf     string
-	last    time.Time
+	a    *Agent
+	ctx  context.Context
+	run  *Run
+	step int
+	// generation is random per execution of the model call: a step redone
+	// after a crash streams under a new one (its text may differ), and
+	// every delta's event ID is unique, so nothing needs deduplication.
+	generation string
+	attempt    int
+	seq        int
+	buf        string
+	last       time.Time
 }
 
 func (d *deltaStream) add(delta model.Delta) {
@@ -167,9 +174,9 @@ func (d *deltaStream) flush() {
 	text := d.buf
 	d.buf, d.last = "", time.Now()
 	run := d.run
-	e, err := events.NewWithID(events.DerivedID("message.delta", run.RunID, fmt.Sprint(d.step), fmt.Sprint(d.attempt), fmt.Sprint(d.seq)),
+	e, err := events.NewWithID(events.DerivedID("message.delta", d.generation, fmt.Sprint(d.attempt), fmt.Sprint(d.seq)),
 		events.SourceAgent, events.TypeMessageDelta, run.Thread,
-		events.MessageDelta{TurnID: run.TurnID, RunID: run.RunID, Step: d.step, Attempt: d.attempt, Seq: d.seq,
+		events.MessageDelta{TurnID: run.TurnID, RunID: run.RunID, Step: d.step, Generation: d.generation, Attempt: d.attempt, Seq: d.seq,
 			Chunk: schema.ChatMessage{Role: schema.RoleAssistant, Text: text}})
 	d.seq++
 	if err == nil {
@@ -187,8 +194,10 @@ func (d *deltaStream) flush() {
 // status line in _meta["drupal.org/ai.status_item"] and the phase in
 // _meta["dev.parley/phase"]. Progress is an ordinal that increases through
 // the turn: it is computed from the run's position (step, resumes, phase,
-// n), so it is the same on whichever agent replica publishes it. Failure
-// to publish is logged, never fatal: progress is advisory.
+// n), so it is the same on whichever agent replica publishes it, and so is
+// the event ID: the copy a redelivered event republishes is dropped by the
+// stream's duplicate window. Failure to publish (bounded by
+// progressTimeout) is logged, never fatal: progress is advisory.
 func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, status, message string) {
 	if run.TurnID == "" || run.Thread == "" {
 		return
@@ -207,7 +216,9 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		err = a.bus.PublishCore(ctx, events.ChatSubject(run.Thread, events.ChatProgress), e)
+		pctx, cancel := context.WithTimeout(ctx, progressTimeout)
+		_, err = a.bus.Publish(pctx, events.ChatSubject(run.Thread, events.ChatProgress), e)
+		cancel()
 	}
 	if err != nil {
 		a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
