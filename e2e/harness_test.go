@@ -41,7 +41,7 @@ type options struct {
 	rules string
 	// provider replaces the scripted model when set.
 	provider model.Provider
-	// noAgent starts no agent (the test starts its own).
+	// noAgent starts no agent (see startAgent in faults_test.go).
 	noAgent bool
 }
 

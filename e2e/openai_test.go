@@ -300,9 +300,9 @@ func TestOpenAIRetries(t *testing.T) {
 	})
 }
 
-// startAgent runs an agent with provider on its own connection until the
+// startAgentWith runs an agent with provider on its own connection until the
 // returned stop is called.
-func (s *system) startAgent(provider model.Provider) (stop func()) {
+func (s *system) startAgentWith(provider model.Provider) (stop func()) {
 	s.t.Helper()
 	nc, err := nats.Connect(s.srv.ClientURL(), nats.Name("agent"))
 	if err != nil {
@@ -327,7 +327,7 @@ func (s *system) startAgent(provider model.Provider) (stop func()) {
 func TestOpenAIPausedTurnResumesOnFreshWorkers(t *testing.T) {
 	srv := openaitest.New(t)
 	s := start(t, options{noAgent: true})
-	stopA := s.startAgent(openAIProvider(t, srv))
+	stopA := s.startAgentWith(openAIProvider(t, srv))
 	id := s.firstDraft()
 	srv.Add(reply("tool_list.sse"), openaitest.Reply{File: sse + "tool_delete_reused_id.sse", Replace: map[string]string{"__ID__": id}},
 		reply("text_deleted.sse"))
@@ -336,7 +336,7 @@ func TestOpenAIPausedTurnResumesOnFreshWorkers(t *testing.T) {
 	stopA()
 	s.stopProcessor("A")
 	s.startProcessor("B")
-	stopB := s.startAgent(openAIProvider(t, srv))
+	stopB := s.startAgentWith(openAIProvider(t, srv))
 	defer stopB()
 	s.answer("oa10", qid, schema.ActionAccept, nil)
 	if tc := s.turnCompleted("oa10", 1); tc.Message.Text != "Deleted the draft article." {

@@ -31,11 +31,13 @@ const (
 
 func tracer() trace.Tracer { return otel.Tracer("github.com/parley-dev/parley/workers/agent") }
 
-// callID is parley's identity of the index-th tool call of a run's step:
-// unique across runs, independent of the ID the model gave it (models may
-// reuse an ID across steps).
-func callID(runID string, step, index int) string {
-	return "call_" + events.DerivedID("tool_call", runID, fmt.Sprint(step), fmt.Sprint(index))
+// callID is parley's identity of the index-th tool call of the run's
+// model call step (from 1): "call_<step-1>_<index>", unique within the run
+// and independent of the ID the model gave it (models may reuse an ID
+// across steps). Everything it keys is scoped by the run ID too: derived
+// event and elicitation IDs, result keys and the tool-executor's ledger.
+func callID(step, index int) string {
+	return fmt.Sprintf("call_%d_%d", step-1, index)
 }
 
 // modelCallID is the ID to use for c in messages sent to the model.
@@ -101,8 +103,10 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 			}
 			final.Role = schema.RoleAssistant
 		}
+		text, blocks := boundUserBlocks(final.Text, userBlocks(run.Messages))
+		final.Text = text
 		final.Content = append(final.Content, resp.Content...)
-		final.Content = append(final.Content, userBlocks(run.Messages)...)
+		final.Content = append(final.Content, blocks...)
 		enrichFinal(&final, run.Messages, resp.SuggestedReplies)
 		if len(run.Usage) > 0 {
 			u := events.Usage{Calls: run.Usage}
@@ -124,7 +128,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	msgCalls := make([]schema.ToolCall, len(resp.ToolCalls))
 	seen := map[string]bool{}
 	for i, tc := range resp.ToolCalls {
-		id := callID(run.RunID, step, i)
+		id := callID(step, i)
 		modelID := tc.ID
 		if modelID == "" || seen[modelID] {
 			modelID = id
