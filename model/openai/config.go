@@ -76,6 +76,12 @@ type AgentSettings struct {
 	// are sent as image parts. Otherwise (and always for tool results,
 	// which the API takes as text only) they are described as text.
 	Images bool `json:"images,omitempty"`
+	// SuggestReplies asks the model to end a final answer with a line
+	// "Suggested replies: a | b | c"; parley strips that line from the
+	// answer and offers the replies (at most 3) under
+	// _meta["drupal.org/ai.suggested_replies"]. The line still streams in
+	// message.delta (the final message is authoritative).
+	SuggestReplies bool `json:"suggestReplies,omitempty"`
 	// ContextTokens is the model's context window in tokens. When set,
 	// history is trimmed to fit (see Trim); 0 sends everything.
 	ContextTokens int `json:"contextTokens,omitempty"`

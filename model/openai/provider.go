@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	oai "github.com/openai/openai-go/v3"
@@ -84,6 +85,10 @@ func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Respo
 		attempts = attempt
 		resp, err := p.attempt(ctx, params, names, attempt, req.OnDelta)
 		if err == nil {
+			if s.SuggestReplies && len(resp.ToolCalls) == 0 {
+				resp.Text, resp.SuggestedReplies = splitSuggestions(resp.Text)
+				resp.Chunks = []schema.ChatMessage{{Role: schema.RoleAssistant, Text: resp.Text}}
+			}
 			return resp, nil
 		}
 		if ctx.Err() != nil {
@@ -247,8 +252,12 @@ func (p *Provider) params(req model.Request, s AgentSettings) (oai.ChatCompletio
 		toolTokens += (len(t.Name) + len(t.Description) + len(t.InputSchema)) / 4
 	}
 	msgs := req.Messages
-	if s.SystemPrompt != "" {
-		msgs = append([]model.Message{{Role: model.RoleSystem, Text: s.SystemPrompt}}, msgs...)
+	prompt := s.SystemPrompt
+	if s.SuggestReplies {
+		prompt = strings.TrimSpace(prompt + "\n\n" + suggestInstruction)
+	}
+	if prompt != "" {
+		msgs = append([]model.Message{{Role: model.RoleSystem, Text: prompt}}, msgs...)
 	}
 	if s.ContextTokens > 0 {
 		var err error
@@ -348,4 +357,27 @@ func toolText(m model.Message) string {
 func containsJSON(text string, b []byte) bool {
 	var a, c any
 	return json.Unmarshal([]byte(text), &a) == nil && json.Unmarshal(b, &c) == nil && fmt.Sprint(a) == fmt.Sprint(c)
+}
+
+// suggestInstruction asks for suggested replies (AgentSettings.SuggestReplies).
+const suggestInstruction = "When you give your final answer (not when calling tools), end it with one last line " +
+	"\"Suggested replies: \" followed by up to 3 short messages the user might send next, separated by \" | \"."
+
+// splitSuggestions removes a trailing "Suggested replies: a | b" line from
+// text and returns the replies (at most 3, blank ones dropped).
+func splitSuggestions(text string) (string, []string) {
+	trimmed := strings.TrimRight(text, " \n")
+	i := strings.LastIndex(trimmed, "\n") + 1
+	line := trimmed[i:]
+	rest, ok := strings.CutPrefix(strings.TrimLeft(line, "*_ "), "Suggested replies:")
+	if !ok {
+		return text, nil
+	}
+	var out []string
+	for _, r := range strings.Split(rest, "|") {
+		if r = strings.Trim(strings.TrimSpace(r), "*_\"`"); r != "" && len(out) < 3 {
+			out = append(out, r)
+		}
+	}
+	return strings.TrimRight(trimmed[:i], " \n"), out
 }

@@ -294,3 +294,24 @@ func TestSpanAttributes(t *testing.T) {
 		}
 	}
 }
+
+func TestSuggestedReplies(t *testing.T) {
+	srv := openaitest.New(t, openaitest.Reply{File: "testdata/text_suggest.sse"}, openaitest.Reply{File: "testdata/text_suggest.sse"})
+	p := newProvider(t, srv, `{"agents":{"s":{"suggestReplies":true}}}`)
+	resp, err := p.Complete(context.Background(), model.Request{Agent: "s", Messages: []model.Message{{Role: model.RoleUser, Text: "drafts?"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Text != "There are 10 draft articles." || strings.Join(resp.SuggestedReplies, "|") != "publish them|delete them|show the oldest" {
+		t.Errorf("text %q, suggestions %q", resp.Text, resp.SuggestedReplies)
+	}
+	sys := srv.Requests()[0]["messages"].([]any)[0].(map[string]any)
+	if !strings.Contains(sys["content"].(string), "Suggested replies:") {
+		t.Errorf("system message %v does not ask for suggestions", sys)
+	}
+	// Without the setting the text is left alone.
+	resp, _ = p.Complete(context.Background(), model.Request{Agent: "other"})
+	if !strings.Contains(resp.Text, "Suggested replies:") || resp.SuggestedReplies != nil {
+		t.Errorf("without suggestReplies: %q, %q", resp.Text, resp.SuggestedReplies)
+	}
+}
