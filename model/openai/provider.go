@@ -156,7 +156,8 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 			if ch.Index != 0 {
 				continue // n is 1: only choice 0 exists
 			}
-			if t := ch.Delta.Content; t != "" {
+			// A refusal is the model's answer too (text, per model.Provider).
+			if t := ch.Delta.Content + ch.Delta.Refusal; t != "" {
 				resp.Chunks = append(resp.Chunks, schema.ChatMessage{Role: schema.RoleAssistant, Text: t})
 				if onDelta != nil {
 					onDelta(model.Delta{Attempt: attempt, Text: t})
