@@ -344,16 +344,27 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 	}
 	size := 0
 	for _, m := range t.History {
-		size += len(m.Text)
+		size += historySize(m)
 	}
 	drop := 0
 	for size > MaxHistoryBytes && drop < len(t.History)-1 {
-		size -= len(t.History[drop].Text)
+		size -= historySize(t.History[drop])
 		drop++
 	}
 	if drop > 0 {
 		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
 	}
+}
+
+// historySize is what m counts against MaxHistoryBytes: its text and the
+// JSON of its content blocks.
+func historySize(m schema.ChatMessage) int {
+	n := len(m.Text)
+	if len(m.Content) > 0 {
+		b, _ := json.Marshal(m.Content)
+		n += len(b)
+	}
+	return n
 }
 
 // MarkHandled records an applied event ID; Seen reports one.

@@ -177,6 +177,8 @@ type chatSession struct {
 	paused  bool
 	// prompt is the prompt on screen that no newline has ended yet.
 	prompt string
+	// progress drives the working indicator (chat_progress.go).
+	progress progressState
 }
 
 // loop runs the chat until input ends or the context is done.
@@ -251,6 +253,8 @@ func (s *chatSession) drain() {
 				return
 			}
 			s.handle(it)
+		case <-s.silence():
+			s.reportSilence()
 		case <-s.ctx.Done():
 			return
 		}
@@ -297,6 +301,8 @@ func (s *chatSession) readLine(prompt string, idle bool) (string, error) {
 				return "", errWatchClosed
 			}
 			s.handle(it)
+		case <-s.silence():
+			s.reportSilence()
 		case <-s.ctx.Done():
 			return "", s.ctx.Err()
 		}
@@ -336,7 +342,10 @@ func (s *chatSession) handle(it client.Item) {
 		return
 	}
 	ev := it.Event
+	s.heardEvent(ev)
 	switch ev.Type() {
+	case events.TypeProgress:
+		s.showProgress(ev)
 	case events.TypeTurnRequested:
 		d, err := events.Data[events.TurnRequested](ev)
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/internal/telemetry"
-	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
@@ -44,6 +43,7 @@ type processorFlags struct {
 type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for a policy service."`
+	modelFlags
 }
 
 type gateFlags struct {
@@ -94,7 +94,7 @@ func (a agentFlags) check() error {
 	if a.PreExecuteTimeout <= 0 {
 		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
 	}
-	return nil
+	return a.modelFlags.check()
 }
 
 // firstErr returns the first non-nil error.
@@ -152,7 +152,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		}
 		return p.Run(ctx)
 	case "agent":
-		provider, err := model.LoadScripted(cfg.agent.Rules)
+		provider, err := newProvider(cfg.agent)
 		if err != nil {
 			return err
 		}
