@@ -105,10 +105,10 @@ func shortID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// isTerminal reports whether r is a character device (a terminal, which
-// echoes what is typed).
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
+// isTerminal reports whether f (a reader or writer) is a character device:
+// a terminal, which echoes what is typed.
+func isTerminal(rw any) bool {
+	f, ok := rw.(*os.File)
 	if !ok {
 		return false
 	}

@@ -49,11 +49,15 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// A publish that fails is a failure (1), not a usage error.
-func TestSendUnreachableExits1(t *testing.T) {
+// A message that cannot be delivered is "not confirmed" (3), not a usage
+// error, and says why in words.
+func TestSendUnreachableExits3(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"send", "--nats", "nats://127.0.0.1:1", "-t", "t1", "hi"}, strings.NewReader(""), &stdout, &stderr); code != 1 {
-		t.Errorf("exit %d, want 1; stderr %q", code, stderr.String())
+	if code := run([]string{"send", "--nats", "nats://127.0.0.1:1", "-t", "t1", "hi"}, strings.NewReader(""), &stdout, &stderr); code != 3 {
+		t.Errorf("exit %d, want 3; stderr %q", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "no NATS server is reachable") {
+		t.Errorf("stderr %q does not say the server is unreachable", stderr.String())
 	}
 }
 
