@@ -176,9 +176,12 @@ func TestPublishBudgetRunsOut(t *testing.T) {
 	}
 }
 
-// A subject no stream stores fails at once (ErrNoStream), not after the
-// whole budget.
-func TestPublishNoStreamFailsFast(t *testing.T) {
+// A publish to a subject whose stream appears later (workers starting
+// while the CLI sends; JetStream answers "no responders", as during a
+// stream leader election) is retried with the same event until the
+// stream exists: one event stored, no duplicate. With no stream at all,
+// the budget runs out with ErrNoStream.
+func TestPublishWaitsForStream(t *testing.T) {
 	r := newRestartable(t)
 	nc, err := Connect(r.url(), t.Name())
 	if err != nil {
@@ -189,14 +192,40 @@ func TestPublishNoStreamFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := NewWithOptions(b, &Options{Retry: RetryPolicy{Budget: 20 * time.Second}})
-	start := time.Now()
-	_, err = cl.Send(t.Context(), "nostream", "", "hello", "tester")
-	if !errors.Is(err, ErrNoStream) {
-		t.Fatalf("Send with no stream = %v; want ErrNoStream", err)
+	var sawNoStream bool
+	cl := NewWithOptions(b, &Options{Retry: RetryPolicy{Budget: 20 * time.Second, AttemptTimeout: 500 * time.Millisecond,
+		OnRetry: func(_ int, err error) { sawNoStream = sawNoStream || errors.Is(err, ErrNoStream) }}})
+	e, err := cl.TurnRequest("later", "", "hello", "tester")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Errorf("took %s to see that no stream exists", el)
+	go func() {
+		time.Sleep(time.Second)
+		_ = b.EnsureStreams(context.Background())
+	}()
+	if _, err := cl.Publish(t.Context(), e); err != nil {
+		t.Fatalf("Publish before the stream exists: %v", err)
+	}
+	if !sawNoStream {
+		t.Error("OnRetry never said that no stream stores the subject")
+	}
+	if n := storedWithID(t, cl, events.ChatSubject("later", events.ChatTurnRequested), e.ID()); n != 1 {
+		t.Errorf("stored %d copies, want 1", n)
+	}
+
+	r2 := newRestartable(t)
+	nc2, err := Connect(r2.url(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	b2, err := bus.New(nc2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl2 := NewWithOptions(b2, &Options{Retry: RetryPolicy{Budget: time.Second}})
+	if _, err := cl2.Send(t.Context(), "nostream", "", "hello", "tester"); !errors.Is(err, ErrNoStream) {
+		t.Errorf("Send with no stream = %v; want ErrNoStream", err)
 	}
 }
 

@@ -81,8 +81,10 @@ func (e *UnconfirmedError) Error() string {
 func (e *UnconfirmedError) Unwrap() []error { return []error{ErrNotConfirmed, e.Err} }
 
 // ErrNoStream is matched by the error of a Publish to a subject that no
-// JetStream stream stores (the server said so; not a transient state):
-// parley's streams are created by its workers, so none has started.
+// JetStream stream stores (the server said so, until the budget ran out;
+// nothing was stored): parley's streams are created by its workers, so
+// none has started. OnRetry sees it too, while Publish still waits for the
+// stream to appear (workers starting at the same time).
 var ErrNoStream = errors.New("no JetStream stream stores the subject")
 
 // Publish publishes e on subject with b.Publish (Nats-Msg-Id = e.ID()),
@@ -94,14 +96,15 @@ var ErrNoStream = errors.New("no JetStream stream stores the subject")
 // try, or an earlier run, had stored the event).
 //
 // Errors: an *UnconfirmedError (matching ErrNotConfirmed) when the budget
-// runs out or ctx ends first; an error matching ErrNoStream when no stream
-// stores subject; any other error (a closed connection, a payload over
+// runs out or ctx ends first; an error matching ErrNoStream when the budget
+// runs out and the server says no stream stores subject; any other error (a closed connection, a payload over
 // the server's limit, a JetStream API refusal other than 503) at once.
 func Publish(ctx context.Context, b *bus.Client, subject string, e *event.Event, policy RetryPolicy) (*jetstream.PubAck, error) {
 	p := policy.withDefaults()
 	start := time.Now()
 	deadline := start.Add(p.Budget)
 	backoff := 100 * time.Millisecond
+	missing := false
 	for attempt := 1; ; attempt++ {
 		try := min(p.AttemptTimeout, time.Until(deadline))
 		actx, cancel := context.WithTimeout(ctx, try)
@@ -119,13 +122,23 @@ func Publish(ctx context.Context, b *bus.Client, subject string, e *event.Event,
 		if !transient(err) {
 			return nil, err
 		}
-		if noResponders(err) && streamMissing(ctx, b, subject) {
-			return nil, fmt.Errorf("publishing %s to %s: %w (the server knows no stream for it: start parley's workers, e.g. `parley dev`, which create the streams)", e.Type(), subject, ErrNoStream)
+		// Ask once, and again before giving up, whether the subject has a
+		// stream at all: no stream (yet; the workers may be starting) is
+		// not an election. Keep trying, but say so.
+		wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+		last := time.Until(deadline) <= wait
+		if attempt == 1 || last {
+			missing = streamMissing(ctx, b, subject)
+		}
+		if missing {
+			err = fmt.Errorf("%w: %s (parley's workers create the streams: are they started, e.g. `parley dev`?)", ErrNoStream, subject)
 		}
 		// Full jitter over an exponential step, capped at 2 s.
-		wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
 		backoff = min(2*backoff, 2*time.Second)
-		if time.Until(deadline) <= wait {
+		if last || time.Until(deadline) <= wait {
+			if errors.Is(err, ErrNoStream) {
+				return nil, fmt.Errorf("publishing %s after %s: %w", e.Type(), p.Budget, err)
+			}
 			return nil, unconfirmed(err)
 		}
 		if p.OnRetry != nil {
