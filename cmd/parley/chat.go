@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -288,6 +289,32 @@ func (s *chatSession) publish(ev *event.Event) (*jetstream.PubAck, error) {
 	return cl.Publish(s.ctx, ev)
 }
 
+// linkChanged shows a change of the link to the server; on reconnecting
+// it resends the unconfirmed messages (same IDs: JetStream drops those
+// that got through), since what nats.go flushed on reconnect may have
+// reached the server before its stream was ready.
+func (s *chatSession) linkChanged(st client.WatchStatus) {
+	s.say("· %s", st)
+	if st != client.WatchReconnected {
+		return
+	}
+	texts := slices.Sorted(maps.Keys(s.unconfirmed))
+	for _, text := range texts {
+		ev := s.unconfirmed[text]
+		if ev == nil {
+			continue // confirmed meanwhile
+		}
+		if _, err := s.publish(ev); err != nil {
+			continue // still unconfirmed; it is resent on the next reconnect
+		}
+		if s.unconfirmed[text] != nil {
+			delete(s.unconfirmed, text)
+			s.say("  (your message %q arrived after all)", text)
+		}
+		s.count(ev.ID())
+	}
+}
+
 // lastTry returns the error of the last try of an unconfirmed publish.
 func lastTry(err error) error {
 	var ue *client.UnconfirmedError
@@ -345,7 +372,7 @@ func (s *chatSession) drain() {
 			}
 			s.handle(it)
 		case st := <-s.status:
-			s.say("· %s", st)
+			s.linkChanged(st)
 		case <-s.ctx.Done():
 			return
 		}
@@ -393,7 +420,7 @@ func (s *chatSession) readLine(prompt string, idle bool) (string, error) {
 			}
 			s.handle(it)
 		case st := <-s.status:
-			s.say("· %s", st)
+			s.linkChanged(st)
 		case <-s.ctx.Done():
 			return "", s.ctx.Err()
 		}
