@@ -92,8 +92,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		// `parley help [command...]` is `parley [command...] --help`.
 		args = append(append([]string(nil), args[1:]...), "--help")
 	}
-	if args[0] == "validate" {
-		return runValidate(args[1:], stdin, stdout, stderr)
+	if len(args) == 2 && args[0] == "validate" && args[1] == "help" {
+		args = []string{"validate", "--help"}
 	}
 	var c cli
 	parser, err := kong.New(&c, kong.Name("parley"),
@@ -182,15 +182,4 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-}
-
-type validateCmd struct {
-	Args []string `arg:"" optional:"" passthrough:"" help:"elicitation-request|elicitation-result|meta-key|content|tool and their arguments."`
-}
-
-func (v *validateCmd) Run(e *env) error {
-	if code := runValidate(v.Args, e.stdin, e.stdout, e.stderr); code != 0 {
-		return &exitError{code: code}
-	}
-	return nil
 }
