@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -194,5 +195,74 @@ func TestSendInterruptedExits130(t *testing.T) {
 	code, _, errOut := runCLI(t, url, "send", "-t", "ctrlc", "--wait", "20s", "hello")
 	if code != 130 || strings.Contains(errOut, "context") {
 		t.Errorf("exit %d, stderr %q; want 130 and no context error", code, errOut)
+	}
+}
+
+// `events --follow` says on stderr while it is disconnected, resumes after
+// a NATS restart without repeating or losing an event, and leaves no
+// consumer behind when it ends (issue 8 item 16, issue 15 item 2).
+func TestEventsFollowThroughRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, url := srv.Addr().String(), srv.ClientURL()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc, err := client.Connect(url, "events-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.EnsureStreams(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cl := client.New(b, "")
+	if _, err := cl.Send(t.Context(), "ef", "", "first", "tester"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- (&eventsCmd{Thread: "ef", Follow: true}).Run(&env{Globals: &Globals{NATS: url}, ctx: ctx,
+			stdin: strings.NewReader(""), stdout: stdout, stderr: stderr})
+	}()
+	waitOut := func(b *syncBuffer, want string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(b.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q within 20s; stdout:\n%s\nstderr:\n%s", want, stdout.String(), stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitOut(stdout, "user: first")
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	waitOut(stderr, "disconnected from NATS")
+	if srv, err = natsserver.Start(natsserver.Options{Listen: addr, DataDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	waitOut(stderr, "reconnected to NATS")
+	if _, err := cl.Send(t.Context(), "ef", "", "second", "tester"); err != nil {
+		t.Fatal(err)
+	}
+	waitOut(stdout, "user: second")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("events --follow: %v", err)
+	}
+	if n := strings.Count(stdout.String(), "user: first"); n != 1 {
+		t.Errorf("the first event was printed %d times", n)
+	}
+	if names := chatConsumers(t, url); len(names) != 0 {
+		t.Errorf("consumers left behind on PARLEY_CHAT: %v", names)
 	}
 }
