@@ -2,6 +2,19 @@
 // and elicitation.responded events for a thread, and read the thread's
 // events from the PARLEY_CHAT stream. Any language can do the same by
 // publishing CloudEvents on the subjects in docs/events.md.
+//
+// Publishes retry through a NATS reconnect or a JetStream leader election
+// with the same event ID (Publish, RetryPolicy: 30 s by default), so a
+// retry never stores a duplicate, and report ErrNotConfirmed when the
+// budget runs out. Deliver publishes and waits for the processor's verdict
+// (completed, paused, rejected, failed; accepted for an answer), matched
+// by event ID on a consumer started before the publish. Watch reads
+// through an ordered consumer that resumes after restarts and elections
+// and is deleted when the watch ends.
+//
+// It reads, and never writes, the KV buckets parley_paused (an answer's
+// acceptance, pending questions) and parley_threads (where a message
+// waits).
 package client
 
 import (
