@@ -90,7 +90,8 @@ var ErrNoStream = errors.New("no JetStream stream stores the subject")
 // Publish publishes e on subject with b.Publish (Nats-Msg-Id = e.ID()),
 // retrying the transient failures of a JetStream publish — no responders
 // (no stream leader, e.g. during an election), a PubAck that does not come
-// in time, a connection being re-established, a 503 from JetStream — with
+// in time, a connection being re-established, a 503 from JetStream, "this
+// message ID is still in process" (an earlier try being stored) — with
 // the same event, so a retry can never store a duplicate, until policy's
 // budget runs out. It returns the PubAck (Duplicate set when an earlier
 // try, or an earlier run, had stored the event).
@@ -166,10 +167,17 @@ func transient(err error) bool {
 		errors.Is(err, jetstream.ErrInvalidJSAck):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.Code == 503
+		// 503: JetStream temporarily unavailable. 10158: "duplicate
+		// message id is in process": an earlier try of this event is
+		// still being stored (its leader was elected meanwhile); the next
+		// try gets its PubAck (Duplicate).
+		return apiErr.Code == 503 || apiErr.ErrorCode == errCodeDuplicateInProcess
 	}
 	return false
 }
+
+// errCodeDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict.
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
 func noResponders(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
