@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -325,10 +327,24 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, err
 		nc.RemoveStatusListener(statuses)
 		cc.Stop()
 		<-cc.Closed()
-		// Leave nothing behind on the server.
+		// Leave nothing behind on the server: the current consumer, and
+		// earlier ones of this watch (the library deletes a replaced
+		// consumer in the background, once; right after an election that
+		// can fail). Whatever remains goes after the inactive threshold.
 		if n := consumerName(cons); n != "" && !nc.IsClosed() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchDeleteTimeout)
-			_ = js.DeleteConsumer(dctx, events.StreamChat, n)
+			for _, name := range watchConsumers(n) {
+				for dctx.Err() == nil {
+					err := js.DeleteConsumer(dctx, events.StreamChat, name)
+					if err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+						break
+					}
+					select { // e.g. 503 just after an election: try again
+					case <-dctx.Done():
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}
 			cancel()
 		}
 	}()
@@ -367,6 +383,26 @@ func (c *Client) orderedConsumer(ctx context.Context, cfg jetstream.OrderedConsu
 		case <-time.After(wait):
 		}
 	}
+}
+
+// maxDeletedSerials bounds how many consumers of one watch its end
+// deletes (the current one and those it replaced).
+const maxDeletedSerials = 8
+
+// watchConsumers lists the names of the consumers an ordered consumer
+// named current ("<prefix>_<serial>") has had, newest first, at most
+// maxDeletedSerials.
+func watchConsumers(current string) []string {
+	i := strings.LastIndexByte(current, '_')
+	serial, err := strconv.Atoi(current[i+1:])
+	if i < 0 || err != nil {
+		return []string{current}
+	}
+	var names []string
+	for n := serial; n >= 1 && len(names) < maxDeletedSerials; n-- {
+		names = append(names, current[:i+1]+strconv.Itoa(n))
+	}
+	return names
 }
 
 // consumerName is the server-side name of the ordered consumer's current

@@ -86,14 +86,22 @@ func storedWithID(t *testing.T, cl *Client, subject, id string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	cons, err := cl.Bus().JetStream().OrderedConsumer(ctx, events.StreamChat, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject}, InactiveThreshold: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	var cons jetstream.Consumer
+	var err error
+	for { // right after an election the API may answer 503 for a moment
+		cons, err = cl.Bus().JetStream().OrderedConsumer(ctx, events.StreamChat, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{subject}, InactiveThreshold: time.Second})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	n := 0
 	for {
-		batch, err := cons.FetchNoWait(100)
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,5 +329,18 @@ func TestWatchResumesThroughRestart(t *testing.T) {
 	got := fmt.Sprint(statuses)
 	if len(statuses) < 2 || statuses[0] != WatchDisconnected {
 		t.Errorf("statuses %s; want disconnected, then reconnected", got)
+	}
+}
+
+func TestWatchConsumers(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"abc_3", "[abc_3 abc_2 abc_1]"},
+		{"abc_1", "[abc_1]"},
+		{"a_b_12", "[a_b_12 a_b_11 a_b_10 a_b_9 a_b_8 a_b_7 a_b_6 a_b_5]"},
+		{"plain", "[plain]"},
+	} {
+		if got := fmt.Sprint(watchConsumers(tt.in)); got != tt.want {
+			t.Errorf("watchConsumers(%q) = %s, want %s", tt.in, got, tt.want)
+		}
 	}
 }
