@@ -98,9 +98,7 @@ func TestChatWithOpenAICompatibleModel(t *testing.T) {
 	h.waitFor("… Thinking…")
 	h.waitFor("tool:        delete_entities")
 	h.waitFor("Allow? [y/n/c] ")
-	h.typeLine("y")
-	h.waitFor("Instructions (optional): ")
-	h.typeLine("")
+	h.typeLine("y") // an accept asks for no instructions
 	h.waitFor("→ accepted")
 	h.waitFor("assistant: Deleted the draft article.")
 	if n := len(srv.Requests()); n != 3 {
