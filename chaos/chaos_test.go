@@ -1101,7 +1101,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 		problems = append(problems, fmt.Sprintf("threads stuck (a burst did not end within %v; %d later turns not sent): %v",
 			*flagWait, c.unsent, c.stuck))
 	}
-	if supersededOK >= 2 && faultExits < 2 {
+	if c.faultOnce != "" && supersededOK >= 2 && faultExits < 2 {
 		problems = append(problems, fmt.Sprintf("%d of the 2 injected processor exits between storing and announcing a withdrawal happened", faultExits))
 	}
 	if r.undecoded > 0 {
