@@ -476,7 +476,7 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 		return out, nil
 	}
 	start := time.Now()
-	r, err := e.tool.Call(withCall(ctx, in), builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
+	r, err := e.tool.Call(WithCall(ctx, in), builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
 		InputResponses: in.InputResponses, RequestState: in.RequestState})
 	if err != nil {
 		return out, fmt.Errorf("running %s: %w", in.Call.Name, err)
@@ -489,9 +489,9 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 
 type callKey struct{}
 
-// withCall puts the call being executed into ctx, for tools that report
+// WithCall puts the call being executed into ctx, for tools that report
 // progress or need the thread (see CallFrom).
-func withCall(ctx context.Context, in events.ToolCallRequested) context.Context {
+func WithCall(ctx context.Context, in events.ToolCallRequested) context.Context {
 	return context.WithValue(ctx, callKey{}, in)
 }
 
