@@ -132,4 +132,3 @@ func TestElicitConversion(t *testing.T) {
 		t.Fatalf("%v %+v", err, r)
 	}
 }
-
