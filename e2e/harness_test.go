@@ -39,6 +39,8 @@ type options struct {
 	processors int
 	// rules for the scripted model; "" means the default rules.
 	rules string
+	// sources give the tool-executor tools besides the built-in ones (MCP servers).
+	sources []toolexec.Source
 }
 
 // system is a running parley on an embedded server.
@@ -132,7 +134,7 @@ func start(t *testing.T, opts options) *system {
 		g := gate.New(worker("gate"), opts.gate, s.log)
 		wg.Go(func() { _ = g.Run(ctx) })
 	}
-	x, err := toolexec.New(ctx, worker("toolexec"), s.site.Tools(), &toolexec.Options{Logger: s.log})
+	x, err := toolexec.New(ctx, worker("toolexec"), s.site.Tools(), &toolexec.Options{Logger: s.log, Sources: opts.sources})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -476,7 +476,7 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 		return out, nil
 	}
 	start := time.Now()
-	r, err := e.tool.Call(WithCall(ctx, in), builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
+	r, err := e.tool.Call(context.WithValue(ctx, callKey{}, callInfo{call: in, bus: x.bus}), builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
 		InputResponses: in.InputResponses, RequestState: in.RequestState})
 	if err != nil {
 		return out, fmt.Errorf("running %s: %w", in.Call.Name, err)
@@ -489,17 +489,35 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 
 type callKey struct{}
 
-// WithCall puts the call being executed into ctx, for tools that report
-// progress or need the thread (see CallFrom).
+// callInfo is what a running tool can learn from its ctx.
+type callInfo struct {
+	call events.ToolCallRequested
+	bus  *bus.Client // nil: progress is dropped
+}
+
+// WithCall puts the call being executed into ctx, for tools that need the
+// thread or report progress (see CallFrom and ReportProgress). Progress
+// reported under a ctx from WithCall alone is dropped; the executor's own
+// ctx publishes it.
 func WithCall(ctx context.Context, in events.ToolCallRequested) context.Context {
-	return context.WithValue(ctx, callKey{}, in)
+	return context.WithValue(ctx, callKey{}, callInfo{call: in})
 }
 
 // CallFrom returns the tool call a Tool.Call is executing (thread, run,
 // agent, call), if the executor put one in ctx.
 func CallFrom(ctx context.Context) (events.ToolCallRequested, bool) {
-	in, ok := ctx.Value(callKey{}).(events.ToolCallRequested)
-	return in, ok
+	info, ok := ctx.Value(callKey{}).(callInfo)
+	return info.call, ok
+}
+
+// ReportProgress publishes p for the call running under ctx (see
+// PublishProgress); without a call in ctx it does nothing.
+func ReportProgress(ctx context.Context, p schema.Progress) error {
+	info, ok := ctx.Value(callKey{}).(callInfo)
+	if !ok || info.bus == nil {
+		return nil
+	}
+	return PublishProgress(ctx, info.bus, info.call, p)
 }
 
 func (x *Executor) publish(ctx context.Context, thread string, res events.ToolResult) error {
@@ -525,4 +543,20 @@ func (x *Executor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason err
 	res := events.ToolResult{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round,
 		Result: schema.ErrorResult(fmt.Sprintf("%s could not be executed: %v", in.Call.Name, reason))}
 	_ = x.publish(ctx, d.Event.Subject(), res)
+}
+
+// PublishProgress publishes p, a progress notification of the running call,
+// as dev.parley.progress on parley.chat.<thread>.progress (core NATS, not
+// stored: a lost notification is only a missed update). Its progressToken
+// is the call's ID, so a client can attach it to the tool call it shows.
+func PublishProgress(ctx context.Context, b *bus.Client, call events.ToolCallRequested, p schema.Progress) error {
+	if call.Thread == "" {
+		return errors.New("progress: the call has no thread")
+	}
+	e, err := events.New(events.SourceToolexec, events.TypeProgress, call.Thread, p)
+	if err != nil {
+		return err
+	}
+	e.SetExtension(events.ExtRunID, call.RunID)
+	return b.PublishCore(ctx, events.ChatSubject(call.Thread, events.ChatProgress), e)
 }

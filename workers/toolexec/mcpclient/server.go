@@ -70,8 +70,9 @@ type Options struct {
 	// Version is parley's version, sent as clientInfo.version. Optional.
 	// Default: "dev".
 	Version string
-	// Progress receives servers' progress notifications. Optional: without
-	// it, calls ask for no progress.
+	// Progress receives servers' progress notifications. Optional.
+	// Default: toolexec.ReportProgress, which publishes them on the call's
+	// thread (dev.parley.progress).
 	Progress ProgressFunc
 	// Elicit answers servers' elicitation requests. Optional: without it,
 	// parley does not declare the elicitation capability, so servers do
@@ -130,7 +131,13 @@ type Server struct {
 	listing atomic.Bool   // a tools/list_changed re-read is running
 
 	nextToken atomic.Int64
-	calls     sync.Map // progress token (int64) -> events.ToolCallRequested
+	calls     sync.Map // progress token (int64) -> running
+}
+
+// running is a call in progress on the server.
+type running struct {
+	ctx  context.Context // the call's, for toolexec.ReportProgress
+	call events.ToolCallRequested
 }
 
 // StartAll connects to every server of c. If one fails, the ones started
@@ -436,7 +443,7 @@ func (s *Server) onToolListChanged(_ context.Context, req *mcp.ToolListChangedRe
 
 // onProgress forwards a progress notification of a running call.
 func (s *Server) onProgress(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
-	if s.opts.Progress == nil || req.Params == nil {
+	if req.Params == nil {
 		return
 	}
 	tok, ok := tokenInt(req.Params.ProgressToken)
@@ -447,7 +454,8 @@ func (s *Server) onProgress(ctx context.Context, req *mcp.ProgressNotificationCl
 	if !ok {
 		return // a finished call's late notification
 	}
-	call := v.(events.ToolCallRequested)
+	r := v.(running)
+	call := r.call
 	p := schema.Progress{ProgressToken: schema.StringToken(call.Call.ID), Progress: req.Params.Progress, Message: req.Params.Message}
 	if req.Params.Total > 0 {
 		t := req.Params.Total
@@ -457,7 +465,13 @@ func (s *Server) onProgress(ctx context.Context, req *mcp.ProgressNotificationCl
 		s.log.Warn("invalid progress notification dropped", "error", err)
 		return
 	}
-	s.opts.Progress(ctx, call, p)
+	if s.opts.Progress != nil {
+		s.opts.Progress(ctx, call, p)
+		return
+	}
+	if err := toolexec.ReportProgress(r.ctx, p); err != nil {
+		s.log.Warn("publishing progress failed", "error", err)
+	}
 }
 
 func tokenInt(v any) (int64, bool) {
@@ -482,7 +496,7 @@ func (s *Server) onElicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 	var call events.ToolCallRequested
 	n := 0
 	s.calls.Range(func(_, v any) bool {
-		call = v.(events.ToolCallRequested)
+		call = v.(running).call
 		n++
 		return n < 2
 	})
@@ -552,10 +566,8 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	// to the call for progress and elicitation.
 	if call, ok := toolexec.CallFrom(ctx); ok {
 		tok := s.nextToken.Add(1)
-		if s.opts.Progress != nil {
-			params.SetProgressToken(tok)
-		}
-		s.calls.Store(tok, call)
+		params.SetProgressToken(tok)
+		s.calls.Store(tok, running{ctx: ctx, call: call})
 		defer s.calls.Delete(tok)
 	}
 	res, err := cs.CallTool(ctx, params)
