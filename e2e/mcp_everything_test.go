@@ -21,11 +21,11 @@ import (
 )
 
 // npmPackage returns the path of a file of an npm package installed in
-// e2e/mcp (`npm ci --prefix e2e/mcp`, done by .ci/run). Missing, it fails
+// e2e/testdata/mcp (`npm ci --prefix e2e/testdata/mcp`, done by .ci/run). Missing, it fails
 // the test under CI=true and skips it, with one loud line, otherwise.
 func npmPackage(t *testing.T, rel string) string {
 	t.Helper()
-	path, err := filepath.Abs(filepath.Join("mcp", "node_modules", rel))
+	path, err := filepath.Abs(filepath.Join("testdata", "mcp", "node_modules", rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func npmPackage(t *testing.T, rel string) string {
 	if statErr == nil && nodeErr == nil {
 		return path
 	}
-	msg := fmt.Sprintf("MCP test needs node and %s: run `npm ci --prefix e2e/mcp` (stat: %v, node: %v)", rel, statErr, nodeErr)
+	msg := fmt.Sprintf("MCP test needs node and %s: run `npm ci --prefix e2e/testdata/mcp` (stat: %v, node: %v)", rel, statErr, nodeErr)
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}

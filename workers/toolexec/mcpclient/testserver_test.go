@@ -24,6 +24,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv("MCPCLIENT_CONFORMANCE") == "1" {
+		if err := conformanceClient(os.Getenv("MCP_CONFORMANCE_SCENARIO"), os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance client:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
