@@ -89,8 +89,11 @@ type Options struct {
 	// Default: the SDK's latest, falling back as the server requires.
 	ProtocolVersion string
 
-	// transport overrides the configured transport (tests).
-	transport func() (mcp.Transport, error)
+	// Transport, when set, replaces the configured command or URL: it
+	// returns a fresh transport for each (re)connection, e.g. one end of
+	// mcp.NewInMemoryTransports for a server in the same process.
+	// Optional.
+	Transport func() (mcp.Transport, error)
 }
 
 func (o *Options) defaults() {
@@ -171,7 +174,11 @@ func Start(ctx context.Context, name string, cfg ServerConfig, opts Options) (*S
 		log: opts.Logger.With("server", name)}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	copts := &mcp.ClientOptions{
-		Logger:                      s.log,
+		Logger: s.log,
+		// Input-required results (MCP 2026-07-28) go back to the executor
+		// as parley's own InputRequiredResult: the turn pauses, the person
+		// answers over the bus, and the call is retried with the answers.
+		MultiRoundTrip:              &mcp.MultiRoundTripOptions{Disabled: true},
 		ToolListChangedHandler:      s.onToolListChanged,
 		ProgressNotificationHandler: s.onProgress,
 	}
@@ -217,8 +224,8 @@ func (s *Server) Close() error {
 
 // transport builds a fresh transport for one connection.
 func (s *Server) transport() (mcp.Transport, error) {
-	if s.opts.transport != nil {
-		return s.opts.transport()
+	if s.opts.Transport != nil {
+		return s.opts.Transport()
 	}
 	if s.cfg.Command != "" {
 		cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
@@ -561,7 +568,12 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	if len(strings.TrimSpace(string(args))) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	params := &mcp.CallToolParams{Name: t.name, Arguments: args}
+	params := &mcp.CallToolParams{Name: t.name, Arguments: args, RequestState: req.RequestState}
+	if len(req.InputResponses) > 0 {
+		if err := convert(req.InputResponses, &params.InputResponses); err != nil {
+			return builtin.Result{}, fmt.Errorf("inputResponses: %w", err)
+		}
+	}
 	// Each running call gets a session-unique integer token, mapped back
 	// to the call for progress and elicitation.
 	if call, ok := toolexec.CallFrom(ctx); ok {
@@ -581,6 +593,9 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 		}
 		return builtin.Result{}, fmt.Errorf("mcp server %q: %w", s.name, err)
 	}
+	if res.NeedsInput() {
+		return s.inputRequired(res)
+	}
 	r, err := resultFromSDK(res)
 	if err != nil {
 		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned an invalid tool result: %v", s.name, err))}, nil
@@ -589,6 +604,44 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned a tool result that breaks the MCP rules: %v", s.name, err))}, nil
 	}
 	return builtin.Result{Call: r}, nil
+}
+
+// errLoadShed says the server answered input_required with no requests
+// (MCP 2026-07-28: load shedding); retrying later is safe.
+type errLoadShed struct{ server string }
+
+func (e errLoadShed) Error() string {
+	return fmt.Sprintf("mcp server %q shed the call (input_required without requests); retrying", e.server)
+}
+
+// NotStarted reports that the server did not run the call (see toolexec).
+func (errLoadShed) NotStarted() bool { return true }
+
+// inputRequired converts a server's input-required result (MCP
+// 2026-07-28) to parley's. Only elicitation/create requests can be put to
+// a person; a server asking for sampling or roots gets an isError result.
+func (s *Server) inputRequired(res *mcp.CallToolResult) (builtin.Result, error) {
+	if len(res.InputRequests) == 0 {
+		return builtin.Result{}, errLoadShed{s.name}
+	}
+	var wire struct {
+		InputRequests map[string]schema.InputRequest `json:"inputRequests"`
+	}
+	if err := convert(struct {
+		InputRequests mcp.InputRequestMap `json:"inputRequests"`
+	}{res.InputRequests}, &wire); err != nil {
+		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s asked for input parley cannot put to a person: %v", s.name, err))}, nil
+	}
+	for k, r := range wire.InputRequests {
+		if r.Method != "elicitation/create" {
+			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s asked for %s (inputRequests.%s); parley only supports elicitation/create", s.name, r.Method, k))}, nil
+		}
+	}
+	ir := &schema.InputRequiredResult{ResultType: schema.ResultTypeInputRequired, InputRequests: wire.InputRequests, RequestState: res.RequestState}
+	if err := ir.Validate(schema.Rev20251125); err != nil {
+		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned an invalid input-required result: %v", s.name, err))}, nil
+	}
+	return builtin.Result{InputRequired: ir}, nil
 }
 
 var _ toolexec.Source = (*Server)(nil)

@@ -22,7 +22,7 @@ import (
 func startInMemory(t *testing.T, trusted bool, opts Options) (*Server, *atomic.Int32) {
 	t.Helper()
 	var count atomic.Int32
-	opts.transport = inMemory(t, newTestServer(&count))
+	opts.Transport = inMemory(t, newTestServer(&count))
 	s, err := Start(t.Context(), "test", ServerConfig{Command: "unused", Trusted: trusted, CallTimeout: "2s"}, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +119,8 @@ func TestTrust(t *testing.T) {
 	if m, _ := def.Meta[MetaServer].(map[string]any); m["trusted"] != false || m["server"] != "test" || m["tool"] != "read" {
 		t.Fatalf("_meta: %v", def.Meta)
 	}
-	if n := len(trusted.Tools()); n != 10 {
-		t.Fatalf("%d tools listed, want 10", n)
+	if n := len(trusted.Tools()); n != 11 {
+		t.Fatalf("%d tools listed, want 11", n)
 	}
 }
 
@@ -129,7 +129,7 @@ func TestTrust(t *testing.T) {
 func TestHungServerBoundedByCallTimeout(t *testing.T) {
 	var count atomic.Int32
 	s, err := Start(t.Context(), "slow", ServerConfig{Command: "unused", CallTimeout: "300ms"},
-		Options{transport: inMemory(t, newTestServer(&count))})
+		Options{Transport: inMemory(t, newTestServer(&count))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,5 +316,27 @@ func TestParseConfigErrors(t *testing.T) {
 	r := c.Servers["r"]
 	if got := r.path("tok"); got != "/etc/parley/tok" || r.callTimeout() != DefaultCallTimeout {
 		t.Fatalf("path %q", got)
+	}
+}
+
+// A 2026-07-28 input-required result becomes parley's InputRequiredResult
+// (the turn pauses and asks); the retry carries the answers and the
+// requestState back to the server.
+func TestInputRequiredRoundTrip(t *testing.T) {
+	s, _ := startInMemory(t, true, Options{})
+	tl := toolNamed(t, s, "deploy")
+	r, err := tl.Call(t.Context(), builtin.Request{CallID: "c", Arguments: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir := r.InputRequired
+	if r.Call != nil || ir == nil || ir.ResultType != schema.ResultTypeInputRequired || ir.RequestState != "state-1" ||
+		ir.InputRequests["confirm"].Method != "elicitation/create" || ir.InputRequests["confirm"].Params.Message != "Deploy to production?" {
+		t.Fatalf("first round: %s", mustJSON(t, r))
+	}
+	r, err = tl.Call(t.Context(), builtin.Request{CallID: "c", Round: 1, Arguments: json.RawMessage(`{}`), RequestState: ir.RequestState,
+		InputResponses: map[string]schema.ElicitResult{"confirm": {Action: schema.ActionAccept, Content: map[string]any{"reason": "release"}}}})
+	if err != nil || r.Call == nil || mustJSON(t, r.Call.Content) != `[{"type":"text","text":"accept release state=state-1"}]` {
+		t.Fatalf("retry: %v %s", err, mustJSON(t, r))
 	}
 }

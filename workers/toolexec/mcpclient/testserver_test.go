@@ -125,6 +125,17 @@ func newTestServer(count *atomic.Int32) *mcp.Server {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%s %v", res.Action, res.Content["name"])}}}, nil
 		})
+	srv.AddTool(&mcp.Tool{Name: "deploy", InputSchema: obj},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			resp, ok := req.Params.InputResponses["confirm"].(*mcp.ElicitResult)
+			if !ok {
+				return &mcp.CallToolResult{RequestState: "state-1", InputRequests: mcp.InputRequestMap{"confirm": &mcp.ElicitParams{
+					Message: "Deploy to production?", RequestedSchema: map[string]any{"type": "object",
+						"properties": map[string]any{"reason": map[string]any{"type": "string"}}}}}}, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{
+				Text: fmt.Sprintf("%s %v state=%s", resp.Action, resp.Content["reason"], req.Params.RequestState)}}}, nil
+		})
 	srv.AddTool(&mcp.Tool{Name: "exit", InputSchema: obj},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			fmt.Fprintln(os.Stderr, "exiting on request")
