@@ -124,8 +124,9 @@ func TestTrust(t *testing.T) {
 	}
 }
 
-// A server that does not answer is bounded by the call timeout, and the
-// error says so (the executor reports the outcome as unknown).
+// A server that does not answer is bounded by the call timeout, the error
+// says so (the executor reports the outcome as unknown), and the server
+// gets notifications/cancelled.
 func TestHungServerBoundedByCallTimeout(t *testing.T) {
 	var count atomic.Int32
 	s, err := Start(t.Context(), "slow", ServerConfig{Command: "unused", CallTimeout: "300ms"},
@@ -141,6 +142,13 @@ func TestHungServerBoundedByCallTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("took %s", d)
+	}
+	// The server was told: notifications/cancelled ended its handler while
+	// the session stays open.
+	select {
+	case <-hangCancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server never saw notifications/cancelled")
 	}
 }
 
@@ -338,5 +346,16 @@ func TestInputRequiredRoundTrip(t *testing.T) {
 		InputResponses: map[string]schema.ElicitResult{"confirm": {Action: schema.ActionAccept, Content: map[string]any{"reason": "release"}}}})
 	if err != nil || r.Call == nil || mustJSON(t, r.Call.Content) != `[{"type":"text","text":"accept release state=state-1"}]` {
 		t.Fatalf("retry: %v %s", err, mustJSON(t, r))
+	}
+}
+
+// The example in docs is a valid config.
+func TestExampleConfig(t *testing.T) {
+	c, err := LoadConfig(filepath.Join("..", "..", "..", "docs", "mcp-servers.example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Servers) != 3 || !c.Servers["everything"].Trusted || c.Servers["remote"].URL == "" {
+		t.Fatalf("%+v", c)
 	}
 }

@@ -39,6 +39,10 @@ func mustWd() string {
 	return wd
 }
 
+// hangCancelled receives when a "hang" call is cancelled on the server
+// (notifications/cancelled arrived).
+var hangCancelled = make(chan struct{}, 1)
+
 var (
 	tTrue  = true
 	tFalse = false
@@ -104,6 +108,10 @@ func newTestServer(count *atomic.Int32) *mcp.Server {
 	srv.AddTool(&mcp.Tool{Name: "hang", InputSchema: obj},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			<-ctx.Done()
+			select {
+			case hangCancelled <- struct{}{}:
+			default:
+			}
 			return nil, ctx.Err()
 		})
 	srv.AddTool(&mcp.Tool{Name: "progress", InputSchema: obj, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
