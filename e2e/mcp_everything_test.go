@@ -16,6 +16,7 @@ import (
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/toolexec"
 	"github.com/parley-dev/parley/workers/toolexec/mcpclient"
 )
@@ -334,5 +335,58 @@ func TestEverythingGatedByConfirmation(t *testing.T) {
 	s2.answer("echo", id, schema.ActionAccept, nil)
 	if got := s2.completed("echo", 1); got != "Echo: hello" {
 		t.Fatalf("untrusted echo: %q", got)
+	}
+}
+
+// server-everything's form elicitation (every field kind of MCP
+// 2025-11-25: strings with formats, integer, number, boolean, untitled,
+// titled and legacy enums, multi-selects), asked by the server during a
+// tool call, reaches the person as elicitation.requested on the thread; an
+// invalid answer is refused and never forwarded; an accepted answer reaches
+// the server as sent; after a decline or cancel the turn goes on and the
+// server's request is ended.
+func TestEverythingElicitationOverBus(t *testing.T) {
+	srv := everything(t, true)
+	rules := `{"rules":[{"name":"ask","match":"^ask me","steps":[{"tool_calls":[{"name":"everything__trigger-elicitation-request"}]},{"text":"{{.Last.Text}}"}]}],"fallback":"?"}`
+	s := start(t, options{rules: rules, sources: []toolexec.Source{srv},
+		gate: &gate.Config{Agents: map[string]gate.AgentConfig{"*": {RequireToolConfirmation: true,
+			Tools: map[string]string{"everything__trigger-elicitation-request": gate.ModeNever}}}}})
+	full := map[string]any{
+		"name": "Ada", "check": true, "firstLine": "Once", "email": "ada@example.com", "homepage": "https://example.com",
+		"birthdate": "1815-12-10", "integer": 7, "number": 2.5, "untitledSingleSelectEnum": "Monica",
+		"untitledMultipleSelectEnum": []any{"Guitar"}, "titledSingleSelectEnum": "hero-1",
+		"titledMultipleSelectEnum": []any{"fish-1"}, "legacyTitledEnum": "pet-1",
+	}
+	for i, tc := range []struct {
+		action  schema.ElicitAction
+		content map[string]any
+		want    string
+	}{
+		{schema.ActionAccept, full, "- Name: Ada"},
+		// The agent settles a declined or cancelled input request itself;
+		// the server's waiting request then gets the same action.
+		{schema.ActionDecline, nil, "declined"},
+		{schema.ActionCancel, nil, "cancelled"},
+	} {
+		thread := "ask-" + string(tc.action)
+		s.send(thread, "ask me something")
+		id, q := s.question(thread, 1)
+		if len(q.RequestedSchema.Properties) != 13 || q.RequestedSchema.Properties["integer"].Type != "integer" {
+			t.Fatalf("question %s", mustMarshal(t, q))
+		}
+		if i == 0 {
+			// Out of range: refused by parley, the server never sees it.
+			bad := map[string]any{"name": "Ada", "integer": 500}
+			s.answer(thread, id, schema.ActionAccept, bad)
+			s.rec.await(t, 10*time.Second, thread, events.TypeElicitationRejected, 1)
+		}
+		s.answer(thread, id, tc.action, tc.content)
+		got := s.completed(thread, 1)
+		if !strings.Contains(got, tc.want) {
+			t.Fatalf("%s: turn text %q", tc.action, got)
+		}
+		if i == 0 && (!strings.Contains(got, `"Guitar"`) || !strings.Contains(got, `"number": 2.5`) || strings.Contains(got, "500")) {
+			t.Fatalf("accepted content did not reach the server as sent: %q", got)
+		}
 	}
 }

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/parley-dev/parley/events"
@@ -559,4 +561,24 @@ func PublishProgress(ctx context.Context, b *bus.Client, call events.ToolCallReq
 	}
 	e.SetExtension(events.ExtRunID, call.RunID)
 	return b.PublishCore(ctx, events.ChatSubject(call.Thread, events.ChatProgress), e)
+}
+
+// WatchThread calls fn with each chat event of the running call's thread
+// (core NATS, live events only) until stop is called; a tool that waits
+// for a person uses it to learn that the turn went on without it. Under a
+// ctx that is not the executor's it does nothing.
+func WatchThread(ctx context.Context, fn func(e *event.Event)) (stop func(), err error) {
+	info, ok := ctx.Value(callKey{}).(callInfo)
+	if !ok || info.bus == nil || info.call.Thread == "" {
+		return func() {}, nil
+	}
+	sub, err := info.bus.Conn().Subscribe(events.ChatThreadSubjects(info.call.Thread), func(m *nats.Msg) {
+		if e, err := events.Decode(events.Header(m.Header), m.Data); err == nil {
+			fn(e)
+		}
+	})
+	if err != nil {
+		return func() {}, fmt.Errorf("watching thread %s: %w", info.call.Thread, err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
 }

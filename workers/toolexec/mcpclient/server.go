@@ -16,7 +16,6 @@ package mcpclient
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,7 +28,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/parley-dev/parley/events"
@@ -74,10 +72,15 @@ type Options struct {
 	// Default: toolexec.ReportProgress, which publishes them on the call's
 	// thread (dev.parley.progress).
 	Progress ProgressFunc
-	// Elicit answers servers' elicitation requests. Optional: without it,
-	// parley does not declare the elicitation capability, so servers do
-	// not ask.
+	// Elicit answers servers' elicitation requests directly. Optional.
+	// Default: each request is bridged to the person behind the call (the
+	// call returns an input-required result and its retry carries the
+	// answer, see bridge.go).
 	Elicit ElicitFunc
+	// ElicitTimeout bounds how long a server's elicitation/create waits for
+	// the person's answer; then the server gets "cancel". Optional.
+	// Default: 24h (the processor's default --pause-ttl).
+	ElicitTimeout time.Duration
 	// ConnectTimeout bounds connecting and initialize. Optional. Default:
 	// 30s.
 	ConnectTimeout time.Duration
@@ -102,6 +105,9 @@ func (o *Options) defaults() {
 	}
 	if o.Version == "" {
 		o.Version = "dev"
+	}
+	if o.ElicitTimeout <= 0 {
+		o.ElicitTimeout = 24 * time.Hour
 	}
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = 30 * time.Second
@@ -135,12 +141,17 @@ type Server struct {
 
 	nextToken atomic.Int64
 	calls     sync.Map // progress token (int64) -> running
+
+	pmu     sync.Mutex
+	pending map[string]*pendingCall // requestState handle -> call waiting for an answer
+	unknown map[string]time.Time    // handles not held here -> first seen
 }
 
 // running is a call in progress on the server.
 type running struct {
 	ctx  context.Context // the call's, for toolexec.ReportProgress
 	call events.ToolCallRequested
+	pc   *pendingCall
 }
 
 // StartAll connects to every server of c. If one fails, the ones started
@@ -182,9 +193,9 @@ func Start(ctx context.Context, name string, cfg ServerConfig, opts Options) (*S
 		ToolListChangedHandler:      s.onToolListChanged,
 		ProgressNotificationHandler: s.onProgress,
 	}
-	if opts.Elicit != nil {
-		copts.ElicitationHandler = s.onElicit
-	}
+	// Form elicitation is always declared: a server's elicitation/create
+	// during a call is bridged to the person (bridge.go).
+	copts.ElicitationHandler = s.onElicit
 	s.client = mcp.NewClient(&mcp.Implementation{Name: ClientName, Title: "parley", Version: opts.Version}, copts)
 	if err := s.connect(ctx); err != nil {
 		s.cancel()
@@ -496,32 +507,6 @@ func tokenInt(v any) (int64, bool) {
 	return 0, false
 }
 
-// onElicit bridges a server's elicitation/create to Options.Elicit. The
-// call it belongs to is the server's only running call; with none or
-// several running, the request is declined as unattributable.
-func (s *Server) onElicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-	var call events.ToolCallRequested
-	n := 0
-	s.calls.Range(func(_, v any) bool {
-		call = v.(running).call
-		n++
-		return n < 2
-	})
-	if n > 1 {
-		s.log.Warn("elicitation/create with several calls running cannot be attributed to one; declined")
-		return &mcp.ElicitResult{Action: string(schema.ActionDecline)}, nil
-	}
-	params, err := elicitFromSDK(req.Params)
-	if err != nil {
-		return nil, err
-	}
-	res, err := s.opts.Elicit(ctx, s.name, call, params)
-	if err != nil {
-		return nil, err
-	}
-	return elicitResultToSDK(res)
-}
-
 // current returns the live session, or nil while disconnected.
 func (s *Server) current() *mcp.ClientSession {
 	s.mu.Lock()
@@ -549,62 +534,6 @@ func (e errNotConnected) Error() string {
 
 // NotStarted reports that the call was never sent (see toolexec).
 func (errNotConnected) NotStarted() bool { return true }
-
-// Call runs tools/call on the server, bounded by the server's
-// callTimeout. A JSON-RPC error response (the server refused the call) and
-// a result that is not valid MCP or does not match the tool's outputSchema
-// become isError results naming the problem; a lost connection or timeout
-// is an error (the outcome is unknown, see toolexec).
-func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, error) {
-	s := t.s
-	cs := s.current()
-	if cs == nil {
-		return builtin.Result{}, errNotConnected{s.name}
-	}
-	timeout := s.cfg.callTimeout()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	args := req.Arguments
-	if len(strings.TrimSpace(string(args))) == 0 || string(args) == "null" {
-		args = json.RawMessage(`{}`)
-	}
-	params := &mcp.CallToolParams{Name: t.name, Arguments: args, RequestState: req.RequestState}
-	if len(req.InputResponses) > 0 {
-		if err := convert(req.InputResponses, &params.InputResponses); err != nil {
-			return builtin.Result{}, fmt.Errorf("inputResponses: %w", err)
-		}
-	}
-	// Each running call gets a session-unique integer token, mapped back
-	// to the call for progress and elicitation.
-	if call, ok := toolexec.CallFrom(ctx); ok {
-		tok := s.nextToken.Add(1)
-		params.SetProgressToken(tok)
-		s.calls.Store(tok, running{ctx: ctx, call: call})
-		defer s.calls.Delete(tok)
-	}
-	res, err := cs.CallTool(ctx, params)
-	if err != nil {
-		var je *jsonrpc.Error
-		if errors.As(err, &je) {
-			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("MCP error %d from server %s: %s", je.Code, s.name, je.Message))}, nil
-		}
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return builtin.Result{}, fmt.Errorf("mcp server %q did not answer within %s: %w", s.name, timeout, err)
-		}
-		return builtin.Result{}, fmt.Errorf("mcp server %q: %w", s.name, err)
-	}
-	if res.NeedsInput() {
-		return s.inputRequired(res)
-	}
-	r, err := resultFromSDK(res)
-	if err != nil {
-		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned an invalid tool result: %v", s.name, err))}, nil
-	}
-	if err := r.Validate(&t.def); err != nil {
-		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned a tool result that breaks the MCP rules: %v", s.name, err))}, nil
-	}
-	return builtin.Result{Call: r}, nil
-}
 
 // errLoadShed says the server answered input_required with no requests
 // (MCP 2026-07-28: load shedding); retrying later is safe.

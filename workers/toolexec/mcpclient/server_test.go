@@ -359,3 +359,33 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatalf("%+v", c)
 	}
 }
+
+// A server's elicitation/create during a call (MCP 2025-11-25) becomes an
+// input-required result; the retry carries the person's answer to the
+// waiting request and returns the call's result. A retry naming a call
+// this process does not hold is retried later, never re-run.
+func TestElicitationBridgedAsInputRequired(t *testing.T) {
+	s, _ := startInMemory(t, true, Options{ProtocolVersion: "2025-11-25"})
+	tl := toolNamed(t, s, "ask")
+	ctx := toolexec.WithCall(t.Context(), events.ToolCallRequested{RunID: "r", Thread: "th", Call: schema.ToolCall{ID: "c", Name: "test__ask"}})
+	r, err := tl.Call(ctx, builtin.Request{CallID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ir := r.InputRequired
+	if ir == nil || ir.InputRequests[BridgeKey].Params.Message != "Your name?" || !strings.HasPrefix(ir.RequestState, bridgePrefix) {
+		t.Fatalf("first round: %s", mustJSON(t, r))
+	}
+	// The server is still waiting; the call timeout (2s) does not run
+	// while the person decides.
+	time.Sleep(2500 * time.Millisecond)
+	r, err = tl.Call(ctx, builtin.Request{CallID: "c", Round: 1, RequestState: ir.RequestState,
+		InputResponses: map[string]schema.ElicitResult{BridgeKey: {Action: schema.ActionAccept, Content: map[string]any{"name": "Ada"}}}})
+	if err != nil || r.Call == nil || mustJSON(t, r.Call.Content) != `[{"type":"text","text":"accept Ada"}]` {
+		t.Fatalf("second round: %v %s", err, mustJSON(t, r))
+	}
+	_, err = tl.Call(ctx, builtin.Request{CallID: "c", Round: 1, RequestState: bridgePrefix + "gone"})
+	if err == nil || !strings.Contains(err.Error(), "not held by this tool-executor") {
+		t.Fatalf("unknown handle: %v", err)
+	}
+}
