@@ -11,6 +11,11 @@
 // or its connection drops, and its tool list is re-read on
 // notifications/tools/list_changed and after every reconnection. A
 // command's stderr goes to the log, line by line.
+//
+// Progress notifications of a call are published on its thread
+// (toolexec.ReportProgress); a server's elicitation/create during a call,
+// and an MCP 2026-07-28 input-required result, pause the turn through
+// parley's input-required path (bridge.go).
 package mcpclient
 
 import (
