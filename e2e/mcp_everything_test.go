@@ -385,6 +385,9 @@ func TestEverythingElicitationOverBus(t *testing.T) {
 		if !strings.Contains(got, tc.want) {
 			t.Fatalf("%s: turn text %q", tc.action, got)
 		}
+		// The server's call ended: after accept it answered; after decline
+		// or cancel the server was told.
+		eventually(t, 5*time.Second, "the server's call to end", func() bool { return srv.Running() == 0 })
 		if i == 0 && (!strings.Contains(got, `"Guitar"`) || !strings.Contains(got, `"number": 2.5`) || strings.Contains(got, "500")) {
 			t.Fatalf("accepted content did not reach the server as sent: %q", got)
 		}

@@ -343,3 +343,11 @@ func (s *Server) onElicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 		return &mcp.ElicitResult{Action: string(schema.ActionCancel)}, nil
 	}
 }
+
+// Running returns the number of this server's tool calls in flight,
+// including calls whose server request waits for a person.
+func (s *Server) Running() int {
+	n := 0
+	s.calls.Range(func(_, _ any) bool { n++; return true })
+	return n
+}

@@ -346,6 +346,11 @@ func (s *Server) connect(ctx context.Context) error {
 	s.mu.Lock()
 	s.session, s.tools = cs, tools
 	s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		// Close ran while connecting: it may not have seen this session.
+		_ = cs.Close()
+		return s.ctx.Err()
+	}
 	s.notify()
 	attrs := []any{"tools", len(tools), "trusted", s.cfg.Trusted}
 	if init != nil && init.ServerInfo != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
@@ -387,5 +391,54 @@ func TestElicitationBridgedAsInputRequired(t *testing.T) {
 	_, err = tl.Call(ctx, builtin.Request{CallID: "c", Round: 1, RequestState: bridgePrefix + "gone"})
 	if err == nil || !strings.Contains(err.Error(), "not held by this tool-executor") {
 		t.Fatalf("unknown handle: %v", err)
+	}
+}
+
+// A streamable HTTP server gets the configured headers and the bearer
+// token read from bearerTokenFile on every request.
+func TestStreamableHTTPHeadersAndToken(t *testing.T) {
+	var count atomic.Int32
+	srv := newTestServer(&count)
+	var mu sync.Mutex
+	seen := map[string]string{}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen["auth"], seen["tenant"] = r.Header.Get("Authorization"), r.Header.Get("X-Tenant")
+		mu.Unlock()
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig([]byte(`{"servers":{"remote":{"url":"`+ts.URL+`","headers":{"X-Tenant":"acme"},"bearerTokenFile":"token","trusted":true}}}`), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, err := StartAll(t.Context(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer servers[0].Close()
+	if r, err := call(t, servers[0], "read", `{}`); err != nil || r.IsError {
+		t.Fatalf("%v %s", err, mustJSON(t, r))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["auth"] != "Bearer s3cret" || seen["tenant"] != "acme" {
+		t.Fatalf("headers seen: %v", seen)
+	}
+	// A wrong token fails start-up, naming the server.
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte("wrong"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StartAll(t.Context(), cfg, Options{ConnectTimeout: 2 * time.Second}); err == nil || !strings.Contains(err.Error(), `mcp server "remote": initialize`) {
+		t.Fatalf("wrong token: %v", err)
 	}
 }
