@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,5 +285,35 @@ func TestSourceToolsRegistered(t *testing.T) {
 	}
 	if _, err := f.x.reg.Get(t.Context(), "everything__echo"); err == nil {
 		t.Fatal("dropped tool still registered")
+	}
+}
+
+// BenchmarkHandle measures one call through the exactly-once path (claim
+// create, result update, publish) with a tool that does nothing.
+func BenchmarkHandle(b *testing.B) {
+	srv := bustest.NewServer(b)
+	bc, err := bus.New(srv.Connect(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	if err := bc.EnsureStreams(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tool := &countingTool{name: "noop"}
+	x, err := New(ctx, bc, nil, &Options{Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		e, err := events.New(events.SourceAgent, events.TypeToolCallRequested, "th", events.ToolCallRequested{
+			RunID: "run", Thread: "th", Call: schema.ToolCall{ID: "c" + strconv.Itoa(i), Name: "srv__noop"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := x.Handle(ctx, &bus.Delivery{Event: e, NumDelivered: 1}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
