@@ -25,6 +25,7 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
@@ -113,6 +114,13 @@ type turn struct {
 	turnID  string
 	sentAt  time.Time
 	elicits []*elicit
+	// supersededExpected: a plan turn whose questions are never answered;
+	// a message sent after it paused supersedes it (its end is
+	// elicitation.cancelled).
+	supersededExpected bool
+	// afterPause: sent once the burst's first turn paused (it supersedes
+	// that turn, and must run after the burst's turns queued before it).
+	afterPause bool
 }
 
 // elicit is one confirmation the test answered.
@@ -162,6 +170,9 @@ type chaosRun struct {
 	bus     *bus.Client
 	rec     *recorder
 	logDir  string
+	// faultOnce is the path prefix of the files the processors' injected
+	// exits create (one per fault point).
+	faultOnce string
 
 	mu            sync.Mutex
 	turns         []*turn
@@ -228,6 +239,13 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "PARLEY_PAUSE_TTL="+pauseTTL, "PARLEY_LOG_LEVEL=info")
+	// One processor exit at each of two points (whichever replica gets
+	// there first) between storing a superseded turn's withdrawn questions
+	// and announcing them: after the paused record, and after the thread
+	// record.
+	c.faultOnce = filepath.Join(tmp, "fault-once")
+	processorEnv := append(slices.Clone(env), processor.EnvFaultExit+"=after-withdraw,after-supersede",
+		processor.EnvFaultOnce+"="+c.faultOnce)
 	common := []string{"--nats", c.srv.url(), "--log-format", "json", "--storage", "file"}
 	roleArgs := map[string][]string{
 		"processor": {"--pause-ttl", pauseTTL},
@@ -239,7 +257,11 @@ func TestChaos(t *testing.T) {
 	var supervisors sync.WaitGroup
 	for _, role := range []string{"gate", "toolexec", "agent", "processor"} {
 		for n := range 2 {
-			w := &worker{role: role, n: n, bin: bins.parley, env: env, rnd: c.rnd,
+			wenv := env
+			if role == "processor" {
+				wenv = processorEnv
+			}
+			w := &worker{role: role, n: n, bin: bins.parley, env: wenv, rnd: c.rnd,
 				args: append(slices.Clone(common), roleArgs[role]...),
 				log:  filepath.Join(logDir, fmt.Sprintf("%s-%d.log", role, n))}
 			c.workers = append(c.workers, w)
@@ -304,7 +326,7 @@ func TestChaos(t *testing.T) {
 	// Every turn must end within flagWait of the last send.
 	c.rec.wait(last.Add(*flagWait), func() bool {
 		for _, tr := range c.turns {
-			if !c.rec.ended(tr.turnID) {
+			if !c.rec.ended(tr.turnID) && !(tr.supersededExpected && len(c.rec.cancelled[tr.turnID]) > 0) {
 				return false
 			}
 		}
@@ -371,6 +393,11 @@ func (c *chaosRun) waitReady() {
 
 // planWorkload splits n turns into threads of 5 and each thread into
 // bursts sent back to back; only a burst's last turn can be a plan turn.
+// Every fifth thread starts with a supersede burst instead: a plan turn
+// and a list turn back to back (the list turn queues behind the plan
+// turn, also once it paused), then, once the plan turn paused, another
+// list turn that supersedes it and must run after the queued one (FIFO
+// across a supersede).
 func (c *chaosRun) planWorkload(n int) [][][]*turn {
 	threads := (n + turnsPerThread - 1) / turnsPerThread
 	run := strconv.FormatInt(time.Now().Unix()%100000, 36)
@@ -382,6 +409,15 @@ func (c *chaosRun) planWorkload(n int) [][][]*turn {
 		left -= k
 		var bursts [][]*turn
 		idx := 0
+		if i%5 == 4 && k >= 3 {
+			name := fmt.Sprintf("T%02d turn 0", i)
+			bursts = append(bursts, []*turn{
+				{thread: thread, idx: 0, kind: "plan", name: name, text: "plan three events for " + name, supersededExpected: true},
+				{thread: thread, idx: 1, kind: "list", text: "list all events"},
+				{thread: thread, idx: 2, kind: "list", text: "list all events", afterPause: true},
+			})
+			idx = 3
+		}
 		for idx < k {
 			size := min(1+c.rnd.IntN(3), k-idx)
 			var burst []*turn
@@ -430,6 +466,15 @@ func (c *chaosRun) publish(subject string, e *event.Event) {
 func (c *chaosRun) drive(bursts [][]*turn) {
 	for _, burst := range bursts {
 		for _, tr := range burst {
+			if tr.afterPause {
+				first := burst[0]
+				if !c.rec.wait(time.Now().Add(*flagWait), func() bool { return len(c.rec.paused[first.turnID]) > 0 }) {
+					c.mu.Lock()
+					c.stuck = append(c.stuck, tr.thread)
+					c.mu.Unlock()
+					return
+				}
+			}
 			e, err := events.New("/parley/chaos", events.TypeTurnRequested, tr.thread, events.TurnRequested{
 				User: "chaos", Message: schema.ChatMessage{Role: schema.RoleUser, Text: tr.text}})
 			if err != nil {
@@ -454,6 +499,10 @@ func (c *chaosRun) drive(bursts [][]*turn) {
 			done := c.rec.wait(deadline, func() bool {
 				all := true
 				for _, tr := range burst {
+					if tr.supersededExpected {
+						all = all && (c.rec.ended(tr.turnID) || len(c.rec.cancelled[tr.turnID]) > 0)
+						continue
+					}
 					for _, p := range c.rec.paused[tr.turnID] {
 						for _, id := range p.ElicitationIDs {
 							if !answered[id] {
@@ -719,7 +768,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	}
 
 	// Turns.
-	var completed, failed, lost, superseded, plans, lists int
+	var completed, failed, lost, superseded, supersededOK, plans, lists int
 	failReasons := map[string]int{}
 	var latAll, latPlan, latList []time.Duration
 	byTurnID := map[string]*turn{}
@@ -730,9 +779,20 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 		} else {
 			lists++
 		}
+		if tr.supersededExpected {
+			if len(r.cancelled[tr.turnID]) == 0 {
+				problem(tr.thread, "turn %s (%q) was not superseded (no elicitation.cancelled) by the message sent after it paused", short(tr.turnID), tr.text)
+				continue
+			}
+			supersededOK++
+			if ends := r.ends[tr.turnID]; len(ends) > 0 {
+				problem(tr.thread, "superseded turn %s also ended with %s", short(tr.turnID), ends[0].event.Type())
+			}
+			continue
+		}
 		if len(r.cancelled[tr.turnID]) > 0 {
 			superseded++
-			problem(tr.thread, "turn %s (%q) was superseded: its questions were cancelled by a later message of the same burst (FIFO)", short(tr.turnID), tr.text)
+			problem(tr.thread, "turn %s (%q) was superseded: its questions were cancelled by a message that should have queued (FIFO)", short(tr.turnID), tr.text)
 		}
 		if rj := r.turnRej[tr.event.ID()]; len(rj) > 0 {
 			problem(tr.thread, "turn %s (%q) was rejected: %+v", short(tr.turnID), tr.text, rj[0])
@@ -981,11 +1041,16 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	// Worker churn.
 	kills, starts := map[string]int{}, map[string]int{}
 	var crashes []string
+	faultExits := 0
 	for _, w := range c.workers {
 		w.mu.Lock()
 		kills[w.role] += w.kills
 		starts[w.role] += w.starts
 		for _, cr := range w.crashes {
+			if w.role == "processor" && strings.HasSuffix(cr, "exit status 70") {
+				faultExits++
+				continue
+			}
 			crashes = append(crashes, w.name()+" "+cr)
 		}
 		w.mu.Unlock()
@@ -1000,7 +1065,8 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	row("turns completed", strconv.Itoa(completed))
 	row("turns failed", fmt.Sprintf("%d %s", failed, fmtCounts(failReasons)))
 	row("turns lost (no turn.completed / turn.failed)", strconv.Itoa(lost))
-	row("turns superseded (elicitation.cancelled)", strconv.Itoa(superseded))
+	row("turns superseded as planned (message sent after the pause; elicitation.cancelled)", strconv.Itoa(supersededOK))
+	row("turns superseded unexpectedly (a message that should have queued)", strconv.Itoa(superseded))
 	row("FIFO violations (turn ended before an earlier one of its thread)", strconv.Itoa(fifo))
 	row("confirmations answered", fmt.Sprintf("%d (%s)", len(c.elicits), fmtCounts(modes)))
 	row("answer copies published", strconv.Itoa(copies))
@@ -1020,7 +1086,8 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	row("worker process starts", fmt.Sprintf("%d %s", sum(starts), fmtCounts(starts)))
 	row("worker exits not caused by the test", fmt.Sprintf("%d", len(crashes)))
 	row("nats-server restarts", fmt.Sprintf("%d (down %v)", c.natsRestarts, c.natsDowntime.Round(time.Millisecond)))
-	row("processor replicas stalled 20 s (SIGSTOP/SIGCONT)", fmt.Sprint(c.stalls))
+	row("processor replicas stalled 20 s (SIGSTOP/SIGCONT), > AckWait "+bus.DefaultAckWait.String(), fmt.Sprint(c.stalls))
+	row("processor exits injected between storing and announcing a withdrawal (after the paused record; after the thread record)", strconv.Itoa(faultExits))
 	row("publish retries (test side)", strconv.Itoa(c.publishErrors))
 	row("turn time p50 / p99, all (send → turn.completed)", pcts(latAll))
 	row("  list turns (no pause)", pcts(latList))
@@ -1033,6 +1100,9 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	if len(c.stuck) > 0 {
 		problems = append(problems, fmt.Sprintf("threads stuck (a burst did not end within %v; %d later turns not sent): %v",
 			*flagWait, c.unsent, c.stuck))
+	}
+	if supersededOK >= 2 && faultExits < 2 {
+		problems = append(problems, fmt.Sprintf("%d of the 2 injected processor exits between storing and announcing a withdrawal happened", faultExits))
 	}
 	if r.undecoded > 0 {
 		problems = append(problems, fmt.Sprintf("%d messages in PARLEY_CHAT are not CloudEvents", r.undecoded))

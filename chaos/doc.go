@@ -27,9 +27,25 @@
 // last turn of a burst can pause ("plan three events for X"), the others are
 // "list all events", and the next burst is sent once the previous one ended.
 // So a queued message never lands on a paused turn of its own burst when
-// the processor handles a thread's messages in order, and the design's
-// "a new message cancels the paused turn" never applies: any
+// the processor handles a thread's messages in order: any unplanned
 // elicitation.cancelled is reported as a FIFO failure.
+//
+// Every fifth thread starts with a supersede burst: a plan turn and a list
+// turn back to back (the list turn was in the stream before the plan turn
+// paused, so it queues behind it), then, once the plan turn paused, a
+// second list turn. It must supersede the plan turn (elicitation.cancelled,
+// its only end) and run after the queued list turn (FIFO across a
+// supersede).
+//
+// Faults besides the SIGKILLs and the NATS restart: one processor replica
+// is frozen (SIGSTOP) for 20 s, longer than the consumers' AckWait (15 s),
+// so its messages are redelivered to the other replica and handled again
+// when it wakes (late run outcomes must be ignored); and the processors
+// run with PARLEY_FAULT_EXIT=after-withdraw,after-supersede, which makes
+// one of them exit, once per point, between storing a superseded turn's
+// withdrawn questions and announcing them: after the paused record is
+// written, and after the thread record is (the redelivered message must
+// announce them).
 //
 //	go test ./chaos -run TestChaos -v -count=1
 //	go test ./chaos -run TestChaos -v -count=1 -chaos.turns 1000 -chaos.duration 3m

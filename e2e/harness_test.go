@@ -39,6 +39,8 @@ type options struct {
 	processors int
 	// rules for the scripted model; "" means the default rules.
 	rules string
+	// noAgent starts no agent (see startAgent in faults_test.go).
+	noAgent bool
 	// sources give the tool-executor tools besides the built-in ones (MCP servers).
 	sources []toolexec.Source
 }
@@ -149,11 +151,13 @@ func start(t *testing.T, opts options) *system {
 		t.Fatal(err)
 	}
 	s.model = &countingProvider{Provider: provider}
-	a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
+	if !opts.noAgent {
+		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = a.Run(ctx) })
 	}
-	wg.Go(func() { _ = a.Run(ctx) })
 	for i := range opts.processors {
 		s.startProcessor(string(rune('A' + i)))
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
@@ -226,38 +225,20 @@ func TestStateIncompatible(t *testing.T) {
 	s.completed("p5", 1)
 }
 
-// An event that cannot be decoded is dead-lettered with the reason and the
-// original headers, and its thread is told with turn.failed.
-func TestPoisonMessageDeadLettered(t *testing.T) {
+// An event that cannot be decoded is refused like any other invalid
+// turn.requested: turn.rejected invalid_event naming the attribute (issue 8
+// item 10; the message itself stays in PARLEY_CHAT), and the thread goes on.
+func TestPoisonMessageRejected(t *testing.T) {
 	s := start(t, options{})
 	msg := &nats.Msg{Subject: events.ChatSubject("p6", events.ChatTurnRequested), Data: []byte("not an event"),
 		Header: nats.Header{"x-origin": []string{"fuzzer"}}}
 	if _, err := s.bus.JetStream().PublishMsg(s.ctx, msg); err != nil {
 		t.Fatal(err)
 	}
-	dlqStream, err := s.bus.JetStream().Stream(s.ctx, events.StreamDeadLetter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw *jetstream.RawStreamMsg
-	for deadline := time.Now().Add(10 * time.Second); raw == nil; {
-		raw, err = dlqStream.GetLastMsgForSubject(s.ctx, events.DeadLetterSubject(events.StreamChat, "processor"))
-		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("nothing dead-lettered: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	ev, err := events.Decode(events.Header(raw.Header), raw.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl, _ := events.Data[events.DeadLetter](ev)
-	if !strings.Contains(dl.Reason, "ce-specversion") || string(dl.Body) != "not an event" || dl.Headers["x-origin"][0] != "fuzzer" {
-		t.Fatalf("dead letter = %+v", dl)
-	}
-	f := s.rec.await(t, 5*time.Second, "p6", events.TypeTurnFailed, 1)
-	if d, _ := events.Data[events.TurnFailed](f); d.Reason != "dead_lettered" {
-		t.Fatalf("turn.failed = %+v", d)
+	r := s.rec.await(t, 5*time.Second, "p6", events.TypeTurnRejected, 1)
+	if d, _ := events.Data[events.TurnRejected](r); d.Reason != events.RejectInvalidEvent || len(d.Errors) != 1 ||
+		d.Errors[0].Path != "ce-specversion" {
+		t.Fatalf("turn.rejected = %s, want invalid_event naming ce-specversion", mustJSON(d))
 	}
 	// The thread still works.
 	s.send("p6", "list everything")

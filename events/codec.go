@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -116,6 +117,28 @@ func Encode(e *event.Event) (Header, []byte, error) {
 	return h, e.Data(), nil
 }
 
+// AttributeError is Decode's error for one CloudEvents attribute: it names
+// the attribute as its NATS header ("ce-id", "ce-source", …) and the rule
+// the value broke, so a worker can reject the event naming the field.
+type AttributeError struct {
+	// Header is the attribute's header name, e.g. "ce-id".
+	Header string
+	// Rule says what is wrong, e.g. "malformed percent-encoding at byte 3".
+	Rule string
+	// Err is the underlying error, if any (e.g. ErrNotCloudEvent).
+	Err error
+}
+
+// Error returns "<header>: <rule>".
+func (e *AttributeError) Error() string { return e.Header + ": " + e.Rule }
+
+// Unwrap returns the underlying error.
+func (e *AttributeError) Unwrap() error { return e.Err }
+
+func attrErr(header, format string, args ...any) *AttributeError {
+	return &AttributeError{Header: header, Rule: fmt.Sprintf(format, args...)}
+}
+
 // ErrNotCloudEvent is wrapped by Decode's error when a message carries no
 // "ce-specversion" header and no structured-mode Content-Type.
 var ErrNotCloudEvent = errors.New("not a CloudEvent")
@@ -124,7 +147,10 @@ var ErrNotCloudEvent = errors.New("not a CloudEvent")
 // mode, or structured mode when Content-Type starts with
 // "application/cloudevents". A missing or invalid required attribute
 // (specversion, id, source, type) or a malformed optional one fails with an
-// error that names its header, e.g. "ce-source: required".
+// error that names its header, e.g. "ce-source: required"; in binary mode
+// that error is an *AttributeError. Values are checked after
+// percent-decoding: source must be a URI-reference, dataschema a URI, time
+// an RFC 3339 timestamp, datacontenttype a media type.
 func Decode(h Header, body []byte) (*event.Event, error) {
 	if ct := first(h, headerContentType); strings.HasPrefix(strings.ToLower(ct), "application/cloudevents") {
 		e := event.New()
@@ -143,7 +169,7 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		}
 		v, err := pctDecode(vs[0])
 		if err != nil {
-			return "", true, fmt.Errorf("%s%s: %w", headerPrefix, name, err)
+			return "", true, attrErr(headerPrefix+name, "%v", err)
 		}
 		return v, true, nil
 	}
@@ -152,10 +178,10 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("ce-specversion: required (%w)", ErrNotCloudEvent)
+		return nil, &AttributeError{Header: "ce-specversion", Rule: fmt.Sprintf("required (%v)", ErrNotCloudEvent), Err: ErrNotCloudEvent}
 	}
 	if sv != event.CloudEventsVersionV1 {
-		return nil, fmt.Errorf("ce-specversion: %q is not supported (want %q)", sv, event.CloudEventsVersionV1)
+		return nil, attrErr("ce-specversion", "%q is not supported (want %q)", sv, event.CloudEventsVersionV1)
 	}
 	e := event.New()
 	for _, name := range []string{"id", "source", "type"} {
@@ -164,14 +190,14 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 			return nil, err
 		}
 		if !ok || v == "" {
-			return nil, fmt.Errorf("ce-%s: required", name)
+			return nil, attrErr(headerPrefix+name, "required")
 		}
 		switch name {
 		case "id":
 			e.SetID(v)
 		case "source":
 			if types.ParseURIRef(v) == nil {
-				return nil, fmt.Errorf("ce-source: %q is not a URI-reference", v)
+				return nil, attrErr("ce-source", "%q is not a URI-reference", v)
 			}
 			e.SetSource(v)
 		case "type":
@@ -185,7 +211,7 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		}
 		v, err := pctDecode(vs[0])
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return nil, attrErr(name, "%v", err)
 		}
 		switch lname {
 		case "specversion", "id", "source", "type":
@@ -194,19 +220,22 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		case "time":
 			t, err := types.ParseTime(v)
 			if err != nil {
-				return nil, fmt.Errorf("ce-time: %q is not an RFC 3339 timestamp", v)
+				return nil, attrErr("ce-time", "%q is not an RFC 3339 timestamp", v)
 			}
 			e.SetTime(t)
 		case "datacontenttype":
+			if _, _, err := mime.ParseMediaType(v); err != nil {
+				return nil, attrErr("ce-datacontenttype", "%q is not a media type (RFC 2045)", v)
+			}
 			e.SetDataContentType(v)
 		case "dataschema":
 			if types.ParseURI(v) == nil {
-				return nil, fmt.Errorf("ce-dataschema: %q is not a URI", v)
+				return nil, attrErr("ce-dataschema", "%q is not a URI", v)
 			}
 			e.SetDataSchema(v)
 		default:
 			if !validExtensionName(lname) {
-				return nil, fmt.Errorf("%s: extension name must be lowercase a-z and 0-9", name)
+				return nil, attrErr(name, "extension name must be lowercase a-z and 0-9")
 			}
 			e.SetExtension(lname, v)
 		}

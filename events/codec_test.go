@@ -269,7 +269,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"extension with uppercase", func(h Header) { h["ce-TurnID"] = []string{"t"} }, "ce-TurnID: extension name"},
 		{"extension with dash", func(h Header) { h["ce-turn-id"] = []string{"t"} }, "ce-turn-id: extension name"},
 		{"empty extension name", func(h Header) { h["ce-"] = []string{"t"} }, "ce-: extension name"},
-		{"bad datacontenttype", func(h Header) { h["ce-datacontenttype"] = []string{"not a media type;"} }, "datacontenttype"},
+		{"bad datacontenttype", func(h Header) { h["ce-datacontenttype"] = []string{"not a media type;"} }, "ce-datacontenttype:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -281,6 +281,15 @@ func TestDecodeErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("Decode error = %q, want it to contain %q", err, tt.wantErr)
+			}
+			// One verdict: the error names the attribute as a field, so a
+			// worker can reject the event naming it (issue 8 item 10).
+			var ae *AttributeError
+			if !errors.As(err, &ae) {
+				t.Fatalf("Decode error %q is not an *AttributeError", err)
+			}
+			if want, _, _ := strings.Cut(tt.wantErr, ":"); !strings.HasSuffix(want, ae.Header) || ae.Rule == "" {
+				t.Errorf("AttributeError = {Header: %q, Rule: %q}, want the header of %q", ae.Header, ae.Rule, tt.wantErr)
 			}
 		})
 	}

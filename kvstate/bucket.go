@@ -98,7 +98,9 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Durati
 // Update replaces the value under key if its revision is still rev
 // (ErrConflict otherwise). ttl > 0 keeps a per-key TTL: kv.Update would drop
 // it, so the write goes straight to the KV subject with Nats-TTL and an
-// expected last subject sequence.
+// expected last subject sequence. ttl <= 0 writes the value WITHOUT a TTL
+// (it lives until deleted): a record that must expire is rewritten with
+// UpdateUntil, which refuses a past expiry instead.
 func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl time.Duration) (uint64, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -123,6 +125,44 @@ func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl
 		return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
 	}
 	return ack.Sequence, nil
+}
+
+// ErrExpired is returned by CreateUntil and UpdateUntil when the record's
+// expiry time has passed: the record must be treated as expired, never
+// written without a TTL.
+var ErrExpired = errors.New("kvstate: record expired")
+
+// TTLUntil returns the per-key TTL that makes a value written at now live
+// until expiresAt: rounded up to whole seconds (the server's granularity),
+// so the key outlives expiresAt by less than one second and never expires
+// before it. It fails with ErrExpired when expiresAt is not after now: a
+// TTL of zero would mean "no TTL", and the value would never expire.
+func TTLUntil(expiresAt, now time.Time) (time.Duration, error) {
+	d := expiresAt.Sub(now)
+	if d <= 0 {
+		return 0, fmt.Errorf("expired at %s, %v ago: %w", expiresAt.UTC().Format(time.RFC3339Nano), -d, ErrExpired)
+	}
+	return roundTTL(d), nil
+}
+
+// CreateUntil is Create with a per-key TTL until expiresAt (see TTLUntil):
+// ErrExpired when expiresAt has passed.
+func (b *Bucket[T]) CreateUntil(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
+	ttl, err := TTLUntil(expiresAt, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
+	}
+	return b.Create(ctx, key, v, ttl)
+}
+
+// UpdateUntil is Update with a per-key TTL until expiresAt (see TTLUntil):
+// ErrExpired when expiresAt has passed, so a rewrite never drops the TTL.
+func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
+	ttl, err := TTLUntil(expiresAt, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
+	}
+	return b.Update(ctx, key, v, rev, ttl)
 }
 
 // Put stores v under key unconditionally.

@@ -310,3 +310,74 @@ func TestOpenBucketIdempotent(t *testing.T) {
 		t.Error("OpenBucket(invalid name) succeeded")
 	}
 }
+
+// TestTTLUntil: the TTL for an expiry time is rounded up to whole seconds
+// (never expiring early, outliving expiresAt by under one second), and an
+// expiry at or before now is ErrExpired, never a TTL of 0 (= no TTL).
+func TestTTLUntil(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in      time.Duration
+		want    time.Duration
+		expired bool
+	}{
+		{-time.Second, 0, true},
+		{-time.Nanosecond, 0, true},
+		{0, 0, true},
+		{time.Nanosecond, time.Second, false},
+		{999 * time.Millisecond, time.Second, false},
+		{time.Second, time.Second, false},
+		{time.Second + time.Nanosecond, 2 * time.Second, false},
+		{24 * time.Hour, 24 * time.Hour, false},
+	}
+	for _, tt := range tests {
+		got, err := TTLUntil(now.Add(tt.in), now)
+		if tt.expired {
+			if !errors.Is(err, ErrExpired) {
+				t.Errorf("TTLUntil(now%+v) = %v, %v, want ErrExpired", tt.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("TTLUntil(now%+v) = %v, %v, want %v", tt.in, got, err, tt.want)
+		}
+		if got < tt.in || got-tt.in >= time.Second {
+			t.Errorf("TTLUntil(now%+v) = %v: outlives expiresAt by %v (bound: under 1s)", tt.in, got, got-tt.in)
+		}
+	}
+}
+
+// TestUpdateUntilCarriesTTL: UpdateUntil writes the Nats-TTL header the
+// expiry time asks for, and refuses a past expiry without writing.
+func TestUpdateUntilCarriesTTL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	js := newJS(t)
+	b := openRec(t, js, "ttl_until", BucketOptions{PerKeyTTL: true})
+	rev, err := b.CreateUntil(ctx, "k", rec{N: 1}, time.Now().Add(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev2, err := b.UpdateUntil(ctx, "k", rec{N: 2}, rev, time.Now().Add(2500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_ttl_until")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "$KV.ttl_until.k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Header.Get("Nats-TTL"); got != "3s" && got != "3" {
+		t.Errorf("Nats-TTL of the rewrite = %q, want 3s", got)
+	}
+	if _, err := b.UpdateUntil(ctx, "k", rec{N: 3}, rev2, time.Now().Add(-time.Millisecond)); !errors.Is(err, ErrExpired) {
+		t.Errorf("UpdateUntil(past) = %v, want ErrExpired", err)
+	}
+	if v, r, err := b.Get(ctx, "k"); err != nil || v.N != 2 || r != rev2 {
+		t.Errorf("after a refused UpdateUntil: Get = %+v @%d, %v, want {N:2} @%d", v, r, err, rev2)
+	}
+	eventually(t, 5*time.Second, "the key to expire", gone(t, b, "k"))
+}

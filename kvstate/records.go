@@ -67,6 +67,16 @@ type PausedTurn struct {
 	// Resumed is set once every elicitation is settled and the resume was
 	// published; the record then only answers late submits.
 	Resumed bool `json:"resumed,omitempty"`
+	// RunSeq is the PARLEY_RUNS stream sequence of the run.paused event
+	// this record stores: a pause of the same turn at or below the stored
+	// one is stale and never replaces it (ErrStale).
+	RunSeq uint64 `json:"runSeq,omitempty"`
+	// WithdrawnBy is the turn.requested event whose message superseded the
+	// turn, and Withdrawn the questions it withdrew (stored in the same
+	// write that marked them cancelled), so a redelivery of that message
+	// announces them even if the first attempt died before announcing.
+	WithdrawnBy string   `json:"withdrawnBy,omitempty"`
+	Withdrawn   []string `json:"withdrawn,omitempty"`
 }
 
 // Find returns the elicitation with id, or nil.
@@ -100,6 +110,10 @@ func (p *PausedTurn) PendingIDs() []string {
 	return ids
 }
 
+// ErrStale is returned by PausedStore.Save for a pause older than the one
+// stored for the same turn (a late redelivery): it must be ignored.
+var ErrStale = errors.New("kvstate: stale pause")
+
 // PausedStore keeps paused turns.
 type PausedStore struct {
 	b *Bucket[PausedTurn]
@@ -128,30 +142,37 @@ func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uin
 	return &p, rev, nil
 }
 
-// Save stores p under its thread with a TTL until p.ExpiresAt. A live
-// record already there is replaced only if it is settled (the previous
-// pause of the thread); a record still pending fails with ErrConflict.
+// Save stores p under its thread with a TTL until p.ExpiresAt (ErrExpired
+// when that has passed). A live record already there is replaced if it is
+// settled (the previous pause of the turn) or belongs to another turn (the
+// thread moved on from it); a record of the same turn still pending fails
+// with ErrConflict, and an older pause of the same turn (by RunSeq) than
+// the stored one fails with ErrStale. The caller checks that p's turn is the thread's
+// active one and that the pause is not stale.
 func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	p.Format = PausedFormat
-	ttl := time.Until(p.ExpiresAt)
-	rev, err := s.b.Create(ctx, p.Thread, *p, ttl)
+	rev, err := s.b.CreateUntil(ctx, p.Thread, *p, p.ExpiresAt)
 	if !errors.Is(err, ErrConflict) {
 		return rev, err
 	}
 	old, oldRev, err := s.Load(ctx, p.Thread)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return s.b.Create(ctx, p.Thread, *p, ttl)
+		return s.b.CreateUntil(ctx, p.Thread, *p, p.ExpiresAt)
 	case err != nil && !errors.Is(err, ErrIncompatible):
 		return 0, err
 	}
 	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
 		return oldRev, nil // a redelivered pause: already stored
 	}
-	if err == nil && !old.Settled() {
+	if err == nil && old.TurnID == p.TurnID && p.RunSeq != 0 && p.RunSeq <= old.RunSeq {
+		return 0, fmt.Errorf("thread %s: pause at runs sequence %d is older than the stored one (%d): %w",
+			p.Thread, p.RunSeq, old.RunSeq, ErrStale)
+	}
+	if err == nil && old.TurnID == p.TurnID && !old.Settled() {
 		return 0, fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
 	}
-	return s.b.Update(ctx, p.Thread, *p, oldRev, ttl)
+	return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
 }
 
 func sameIDs(a, b *PausedTurn) bool {
@@ -167,9 +188,42 @@ func sameIDs(a, b *PausedTurn) bool {
 }
 
 // Update writes p if the record is still at rev (ErrConflict otherwise),
-// keeping its TTL until p.ExpiresAt.
+// keeping its TTL until p.ExpiresAt. Past p.ExpiresAt it writes nothing
+// and fails with ErrExpired: the record is expired (the key may live up to
+// one second longer, the server's TTL granularity), and a rewrite would
+// otherwise carry no TTL at all.
 func (s *PausedStore) Update(ctx context.Context, p *PausedTurn, rev uint64) (uint64, error) {
-	return s.b.Update(ctx, p.Thread, *p, rev, time.Until(p.ExpiresAt))
+	return s.b.UpdateUntil(ctx, p.Thread, *p, rev, p.ExpiresAt)
+}
+
+// Mutate loads the paused record of thread, applies fn and writes it back
+// if it is still at the revision read, with its TTL until ExpiresAt,
+// retrying on conflict (up to 20 times). fn may run more than once and
+// must only change p. If fn returns ErrNoChange nothing is written and
+// Mutate returns the record read and nil; any other error is returned as
+// is. A missing record is ErrNotFound and an unreadable one
+// ErrIncompatible (fn is not called); a write past ExpiresAt fails with
+// ErrExpired (see Update).
+func (s *PausedStore) Mutate(ctx context.Context, thread string, fn func(p *PausedTurn) error) (*PausedTurn, error) {
+	for range 20 {
+		p, rev, err := s.Load(ctx, thread)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(p); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				return p, nil
+			}
+			return nil, err
+		}
+		if _, err := s.Update(ctx, p, rev); errors.Is(err, ErrConflict) {
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("updating the paused turn of %s: too many concurrent writers: %w", thread, ErrConflict)
 }
 
 // Delete removes the record of thread if still at rev.
@@ -206,6 +260,20 @@ type Expiry struct {
 	At             time.Time `json:"at"`
 }
 
+// Supersession is a paused turn ended by a new user message.
+type Supersession struct {
+	// TurnID is the superseded turn.
+	TurnID string `json:"turnId"`
+	// By is the turn.requested event ID of the superseding message.
+	By string `json:"by"`
+	// Started is the turn.requested event ID of the turn started then (the
+	// head of the queue, which is By only when nothing was queued).
+	Started string `json:"started,omitempty"`
+	// Cancelled are the questions withdrawn; Expired those found expired.
+	Cancelled []string `json:"cancelled,omitempty"`
+	Expired   []string `json:"expired,omitempty"`
+}
+
 // ThreadFormat is the format version of Thread.
 const ThreadFormat = 1
 
@@ -222,6 +290,18 @@ type Thread struct {
 	// turn.requested recorded for the thread (started, queued, rejected or
 	// dead-lettered): later messages wait for earlier ones (FIFO).
 	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
+	// RunSeq is the PARLEY_RUNS stream sequence of the last run outcome
+	// applied to the thread (any turn): an outcome at or below it is stale
+	// (a redelivery after the turn moved on) and is not applied again.
+	RunSeq uint64 `json:"runSeq,omitempty"`
+	// PauseMark is, while the active turn is paused, the stream sequence
+	// of the thread's last turn.requested when the pause was recorded: a
+	// message at or below it was sent before the turn paused and queues
+	// behind it; only a later message supersedes the paused turn.
+	PauseMark uint64 `json:"pauseMark,omitempty"`
+	// Superseded records the last paused turn a new message superseded and
+	// what that withdrew, so a redelivery of the message announces it.
+	Superseded *Supersession `json:"superseded,omitempty"`
 	// TraceParent is the W3C trace context the active turn started in.
 	TraceParent string `json:"traceparent,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the

@@ -76,11 +76,8 @@ func TestPausedStoreSaveLoad(t *testing.T) {
 		t.Errorf("Save(same pause) wrote a new revision %d (was %d)", r, rev)
 	}
 
-	// Another pause while elicitations are pending is refused.
-	if _, err := s.Save(ctx, paused("t1", "turn-2", time.Hour, "e3")); !errors.Is(err, ErrConflict) {
-		t.Errorf("Save(other turn over pending) error = %v, want ErrConflict", err)
-	}
-	// Same turn but other elicitations is not the same pause either.
+	// Same turn but other elicitations is not the same pause: refused
+	// while the first one's questions are pending.
 	if _, err := s.Save(ctx, paused("t1", "turn-1", time.Hour, "e1")); !errors.Is(err, ErrConflict) {
 		t.Errorf("Save(same turn, other ids, over pending) error = %v, want ErrConflict", err)
 	}
@@ -370,4 +367,104 @@ func TestThreadMarkHandledBounded(t *testing.T) {
 	if th.Seen("0") || !th.Seen(fmt.Sprint(maxHandled+9)) || !th.Seen("10") {
 		t.Errorf("Seen: oldest should be forgotten, newest kept: %v", th.Handled)
 	}
+}
+
+// TestPausedStoreReplacesOtherTurn: a pending record of a turn the thread
+// moved past (its caller checked the new pause is the active turn's) does
+// not block the new pause: the thread would otherwise refuse every
+// question until the old record's TTL.
+func TestPausedStoreReplacesOtherTurn(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	if _, err := s.Save(ctx, paused("t1", "turn-1", time.Hour, "e1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(ctx, paused("t1", "turn-2", time.Hour, "e2")); err != nil {
+		t.Fatalf("Save(other turn over pending) = %v, want it replaced", err)
+	}
+	got, _, err := s.Load(ctx, "t1")
+	if err != nil || got.TurnID != "turn-2" || !slices.Equal(got.PendingIDs(), []string{"e2"}) {
+		t.Errorf("Load = %+v, %v, want turn-2 with e2 pending", got, err)
+	}
+}
+
+// TestPausedStoreRewriteAfterExpiresAt: a record rewritten after its
+// expiresAt (the key still lives, its TTL rounded up to whole seconds) is
+// not written at all (ErrExpired) and still expires; before the fix the
+// rewrite carried no TTL and the record lived forever.
+func TestPausedStoreRewriteAfterExpiresAt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	p := paused("t-late", "turn-1", 300*time.Millisecond, "e1") // key TTL: 1s
+	rev, err := s.Save(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(p.ExpiresAt) + 50*time.Millisecond)
+	if _, _, err := s.Load(ctx, "t-late"); err != nil {
+		t.Skipf("the key expired before the rewrite (%v): the boundary was not reached on this machine", err)
+	}
+	p.Elicitations[0].Status = StatusCancelled
+	if _, err := s.Update(ctx, p, rev); !errors.Is(err, ErrExpired) {
+		t.Fatalf("Update after expiresAt = %v, want ErrExpired", err)
+	}
+	if _, err := s.Save(ctx, paused("t-late", "turn-1", -time.Millisecond, "e9")); !errors.Is(err, ErrExpired) {
+		t.Errorf("Save with a past expiresAt = %v, want ErrExpired", err)
+	}
+	eventually(t, 3*time.Second, "the record to expire", func() bool {
+		_, _, err := s.Load(ctx, "t-late")
+		return errors.Is(err, ErrNotFound)
+	})
+}
+
+// PausedStore.Mutate: one winner among concurrent writers (CAS), no write
+// on ErrNoChange, ErrNotFound for a missing record, TTL kept.
+func TestPausedStoreMutate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	if _, err := s.Mutate(ctx, "none", func(*PausedTurn) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Mutate(missing) = %v, want ErrNotFound", err)
+	}
+	rev, err := s.Save(ctx, paused("t-m", "turn-1", 2*time.Second, "e1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Mutate(ctx, "t-m", func(*PausedTurn) error { return ErrNoChange }); err != nil {
+		t.Fatal(err)
+	}
+	if _, r, _ := s.Load(ctx, "t-m"); r != rev {
+		t.Errorf("ErrNoChange wrote revision %d (was %d)", r, rev)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			won := false
+			_, err := s.Mutate(ctx, "t-m", func(p *PausedTurn) error {
+				won = false
+				if p.Elicitations[0].Status != StatusPending {
+					return ErrNoChange
+				}
+				p.Elicitations[0].Status, won = StatusConsumed, true
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			if won {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Errorf("%d writers consumed the elicitation, want exactly 1", wins.Load())
+	}
+	eventually(t, 5*time.Second, "the mutated record to expire", func() bool {
+		_, _, err := s.Load(ctx, "t-m")
+		return errors.Is(err, ErrNotFound)
+	})
 }

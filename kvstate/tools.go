@@ -2,8 +2,10 @@ package kvstate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -17,7 +19,8 @@ import (
 // = tool name), written by tool-executors at start-up and read by agents and
 // policy services.
 type ToolRegistry struct {
-	b *Bucket[schema.Tool]
+	b   *Bucket[schema.Tool]
+	log *slog.Logger
 
 	mu       sync.Mutex
 	cached   []schema.Tool
@@ -35,25 +38,83 @@ func OpenTools(ctx context.Context, js jetstream.JetStream, storage jetstream.St
 	if err != nil {
 		return nil, err
 	}
-	return &ToolRegistry{b: b}, nil
+	return &ToolRegistry{b: b, log: slog.New(slog.DiscardHandler)}, nil
 }
 
-// Register stores the definition of t under its name.
+// MaxToolDefinitionBytes bounds one encoded tool definition. Every
+// definition is sent to the model on every step, so a larger one is
+// refused at registration.
+const MaxToolDefinitionBytes = 64 << 10
+
+// SetLogger sets where the registry reports definitions it cannot read
+// (default: discard).
+func (r *ToolRegistry) SetLogger(l *slog.Logger) {
+	if l != nil {
+		r.log = l
+	}
+}
+
+// Register validates t (schema.ValidateTool: name, inputSchema,
+// outputSchema, _meta) and stores it under its name. A definition that
+// breaks a rule, or whose encoding exceeds MaxToolDefinitionBytes, is
+// refused with an error naming the tool, the field and the rule; nothing
+// is stored.
 func (r *ToolRegistry) Register(ctx context.Context, t schema.Tool) error {
-	_, err := r.b.Put(ctx, t.Name, t)
+	if err := schema.ValidateTool(&t); err != nil {
+		return fmt.Errorf("registering tool %q: %w", t.Name, err)
+	}
+	data, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("registering tool %q: %w", t.Name, err)
+	}
+	if len(data) > MaxToolDefinitionBytes {
+		return fmt.Errorf("registering tool %q: definition is %d bytes, more than the limit of %d", t.Name, len(data), MaxToolDefinitionBytes)
+	}
+	_, err = r.b.Put(ctx, t.Name, t)
 	return err
 }
 
-// Get returns the definition of the tool name, or ErrNotFound.
+// Get returns the definition of the tool name, or ErrNotFound. An
+// unreadable optional member (annotations, _meta, title, description) is
+// treated as absent and logged (see schema.DecodeToolTolerant): without
+// annotations a tool counts as destructive, so gating asks for
+// confirmation. A definition unreadable even so is an error wrapping
+// ErrIncompatible.
 func (r *ToolRegistry) Get(ctx context.Context, name string) (*schema.Tool, error) {
-	t, _, err := r.b.Get(ctx, name)
+	e, err := r.b.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s/%s: %w", BucketTools, name, err)
+	}
+	t, err := r.decode(ctx, name, e.Value())
 	if err != nil {
 		return nil, err
 	}
 	return &t, nil
 }
 
-// List returns every registered tool, sorted by name. A non-empty answer
+// decode reads one stored definition tolerantly, logging what it ignored.
+func (r *ToolRegistry) decode(ctx context.Context, key string, data []byte) (schema.Tool, error) {
+	t, ignored, err := schema.DecodeToolTolerant(data)
+	if err != nil {
+		r.log.ErrorContext(ctx, "unreadable tool definition", "bucket", BucketTools, "key", key, "error", err)
+		return t, fmt.Errorf("decoding %s/%s: %w (%w)", BucketTools, key, err, ErrIncompatible)
+	}
+	if t.Name != key {
+		r.log.ErrorContext(ctx, "tool definition stored under another name", "bucket", BucketTools, "key", key, "name", t.Name)
+		return t, fmt.Errorf("decoding %s/%s: name %q does not match the key (%w)", BucketTools, key, t.Name, ErrIncompatible)
+	}
+	for _, v := range ignored {
+		r.log.ErrorContext(ctx, "tool definition member unreadable; treated as absent", "bucket", BucketTools,
+			"key", key, "violation", v.String())
+	}
+	return t, nil
+}
+
+// List returns every readable registered tool, sorted by name; a
+// definition Get cannot read is skipped (and logged). A non-empty answer
 // is reused for up to two seconds; callers must not modify it.
 func (r *ToolRegistry) List(ctx context.Context) ([]schema.Tool, error) {
 	r.mu.Lock()
@@ -80,14 +141,17 @@ func (r *ToolRegistry) list(ctx context.Context) ([]schema.Tool, error) {
 	}
 	var out []schema.Tool
 	for k := range lister.Keys() {
-		t, _, err := r.b.Get(ctx, k)
+		t, err := r.Get(ctx, k)
 		if errors.Is(err, ErrNotFound) {
 			continue
+		}
+		if errors.Is(err, ErrIncompatible) {
+			continue // logged by Get; the other tools keep working
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, t)
+		out = append(out, *t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

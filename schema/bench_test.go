@@ -22,7 +22,7 @@ func benchForm() RequestedSchema {
 
 func BenchmarkNewElicitRequest(b *testing.B) {
 	rs := benchForm()
-	opts := &ElicitOptions{Widgets: map[string]Widget{"date": {Type: "date-picker"}}}
+	opts := &ElicitOptions{Widgets: map[string]Widget{"date": {Name: "date-picker"}}}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := NewElicitRequest("A title and a date for the event?", rs, opts); err != nil {

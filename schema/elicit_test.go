@@ -213,7 +213,7 @@ func TestNewElicitRequest(t *testing.T) {
 		Required: []string{"title", "date"},
 	}
 	p, err := NewElicitRequest("A title and a date for the event?", rs, &ElicitOptions{
-		Widgets: map[string]Widget{"title": {Type: "textfield"}},
+		Widgets: map[string]Widget{"title": {Name: "textfield"}},
 		Meta:    Meta{MetaElicitationID: "el-1"},
 	})
 	if err != nil {
@@ -224,7 +224,7 @@ func TestNewElicitRequest(t *testing.T) {
 		t.Error("NewElicitRequest did not copy the schema")
 	}
 	b, _ := json.Marshal(p)
-	want := `{"message":"A title and a date for the event?","requestedSchema":{"type":"object","properties":{"date":{"type":"string","format":"date"},"title":{"type":"string","title":"Title","maxLength":80}},"required":["title","date"]},"_meta":{"drupal.org/ai.elicitation_id":"el-1","drupal.org/ai.widgets":{"title":{"type":"textfield"}}}}`
+	want := `{"message":"A title and a date for the event?","requestedSchema":{"type":"object","properties":{"date":{"type":"string","format":"date"},"title":{"type":"string","title":"Title","maxLength":80}},"required":["title","date"]},"_meta":{"drupal.org/ai.elicitation_id":"el-1","drupal.org/ai.widgets":{"title":{"widget":"textfield"}}}}`
 	if string(b) != want {
 		t.Errorf("Marshal =\n%s\nwant\n%s", b, want)
 	}
@@ -237,7 +237,7 @@ func TestNewElicitRequest(t *testing.T) {
 	if err != nil {
 		t.Errorf("NewElicitRequest(default, 11-25) = %v", err)
 	}
-	_, err = NewElicitRequest("m", RequestedSchema{Type: "object", Properties: map[string]*PropertySchema{}}, &ElicitOptions{Widgets: map[string]Widget{"x": {Type: "t"}}})
+	_, err = NewElicitRequest("m", RequestedSchema{Type: "object", Properties: map[string]*PropertySchema{}}, &ElicitOptions{Widgets: map[string]Widget{"x": {Name: "t"}}})
 	if want := `_meta["drupal.org/ai.widgets"].x: no such property in requestedSchema`; err == nil || err.Error() != want {
 		t.Errorf("NewElicitRequest(widget) = %v, want %s", err, want)
 	}

@@ -256,10 +256,15 @@ func (m Meta) Validate() error {
 				vs.add(p, "must not be empty")
 			}
 		case MetaWidgets:
-			var ws map[string]Widget
+			var ws map[string]json.RawMessage
 			if err = metaDecode(m[k], &ws); err == nil {
 				for _, name := range slices.Sorted(maps.Keys(ws)) {
-					vs.merge(p+"."+name, ws[name].Validate())
+					var w Widget
+					if werr := json.Unmarshal(ws[name], &w); werr != nil {
+						vs.merge(p+"."+name, werr)
+						continue
+					}
+					vs.merge(p+"."+name, w.Validate())
 				}
 			}
 		}
@@ -387,23 +392,72 @@ func (e Entity) Validate() error {
 }
 
 // Widget is a rendering hint for one elicitation property in
-// _meta["drupal.org/ai.widgets"], e.g. {"type": "textarea"} or {"type":
-// "entity_autocomplete", "options": {"target_type": "node"}}. The property
-// itself stays a primitive, so a client that ignores hints renders a plain
-// field. Type is required.
+// _meta["drupal.org/ai.widgets"], in the seed's open shape (design section
+// 5): {"widget": "entity_autocomplete", "target_type": "node", "bundles":
+// ["article"]}. The member "widget" names the widget (Name); every other
+// member is one of its options (Options), kept as JSON values. The older
+// {"type": ...} spelling is read as an alias of "widget"; an "options"
+// object is read as options too. The property itself stays a primitive,
+// so a client that ignores hints renders a plain field.
 type Widget struct {
-	Type    string         `json:"type"`
-	Options map[string]any `json:"options,omitzero"`
+	// Name is the widget, e.g. "textarea" or "entity_autocomplete". It may
+	// be empty: a hint with options only.
+	Name string
+	// Options are the widget's other members, e.g. "target_type".
+	Options map[string]any
 }
 
-// Validate checks that Type is set. The error is a *ValidationError.
-func (w Widget) Validate() error {
-	var vs violations
-	if w.Type == "" {
-		vs.add("type", "required")
+// MarshalJSON writes the open shape: "widget" plus the options as members.
+func (w Widget) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(w.Options)+1)
+	for k, v := range w.Options {
+		m[k] = v
 	}
-	return vs.err()
+	if w.Name != "" {
+		m["widget"] = w.Name
+	}
+	return json.Marshal(m)
 }
+
+// UnmarshalJSON reads the open shape. The hint must be a JSON object;
+// "widget" (or its alias "type"), when present, must be a string; an
+// "options" object (the older nested spelling) is merged into Options.
+func (w *Widget) UnmarshalJSON(b []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil || m == nil {
+		return &ValidationError{Violations: []Violation{{"", "must be an object"}}}
+	}
+	*w = Widget{}
+	for _, k := range []string{"type", "widget"} { // "widget" wins
+		if v, ok := m[k]; ok {
+			s, isString := v.(string)
+			if !isString {
+				return &ValidationError{Violations: []Violation{{k, "must be a string"}}}
+			}
+			w.Name = s
+			delete(m, k)
+		}
+	}
+	if opts, ok := m["options"].(map[string]any); ok {
+		delete(m, "options")
+		for k, v := range opts {
+			if _, dup := m[k]; !dup {
+				m[k] = v
+			}
+		}
+	}
+	if len(m) > 0 {
+		w.Options = m
+	}
+	return nil
+}
+
+// Validate checks the hint. The shape is open and clients ignore hints
+// they do not know, so there is nothing to require here; whether the
+// property a hint is keyed by exists is checked by
+// ElicitRequestParams.Validate. It returns nil; it exists so every
+// registered _meta value has a Validate.
+func (w Widget) Validate() error { return nil }
 
 // Validate checks the tool call of a confirmation: name and toolId
 // required, arguments (when present) a JSON object. The error is a

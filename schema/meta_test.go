@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -84,7 +85,7 @@ func TestMetaValidate(t *testing.T) {
 			MetaStructuredContent:                  map[string]any{"a": 1},
 			MetaStatusItem:                         "Working",
 			MetaElicitationID:                      "el-1",
-			MetaWidgets:                            map[string]Widget{"body": {Type: "textarea"}},
+			MetaWidgets:                            map[string]Widget{"body": {Name: "textarea"}},
 			"progressToken":                        "tok",
 			"io.modelcontextprotocol/related-task": map[string]any{"taskId": "t"},
 		}, ""},
@@ -99,7 +100,10 @@ func TestMetaValidate(t *testing.T) {
 		{"empty status", Meta{MetaStatusItem: ""}, `_meta["drupal.org/ai.status_item"]: must not be empty`},
 		{"elicitation id type", Meta{MetaElicitationID: 5}, `_meta["drupal.org/ai.elicitation_id"]: must be a string`},
 		{"null value", Meta{MetaElicitationID: nil}, `_meta["drupal.org/ai.elicitation_id"]: must not be null`},
-		{"widget type", Meta{MetaWidgets: map[string]any{"x": map[string]any{}}}, `_meta["drupal.org/ai.widgets"].x.type: required`},
+		{"seed-shaped widget", mustMeta(t, `{"drupal.org/ai.widgets":{"node":{"widget":"entity_autocomplete","target_type":"node","bundles":["article"]}}}`), ""},
+		{"widget options only", Meta{MetaWidgets: map[string]any{"x": map[string]any{}}}, ""},
+		{"widget not an object", Meta{MetaWidgets: map[string]any{"x": "textarea"}}, `_meta["drupal.org/ai.widgets"].x: must be an object`},
+		{"widget name type", Meta{MetaWidgets: map[string]any{"x": map[string]any{"widget": 1}}}, `_meta["drupal.org/ai.widgets"].x.widget: must be a string`},
 		{"progress token", Meta{"progressToken": 1.5}, `_meta["progressToken"]: progress token must be a string or an integer`},
 		{"reserved", Meta{"dev.mcp/x": 1, "io.modelcontextprotocol/other": 2}, `_meta["dev.mcp/x"]: prefix "dev.mcp/" is reserved for MCP; _meta["io.modelcontextprotocol/other"]: prefix "io.modelcontextprotocol/" is reserved for MCP`},
 	}
@@ -134,7 +138,7 @@ func TestMetaHelpers(t *testing.T) {
 	m.SetStructuredContent(map[string]any{"n": 1.0})
 	m.SetStatusItem("s")
 	m.SetElicitationID("e")
-	m.SetWidgets(map[string]Widget{"p": {Type: "textarea"}})
+	m.SetWidgets(map[string]Widget{"p": {Name: "textarea"}})
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +171,7 @@ func TestMetaHelpers(t *testing.T) {
 			t.Errorf("ElicitationID() = %q, %v", s, err)
 		}
 		ws, err := m.Widgets()
-		if err != nil || cmp.Diff(map[string]Widget{"p": {Type: "textarea"}}, ws) != "" {
+		if err != nil || cmp.Diff(map[string]Widget{"p": {Name: "textarea"}}, ws) != "" {
 			t.Errorf("Widgets() = %v, %v", ws, err)
 		}
 	}
@@ -186,5 +190,46 @@ func TestMetaHelpers(t *testing.T) {
 	}
 	if _, err := (Meta{MetaEntity: "x"}).Entity(); err == nil {
 		t.Error("Entity() of a string: no error")
+	}
+}
+
+// TestSeedShapedWidgetHint is issue 8 item 12: the plan's own example of a
+// widget hint is accepted on an elicitation form, read back with its
+// options, and written back in the same open shape.
+func TestSeedShapedWidgetHint(t *testing.T) {
+	raw := `{"message":"Which article?","requestedSchema":{"type":"object","properties":{"node":{"type":"string","title":"Article"}}},` +
+		`"_meta":{"drupal.org/ai.widgets":{"node":{"widget":"entity_autocomplete","target_type":"node","bundles":["article"]}}}}`
+	var p ElicitRequestParams
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(DefaultRevision); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	ws, err := p.Meta.Widgets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Widget{Name: "entity_autocomplete", Options: map[string]any{"target_type": "node", "bundles": []any{"article"}}}
+	if diff := cmp.Diff(want, ws["node"]); diff != "" {
+		t.Errorf("Widgets()[node] (-want +got):\n%s", diff)
+	}
+	out, err := json.Marshal(ws["node"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(out); got != `{"bundles":["article"],"target_type":"node","widget":"entity_autocomplete"}` {
+		t.Errorf("marshalled hint = %s", got)
+	}
+	// The older spelling is read as an alias.
+	var old Widget
+	if err := json.Unmarshal([]byte(`{"type":"textarea","options":{"rows":5}}`), &old); err != nil ||
+		old.Name != "textarea" || old.Options["rows"] != 5.0 {
+		t.Errorf("alias: %+v, %v", old, err)
+	}
+	// A hint for a property that does not exist is still refused.
+	p.Meta = Meta{MetaWidgets: map[string]any{"nope": map[string]any{"widget": "textarea"}}}
+	if err := p.Validate(DefaultRevision); err == nil || !strings.Contains(err.Error(), "no such property") {
+		t.Errorf("hint for a missing property: %v", err)
 	}
 }

@@ -121,7 +121,7 @@ func flatForm(t *testing.T, rev Revision) *ElicitRequestParams {
 		"ok":    {Type: "boolean", Default: json.RawMessage(`true`)},
 		"kind":  {Type: "string", Enum: []string{"talk", "meetup"}, EnumNames: []string{"Talk", "Meetup"}},
 	}, Required: []string{"title", "date"}}, &ElicitOptions{Revision: rev,
-		Widgets: map[string]Widget{"title": {Type: "textfield"}}, Meta: Meta{MetaElicitationID: "el-1"}})
+		Widgets: map[string]Widget{"title": {Name: "textfield"}}, Meta: Meta{MetaElicitationID: "el-1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
@@ -31,6 +32,10 @@ type Options struct {
 	Concurrency int
 	// RunTTL bounds how long run checkpoints are kept. Optional. Default: 48h.
 	RunTTL time.Duration
+	// FormRevision is the MCP revision the clients render forms in: every
+	// form from a tool or a policy service is validated for it before it
+	// is asked. Optional. Default: schema.DefaultRevision (2025-06-18).
+	FormRevision schema.Revision
 }
 
 // Agent is the agent worker.
@@ -38,6 +43,7 @@ type Agent struct {
 	bus      *bus.Client
 	runs     *kvstate.Bucket[Run]
 	tools    *kvstate.ToolRegistry
+	results  jetstream.ObjectStore // tool results too large for a run record
 	provider model.Provider
 	opts     Options
 	log      *slog.Logger
@@ -64,6 +70,9 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	if o.RunTTL <= 0 {
 		o.RunTTL = 48 * time.Hour
 	}
+	if o.FormRevision == "" {
+		o.FormRevision = schema.DefaultRevision
+	}
 	js := b.JetStream()
 	runs, err := kvstate.OpenBucket[Run](ctx, js, kvstate.BucketRuns, kvstate.BucketOptions{Storage: b.Storage(), Replicas: b.Replicas(), TTL: o.RunTTL})
 	if err != nil {
@@ -73,7 +82,12 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{bus: b, runs: runs, tools: tools, provider: provider, opts: o, log: o.Logger}, nil
+	tools.SetLogger(o.Logger)
+	results, err := openResults(ctx, js, b.Storage(), b.Replicas(), o.RunTTL)
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{bus: b, runs: runs, tools: tools, results: results, provider: provider, opts: o, log: o.Logger}, nil
 }
 
 // Run consumes agent work until ctx is cancelled, then drains and returns nil.
@@ -136,6 +150,7 @@ func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
 	if errors.Is(err, kvstate.ErrNotFound) {
 		run = Run{Format: RunFormat, RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent,
 			Messages: fromChat(in.Messages)}
+		a.fit(ctx, &run)
 		if rev, err = a.runs.Create(ctx, in.RunID, run, 0); errors.Is(err, kvstate.ErrConflict) {
 			return fmt.Errorf("run %s created concurrently: %w", in.RunID, err)
 		}
@@ -167,12 +182,21 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		}
 		switch {
 		case in.InputRequired != nil:
+			if err := checkInputRequired(in.InputRequired, a.opts.FormRevision); err != nil {
+				a.refuseForm(ctx, &run, c, "the tool", err)
+				break
+			}
 			a.awaitInput(&run, c, in.InputRequired)
 		case in.Result != nil:
-			c.Status, c.Result = callDone, in.Result
+			r, err := a.admitResult(ctx, &run, c, in.Result)
+			if err != nil {
+				return err
+			}
+			c.Status, c.Result = callDone, r
 		default:
 			c.Status, c.Result = callDone, schema.ErrorResult("the tool returned no result")
 		}
+		a.fit(ctx, &run)
 		nrev, err := a.runs.Update(ctx, run.RunID, run, rev, 0)
 		if errors.Is(err, kvstate.ErrConflict) && attempt < 20 {
 			continue
@@ -252,6 +276,7 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 		}
 	}
 	snap.Resumes = append(snap.Resumes, e.ID())
+	a.fit(ctx, snap)
 	var nrev uint64
 	if errors.Is(err, kvstate.ErrNotFound) {
 		nrev, err = a.runs.Create(ctx, snap.RunID, *snap, 0)
@@ -328,13 +353,22 @@ func who(a events.Answer) string {
 }
 
 // advance drives the run as far as it can go without waiting.
-func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) error {
+func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
+	defer func() {
+		if errors.Is(err, errRunTooLarge) { // fit failed the run and saved it
+			err = a.publishFailed(ctx, run, run.Failed.Reason, run.Failed.Detail)
+		}
+	}()
 	save := func() error {
+		tooLarge := a.fit(ctx, run)
 		nrev, err := a.runs.Update(ctx, run.RunID, *run, rev, 0)
 		if err != nil {
 			return fmt.Errorf("checkpointing run %s: %w", run.RunID, err)
 		}
 		rev = nrev
+		if tooLarge {
+			return errRunTooLarge
+		}
 		return nil
 	}
 	for {
@@ -389,8 +423,10 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) error {
 		}
 		// Every call has exactly one result: feed them to the model.
 		for _, c := range run.Calls {
-			run.Decisions = append(run.Decisions, c.record())
-			text := model.ResultText(c.Result)
+			if c.decided() {
+				run.Decisions = append(run.Decisions, c.record())
+			}
+			text := modelText(c.Result)
 			if c.Instructions != "" {
 				text += "\nUser instructions: " + c.Instructions
 			}
@@ -416,9 +452,10 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	run.Step++
 	if len(resp.ToolCalls) == 0 {
 		run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text})
+		text, blocks := boundUserBlocks(resp.Text, userBlocks(run.Messages))
 		content := append(schema.ContentList{}, resp.Content...)
-		content = append(content, userBlocks(run.Messages)...)
-		run.Final = &schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text, Content: content}
+		content = append(content, blocks...)
+		run.Final = &schema.ChatMessage{Role: schema.RoleAssistant, Text: text, Content: content}
 		return nil
 	}
 	run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
@@ -454,15 +491,25 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+c.Call.Name)
 		return nil
 	}
+	if errors.Is(err, kvstate.ErrIncompatible) {
+		// One unreadable definition must not stop the run (logged by the
+		// registry): the model hears that this tool cannot be used.
+		c.Status, c.Result = callDone, schema.ErrorResult(fmt.Sprintf(
+			"Tool %s cannot be used right now: its registered definition is unreadable, so it was not run.", c.Call.Name))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
 	if c.Decision == nil {
 		// A call that cannot run is refused before any policy or person is
 		// asked about it; the model sees why.
+		if r := argumentsTooLarge(tool, c.Call.Arguments); r != nil {
+			c.Status, c.Result = callDone, r
+			return nil
+		}
 		if err := tool.ValidateArguments(c.Call.Arguments); err != nil {
-			c.Status = callDone
-			c.Result = schema.ErrorResult(fmt.Sprintf("Invalid arguments for %s: %v", c.Call.Name, err))
+			c.Status, c.Result = callDone, argumentsResult(tool, err)
 			return nil
 		}
 		d, err := a.preExecute(ctx, run, c, tool)
@@ -479,9 +526,13 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
 			fmt.Sprintf("Execution of %s was denied: %s", c.Call.Name, c.Decision.Reason))}}
 	case events.DecisionConfirm:
-		req := c.Decision.Elicitation
+		req, who := c.Decision.Elicitation, "the policy service"
 		if req == nil {
-			req = schema.NewConfirmationRequest(tool, c.Call)
+			req, who = schema.NewConfirmationRequest(tool, c.Call), "its confirmation form"
+		}
+		if err := checkForm(req, a.opts.FormRevision); err != nil {
+			a.refuseForm(ctx, run, c, who, err)
+			return nil
 		}
 		id := events.DerivedID("elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), "confirm")
 		params := *req
@@ -602,7 +653,9 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run, save func() error) 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 	decisions := append([]events.DecisionRecord(nil), run.Decisions...)
 	for _, c := range run.Calls { // calls settled by a cancel, never fed to the model
-		decisions = append(decisions, c.record())
+		if c.decided() {
+			decisions = append(decisions, c.record())
+		}
 	}
 	e, err := events.NewWithID(events.DerivedID("run.completed", run.RunID), events.SourceAgent, events.TypeRunCompleted,
 		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions})

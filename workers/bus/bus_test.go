@@ -929,3 +929,53 @@ func TestConsumeRetryLaterIsNotAFailure(t *testing.T) {
 		t.Errorf("server MaxDeliver = %d, want %d", info.Config.MaxDeliver, MaxServerDeliver)
 	}
 }
+
+// With OnUndecodable, an undecodable message goes to the worker (which
+// refuses it with its own verdict) and is acked, not dead-lettered; an
+// error from it is retried like a handler's.
+func TestConsumeUndecodableToWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ack, err := e.js.PublishMsg(t.Context(), &nats.Msg{Subject: events.SubjectRunRequested,
+		Header: nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"req%zz"}, "ce-source": {"/t"}, "ce-type": {"x"}},
+		Data:   []byte("{}")})
+	if err != nil {
+		t.Fatalf("raw Publish: %v", err)
+	}
+	type call struct {
+		d   *Delivery
+		err error
+	}
+	calls := make(chan call, 10)
+	spec := agentSpec()
+	spec.OnDeadLetter = func(context.Context, *Delivery, error) { t.Error("dead-lettered") }
+	spec.OnUndecodable = func(_ context.Context, d *Delivery, err error) error {
+		calls <- call{d, err}
+		if d.NumDelivered == 1 {
+			return errors.New("not yet") // retried
+		}
+		return nil
+	}
+	stop, _ := e.consume(t, spec, func(context.Context, *Delivery) error {
+		t.Error("handler called for an undecodable message")
+		return nil
+	})
+	for n := 1; n <= 2; n++ {
+		select {
+		case c := <-calls:
+			var ae *events.AttributeError
+			if c.d.Event != nil || c.d.StreamSeq != ack.Sequence || c.d.NumDelivered != uint64(n) ||
+				!errors.As(c.err, &ae) || ae.Header != "ce-id" {
+				t.Fatalf("call %d: Delivery %+v, err %v; want seq %d, no event, an AttributeError naming ce-id", n, c.d, c.err, ack.Sequence)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("OnUndecodable call %d missing", n)
+		}
+	}
+	waitFor(t, 3*time.Second, "the message acked", func() bool {
+		return e.consumerInfo(t, events.StreamAgent, "agent").NumAckPending == 0
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+}

@@ -112,6 +112,13 @@ type ConsumerSpec struct {
 	// reason (e.g. to tell the thread). Delivery.Event is nil when the
 	// message could not be decoded. Optional.
 	OnDeadLetter func(ctx context.Context, d *Delivery, reason error)
+	// OnUndecodable handles a message that is not a valid CloudEvent
+	// (Delivery.Event is nil; err is events.Decode's error, an
+	// *events.AttributeError when one attribute is at fault), so the worker
+	// can refuse it with the same verdict it gives any other invalid event.
+	// Its result settles the message as a Handler's does (nil acks).
+	// Optional. Default: the message is dead-lettered at once.
+	OnUndecodable func(ctx context.Context, d *Delivery, err error) error
 	// DrainTimeout bounds how long Consume waits for in-flight handlers
 	// after ctx is cancelled. Optional. Default: 30s.
 	DrainTimeout time.Duration
@@ -237,26 +244,43 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 
 	ev, err := events.Decode(events.Header(m.Headers()), m.Data())
 	if err != nil {
+		err = fmt.Errorf("undecodable event: %w", err)
 		span.SetStatus(codes.Error, err.Error())
-		c.deadLetter(ctx, spec, d, fmt.Errorf("undecodable event: %w", err))
+		if spec.OnUndecodable == nil {
+			c.deadLetter(ctx, spec, d, err)
+			return
+		}
+		derr := err
+		c.settle(ctx, spec, d, md, func(ctx context.Context, d *Delivery) error { return spec.OnUndecodable(ctx, d, derr) })
 		return
 	}
 	d.Event = ev
 	span.SetAttributes(keyMessageID.String(ev.ID()), keyCEID.String(ev.ID()), keyCEType.String(ev.Type()),
 		keyConversation.String(ev.Subject()))
+	c.settle(ctx, spec, d, md, h)
+}
 
+// settle runs h on d (heartbeating) and acks, naks or dead-letters the
+// message by h's result.
+func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md *jetstream.MsgMetadata, h Handler) {
+	m := d.Msg
+	span := trace.SpanFromContext(ctx)
+	var eventID, eventType, subject string
+	if d.Event != nil {
+		eventID, eventType, subject = d.Event.ID(), d.Event.Type(), d.Event.Subject()
+	}
 	stop := c.heartbeat(m, spec.AckWait)
-	err = h(ctx, d)
+	err := h(ctx, d)
 	stop()
 	var later *retryLaterError
 	switch {
 	case errors.As(err, &later) && int(md.NumDelivered) < MaxServerDeliver-1:
-		c.logger.DebugContext(ctx, "not yet; retrying", "consumer", spec.Durable, "event_id", ev.ID(),
+		c.logger.DebugContext(ctx, "not yet; retrying", "consumer", spec.Durable, "event_id", eventID,
 			"delivery", md.NumDelivered, "reason", err)
 		_ = m.NakWithDelay(later.delay)
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
-			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", ev.ID(), "error", aerr)
+			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", eventID, "error", aerr)
 		}
 	case IsPermanent(err) || int(md.NumDelivered) >= spec.MaxDeliver:
 		span.SetStatus(codes.Error, err.Error())
@@ -264,8 +288,8 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 	default:
 		span.SetStatus(codes.Error, err.Error())
 		delay := spec.Backoff[min(int(md.NumDelivered)-1, len(spec.Backoff)-1)]
-		c.logger.WarnContext(ctx, "handler failed; retrying", "consumer", spec.Durable, "event_id", ev.ID(),
-			"event_type", ev.Type(), "subject", ev.Subject(), "delivery", md.NumDelivered, "retry_in", delay, "error", err)
+		c.logger.WarnContext(ctx, "handler failed; retrying", "consumer", spec.Durable, "event_id", eventID,
+			"event_type", eventType, "subject", subject, "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = m.NakWithDelay(delay)
 	}
 }

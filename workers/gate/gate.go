@@ -195,7 +195,7 @@ func (g *Gate) Run(ctx context.Context) error {
 }
 
 func (g *Gate) decide(ctx context.Context, req *event.Event) (*event.Event, error) {
-	in, err := events.Data[events.PreExecuteRequest](req)
+	in, err := g.decodeRequest(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -203,4 +203,38 @@ func (g *Gate) decide(ctx context.Context, req *event.Event) (*event.Event, erro
 	g.log.InfoContext(ctx, "pre-execute decided", "agent", in.Agent, "tool", in.Call.Name, "decision", d.Decision,
 		"config_version", d.ConfigVersion, "run_id", in.RunID)
 	return events.NewWithID(events.DerivedID("decided", req.ID()), events.SourceGate, events.TypePreExecuteDecided, req.Subject(), d)
+}
+
+// decodeRequest reads a pre-execute request. The tool definition is read
+// tolerantly (schema.DecodeToolTolerant): an unreadable annotation, such as
+// "readOnlyHint": "true", is treated as absent, so the tool counts as
+// destructive and by_annotation asks for confirmation; it is logged, never
+// an error reply. A definition unreadable even so is replaced by the bare
+// call name (no annotations: confirm). Only a request whose other members
+// are unreadable is refused.
+func (g *Gate) decodeRequest(ctx context.Context, req *event.Event) (events.PreExecuteRequest, error) {
+	in, err := events.Data[events.PreExecuteRequest](req)
+	if err == nil {
+		return in, nil
+	}
+	var raw struct {
+		events.PreExecuteRequest
+		Tool json.RawMessage `json:"tool"` // shadows PreExecuteRequest.Tool
+	}
+	if json.Unmarshal(req.Data(), &raw) != nil {
+		return in, err // the request itself is unreadable
+	}
+	in = raw.PreExecuteRequest
+	tool, ignored, terr := schema.DecodeToolTolerant(raw.Tool)
+	if terr != nil {
+		g.log.ErrorContext(ctx, "pre-execute request carries an unreadable tool definition; treating it as unannotated",
+			"tool", in.Call.Name, "run_id", in.RunID, "error", terr)
+		tool = schema.Tool{Name: in.Call.Name}
+	}
+	for _, v := range ignored {
+		g.log.ErrorContext(ctx, "pre-execute request: tool definition member unreadable; treated as absent",
+			"tool", in.Call.Name, "run_id", in.RunID, "violation", v.String())
+	}
+	in.Tool = tool
+	return in, nil
 }

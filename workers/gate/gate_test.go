@@ -148,12 +148,60 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// waitGate waits up to 5 s for the gate's micro service to answer
+// discovery. No responders comes back at once, so it pauses between tries.
 func waitGate(t *testing.T, srv *bustest.Server) {
 	nc := srv.Connect(t)
-	for range 50 {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
 		if _, err := nc.Request("$SRV.PING.parley-gate", nil, 100*time.Millisecond); err == nil {
 			return
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("gate did not come up")
+	t.Fatal("gate did not come up within 5s")
+}
+
+// TestUnreadableAnnotationConfirms is issue 8 item 9 at the gate: a
+// pre-execute request whose tool definition has "readOnlyHint": "true" (a
+// string) is answered — the annotation counts as absent, so by_annotation
+// asks for confirmation — instead of an error reply that fails every turn.
+func TestUnreadableAnnotationConfirms(t *testing.T) {
+	srv := bustest.NewServer(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	gb, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gate.New(gb, nil, nil).Run(ctx) }()
+	cb, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitGate(t, srv)
+	for name, tool := range map[string]string{
+		"string hint":  `{"name":"wipe","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":"true"}}`,
+		"unreadable":   `{"name":7,"annotations":{"readOnlyHint":"true"}}`,
+		"not a object": `"wipe"`,
+	} {
+		data := json.RawMessage(`{"agent":"a","thread":"t1","runId":"r1","call":{"id":"c1","name":"wipe","arguments":{}},"tool":` + tool + `}`)
+		req, err := events.New("/test", events.TypePreExecuteRequested, "t1", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		reply, err := cb.Request(rctx, events.PreExecuteSubject("a", "wipe"), req)
+		rcancel()
+		if err != nil {
+			t.Fatalf("%s: %v, want a decision", name, err)
+		}
+		d, err := events.Data[events.Decision](reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Decision != events.DecisionConfirm || d.Elicitation == nil {
+			t.Errorf("%s: decision %+v, want confirm (unreadable annotation = absent = destructive)", name, d)
+		}
+	}
 }

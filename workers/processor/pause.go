@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
@@ -17,7 +18,11 @@ import (
 )
 
 // onRunPaused stores the paused turn (TTL) and publishes its questions.
-func (p *Processor) onRunPaused(ctx context.Context, e *event.Event, in events.RunPaused) error {
+// A pause of a turn that is not running, or older (in PARLEY_RUNS order)
+// than an outcome already applied, is stale and ignored; a redelivery of
+// the applied pause publishes its questions again (same event IDs).
+func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.RunPaused) error {
+	e := d.Event
 	thread := e.Subject()
 	if len(in.Elicitations) == 0 {
 		return fmt.Errorf("run.paused without elicitations: %w", errors.New("data.elicitations: required"))
@@ -26,29 +31,45 @@ func (p *Processor) onRunPaused(ctx context.Context, e *event.Event, in events.R
 	if err != nil {
 		return err
 	}
-	if t.TurnID != in.TurnID {
-		p.log.InfoContext(ctx, "ignoring pause of a superseded turn", "subject", thread, "turn_id", in.TurnID)
+	switch classifyPause(t, in.TurnID, e.ID(), d.StreamSeq) {
+	case outcomeStale:
+		p.log.InfoContext(ctx, "ignoring a stale pause (the turn is not active, or moved past it)", "subject", thread,
+			"turn_id", in.TurnID, "stream_seq", d.StreamSeq, "last_applied", t.RunSeq)
 		return nil
-	}
-	now := time.Now().UTC()
-	rec := &kvstate.PausedTurn{Thread: thread, TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent,
-		CreatedAt: now, ExpiresAt: now.Add(p.opts.PauseTTL), Snapshot: in.Snapshot, TraceParent: t.TraceParent}
-	for _, pe := range in.Elicitations {
-		rec.Elicitations = append(rec.Elicitations, kvstate.Elicitation{PendingElicitation: pe, Status: kvstate.StatusPending})
-	}
-	if _, err := p.paused.Save(ctx, rec); err != nil {
-		return fmt.Errorf("storing paused turn: %w", err)
-	}
-	ids := rec.PendingIDs()
-	if _, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-		if t.Seen(e.ID()) || t.TurnID != in.TurnID {
-			return kvstate.ErrNoChange
+	case outcomeApply:
+		// The queue mark: messages already in the stream queue behind
+		// this pause rather than supersede it.
+		mark, err := p.lastTurnRequested(ctx, thread)
+		if err != nil {
+			return err
 		}
-		t.MarkHandled(e.ID())
-		t.State, t.Pending = kvstate.ThreadPaused, ids
-		return nil
-	}); err != nil {
-		return err
+		now := time.Now().UTC()
+		rec := &kvstate.PausedTurn{Thread: thread, TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent,
+			CreatedAt: now, ExpiresAt: now.Add(p.opts.PauseTTL), Snapshot: in.Snapshot, TraceParent: t.TraceParent,
+			RunSeq: d.StreamSeq}
+		for _, pe := range in.Elicitations {
+			rec.Elicitations = append(rec.Elicitations, kvstate.Elicitation{PendingElicitation: pe, Status: kvstate.StatusPending})
+		}
+		if _, err := p.paused.Save(ctx, rec); errors.Is(err, kvstate.ErrStale) {
+			p.log.InfoContext(ctx, "ignoring a stale pause (a later pause of the turn is stored)", "subject", thread,
+				"turn_id", in.TurnID, "stream_seq", d.StreamSeq)
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("storing paused turn: %w", err)
+		}
+		ids := rec.PendingIDs()
+		if t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+			return applyPause(t, in.TurnID, e.ID(), d.StreamSeq, ids, mark)
+		}); err != nil {
+			return err
+		}
+		if classifyPause(t, in.TurnID, e.ID(), d.StreamSeq) != outcomeRepeat {
+			return nil // the thread moved on meanwhile
+		}
+	}
+	ids := make([]string, 0, len(in.Elicitations))
+	for _, pe := range in.Elicitations {
+		ids = append(ids, pe.ID)
 	}
 	for _, pe := range in.Elicitations {
 		params := pe.Request
@@ -61,6 +82,19 @@ func (p *Processor) onRunPaused(ctx context.Context, e *event.Event, in events.R
 	return p.publishChat(ctx, thread, events.ChatTurnPaused, events.TypeTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
 		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
+}
+
+// lastTurnRequested returns the stream sequence of the thread's last
+// turn.requested in PARLEY_CHAT (0 if none).
+func (p *Processor) lastTurnRequested(ctx context.Context, thread string) (uint64, error) {
+	m, err := p.chat.GetLastMsgForSubject(ctx, events.ChatSubject(thread, events.ChatTurnRequested))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("reading the last message of %s: %w", thread, err)
+	}
+	return m.Sequence, nil
 }
 
 // restate writes the questions as an assistant message in prose, so a
@@ -139,95 +173,63 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
-	for range 20 {
-		rec, rev, err := p.paused.Load(ctx, thread)
-		switch {
-		case errors.Is(err, kvstate.ErrNotFound):
-			if p.usedBefore(ctx, thread, e.ID()) {
-				return nil
-			}
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"the thread has no paused turn (it expired, or was never paused)", nil)
-		case errors.Is(err, kvstate.ErrIncompatible):
-			return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
-		case err != nil:
-			return err
+	var v answerVerdict
+	rec, err := p.paused.Mutate(ctx, thread, func(rec *kvstate.PausedTurn) error {
+		v = applyAnswer(rec, e.ID(), in, time.Now())
+		if !v.consumed {
+			return kvstate.ErrNoChange
 		}
-		el := rec.Find(in.ElicitationID)
-		if el == nil && p.usedBefore(ctx, thread, e.ID()) {
+		return nil
+	})
+	switch {
+	case errors.Is(err, kvstate.ErrNotFound):
+		if p.usedBefore(ctx, thread, e.ID()) {
 			return nil
 		}
-		if el == nil || time.Now().After(rec.ExpiresAt) {
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"no pending elicitation with this ID on the thread", nil)
-		}
-		if el.Status == kvstate.StatusCancelled {
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-				"the elicitation was withdrawn (a newer message, or a cancel of another question of the turn)", nil)
-		}
-		result := in.Result()
-		if verr := result.Validate(&el.Request); verr != nil {
-			var ve *schema.ValidationError
-			var vs []schema.Violation
-			if errors.As(verr, &ve) {
-				vs = ve.Violations
-			} else {
-				vs = []schema.Violation{{Path: "content", Rule: verr.Error()}}
-			}
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
-				"the answer does not fit the requested schema; the question is still open", vs)
-		}
-		if el.Status == kvstate.StatusConsumed {
-			if el.ResponseEventID == e.ID() {
-				// Redelivery of the winning answer: finish what it started.
-				if el.Result != nil && el.Result.Action == schema.ActionCancel {
-					var withdrawn []string
-					for _, o := range rec.Elicitations {
-						if o.Status == kvstate.StatusCancelled {
-							withdrawn = append(withdrawn, o.ID)
-						}
-					}
-					if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, withdrawn); err != nil {
-						return err
-					}
-				}
-				return p.resumeIfSettled(ctx, rec)
-			}
-			return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectAlreadyConsumed,
-				"this elicitation was already answered", nil)
-		}
-		el.Status = kvstate.StatusConsumed
-		el.Result = &result
-		el.AnsweredBy = in.AnsweredBy
-		el.AnsweredAt = time.Now().UTC()
-		el.ResponseEventID = e.ID()
-		var withdrawn []string
-		if result.Action == schema.ActionCancel {
-			// Cancel ends the iteration: the turn's other questions are
-			// withdrawn, not left waiting.
-			withdrawn = rec.PendingIDs()
-			for i := range rec.Elicitations {
-				if rec.Elicitations[i].Status == kvstate.StatusPending {
-					rec.Elicitations[i].Status = kvstate.StatusCancelled
-				}
-			}
-		}
-		if rec.Settled() {
-			rec.Resumed = true
-		}
-		if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
-			continue // another answer changed the record: check again
-		} else if err != nil {
-			return err
-		}
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
+			"the thread has no paused turn (it expired, or was never paused)", nil)
+	case errors.Is(err, kvstate.ErrIncompatible):
+		return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
+	case errors.Is(err, kvstate.ErrExpired):
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired, "the paused turn expired", nil)
+	case err != nil:
+		return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, err)
+	}
+	if len(v.dropped) > 0 {
+		p.log.WarnContext(ctx, "dropped content the action does not carry", "subject", thread,
+			"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
+	}
+	switch {
+	case v.unknown && p.usedBefore(ctx, thread, e.ID()):
+		return nil // used to resume an earlier pause of the turn
+	case v.reason != "":
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
+	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", in.AnsweredBy)
-		if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, withdrawn); err != nil {
-			return err
-		}
-		return p.resumeIfSettled(ctx, rec)
 	}
-	return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, kvstate.ErrConflict)
+	// Consumed now, or the winning answer redelivered: finish what it
+	// started (each step is idempotent).
+	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
+		return err
+	}
+	if err := p.markAnswered(ctx, rec, in.ElicitationID); err != nil {
+		return err
+	}
+	return p.resumeIfSettled(ctx, rec)
+}
+
+// markAnswered removes a consumed question from the thread's open list
+// (the resume does it for the last one), so an expiry names only what was
+// still open.
+func (p *Processor) markAnswered(ctx context.Context, rec *kvstate.PausedTurn, id string) error {
+	if rec.Settled() {
+		return nil
+	}
+	_, err := p.threads.Mutate(ctx, rec.Thread, func(t *kvstate.Thread) error {
+		return applyAnswered(t, rec.TurnID, id)
+	})
+	return err
 }
 
 // announceWithdrawn publishes elicitation.cancelled for the questions a
@@ -251,19 +253,7 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 		return nil
 	}
 	t, err := p.threads.Mutate(ctx, rec.Thread, func(t *kvstate.Thread) error {
-		if t.TurnID != rec.TurnID || t.State != kvstate.ThreadPaused {
-			return kvstate.ErrNoChange
-		}
-		t.State, t.Pending = kvstate.ThreadRunning, nil
-		// Remember the answers used, so a late redelivery of one, after
-		// this record is replaced by the next pause, is not told it was
-		// rejected.
-		for _, el := range rec.Elicitations {
-			if el.ResponseEventID != "" {
-				t.MarkHandled(el.ResponseEventID)
-			}
-		}
-		return nil
+		return applyResume(t, rec)
 	})
 	if err != nil {
 		return err
@@ -351,22 +341,9 @@ func (p *Processor) onExpired(ctx context.Context, thread string) error {
 		}
 		return nil
 	}
-	var turnID string
-	var ids []string
 	t, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-		if t.State != kvstate.ThreadPaused {
-			return kvstate.ErrNoChange
-		}
-		turnID, ids = t.TurnID, t.Pending
-		t.State, t.Pending = kvstate.ThreadIdle, nil
-		t.Expired = &kvstate.Expiry{TurnID: turnID, ElicitationIDs: ids, At: time.Now().UTC()}
 		// Messages that queued behind the paused turn go on now.
-		if len(t.Queue) > 0 {
-			next := t.Queue[0]
-			t.Queue = t.Queue[1:]
-			startTurn(t, next)
-		}
-		return nil
+		return applyExpiry(t, time.Now().UTC())
 	})
 	if err != nil {
 		return err

@@ -3,16 +3,17 @@ package processor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 )
 
@@ -40,12 +41,14 @@ type Options struct {
 
 // Processor is the processor worker.
 type Processor struct {
-	bus     *bus.Client
-	threads *kvstate.ThreadStore
-	paused  *kvstate.PausedStore
-	chat    jetstream.Stream
+	bus     *bus.Client // consumes (Run)
+	pub     publisher
+	threads threadStore
+	paused  pausedStore
+	chat    chatReader
 	opts    Options
 	log     *slog.Logger
+	faults  faults
 }
 
 // New opens the processor's buckets (idempotently).
@@ -85,7 +88,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamChat, err)
 	}
-	return &Processor{bus: b, threads: threads, paused: paused, chat: chat, opts: o, log: o.Logger}, nil
+	return &Processor{bus: b, pub: b, threads: threads, paused: paused, chat: chat, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
 // Run consumes chat events and run outcomes and watches for expired pauses
@@ -111,7 +114,8 @@ func (p *Processor) Run(ctx context.Context) error {
 				events.ChatSubject("*", events.ChatTurnRequested),
 				events.ChatSubject("*", events.ChatElicitationResponded),
 			},
-			OnDeadLetter: p.onDeadLetter,
+			OnDeadLetter:  p.onDeadLetter,
+			OnUndecodable: p.onUndecodable,
 		}, p.HandleChat)
 	})
 	run(func(ctx context.Context) error {
@@ -157,19 +161,19 @@ func (p *Processor) HandleRun(ctx context.Context, d *bus.Delivery) error {
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		return p.onRunCompleted(ctx, d.Event, in)
+		return p.onRunCompleted(ctx, d, in)
 	case events.TypeRunPaused:
 		in, err := events.Data[events.RunPaused](d.Event)
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		return p.onRunPaused(ctx, d.Event, in)
+		return p.onRunPaused(ctx, d, in)
 	case events.TypeRunFailed:
 		in, err := events.Data[events.RunFailed](d.Event)
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		return p.onRunFailed(ctx, d.Event, in)
+		return p.onRunFailed(ctx, d, in)
 	}
 	return bus.Permanent(fmt.Errorf("type: %q is not a run outcome", d.Event.Type()))
 }
@@ -218,7 +222,7 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 		}
 		// Only the thread's active turn can fail this way; anything else
 		// is a forged or stale outcome.
-		if t, _, err := p.threads.Load(ctx, thread); err != nil || t.TurnID != ids.TurnID || t.State == kvstate.ThreadIdle {
+		if t, _, err := p.threads.Load(ctx, thread); err != nil || classifyEnd(t, ids.TurnID, eventID, d.StreamSeq) != outcomeApply {
 			return
 		}
 		if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
@@ -226,10 +230,49 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {
 			return
 		}
-		if t, err := p.finishTurn(ctx, thread, ids.TurnID, eventID, nil); err == nil {
+		if t, err := p.finishTurn(ctx, thread, ids.TurnID, eventID, d.StreamSeq, nil); err == nil {
 			_ = p.requestNext(ctx, t)
 		}
 	}
+}
+
+// onUndecodable refuses a chat event that is not a valid CloudEvent (a
+// malformed header, a missing attribute) with the verdict any other invalid
+// event of its kind gets, naming the attribute: turn.rejected or
+// elicitation.rejected, reason invalid_event. A turn.requested is recorded
+// as dealt with, so later messages of the thread stop waiting for it.
+func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause error) error {
+	thread, suffix, ok := events.ParseChatSubject(d.Subject)
+	if !ok || events.ValidToken("thread", thread) != nil {
+		return bus.Permanent(cause)
+	}
+	v := schema.Violation{Path: "event", Rule: cause.Error()}
+	var ae *events.AttributeError
+	if errors.As(cause, &ae) {
+		v = schema.Violation{Path: ae.Header, Rule: ae.Rule}
+	}
+	// The event's own ID, as sent (it may be the malformed attribute).
+	var rawID string
+	if vs := d.Msg.Headers()["ce-id"]; len(vs) > 0 {
+		rawID = vs[0]
+	}
+	id := events.DerivedID("rejected.undecodable", d.Subject, fmt.Sprint(d.StreamSeq))
+	p.log.WarnContext(ctx, "undecodable event rejected", "subject", d.Subject, "stream_seq", d.StreamSeq, "error", cause)
+	switch suffix {
+	case events.ChatTurnRequested:
+		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected, id, "",
+			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
+			return err
+		}
+		return p.recordSeq(ctx, thread, d.StreamSeq)
+	case events.ChatElicitationResponded:
+		var in events.ElicitationResponded
+		_ = json.Unmarshal(d.Msg.Data(), &in)
+		return p.publishChat(ctx, thread, events.ChatElicitationRejected, events.TypeElicitationRejected, id, "",
+			events.ElicitationRejected{ElicitationID: in.ElicitationID, RespondedEventID: rawID,
+				Reason: events.RejectInvalidEvent, Detail: cause.Error(), Errors: []schema.Violation{v}})
+	}
+	return bus.Permanent(cause)
 }
 
 // publishChat publishes a processor event on parley.chat.<thread>.<suffix>.
@@ -241,11 +284,11 @@ func (p *Processor) publishChat(ctx context.Context, thread, suffix string, typ 
 	if turnID != "" {
 		e.SetExtension(events.ExtTurnID, turnID)
 	}
-	_, err = p.bus.Publish(ctx, events.ChatSubject(thread, suffix), e)
+	_, err = p.pub.Publish(ctx, events.ChatSubject(thread, suffix), e)
 	return err
 }
 
 func (p *Processor) publish(ctx context.Context, subject string, e *event.Event) error {
-	_, err := p.bus.Publish(ctx, subject, e)
+	_, err := p.pub.Publish(ctx, subject, e)
 	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -45,16 +44,18 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
 
-	// On a paused thread the paused record decides: pending questions are
-	// withdrawn first (so no answer can resume the old turn once the new
-	// one starts) and the new turn starts; a record whose answers are all
-	// in means its resume is under way, so the message queues; a record
-	// that expired means the old turn is over. If the thread pauses
-	// between the look and the write, look again.
+	// A message sent after the thread's turn paused supersedes it: its
+	// questions are withdrawn first (so no answer can resume the old turn
+	// once the thread goes on), then the queue goes on in stream order
+	// with this message at its end. A record whose answers are all in
+	// means the resume is under way, so the message queues; a record that
+	// expired means the old turn is over. If the thread pauses between
+	// the look and the write, look again.
 	var (
-		t    *kvstate.Thread
-		po   pauseOutcome
-		full bool
+		t       *kvstate.Thread
+		po      pauseOutcome
+		refused bool
+		started string
 	)
 	for attempt := 0; ; attempt++ {
 		cur, _, err := p.threads.Load(ctx, thread)
@@ -62,37 +63,19 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 			return p.failIncompatible(ctx, thread, err)
 		}
 		po = pauseOutcome{}
-		if cur.State == kvstate.ThreadPaused && !cur.Seen(e.ID()) {
-			if po, err = p.withdraw(ctx, cur); err != nil {
+		if classifyMessage(cur, e.ID(), d.StreamSeq) == msgSupersede {
+			if po, err = p.withdraw(ctx, cur, e.ID()); err != nil {
 				return err
 			}
 		}
 		t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-			full = false
-			if t.Seen(e.ID()) {
-				// A redelivery: repeat a refusal whose publish may have failed.
-				full = slices.Contains(t.Refused, e.ID())
-				return kvstate.ErrNoChange
-			}
-			if t.State == kvstate.ThreadPaused && t.TurnID != po.turnID {
-				return errPauseChanged
-			}
-			t.MarkHandled(e.ID())
-			t.LastTurnSeq = max(t.LastTurnSeq, d.StreamSeq)
-			if t.State == kvstate.ThreadRunning || t.State == kvstate.ThreadPaused && po.resuming {
-				if len(t.Queue) >= kvstate.MaxQueue {
-					full = true
-					t.Refuse(e.ID())
-					return nil // recorded as handled and refused, not queued
-				}
-				t.Queue = append(t.Queue, queued)
-				return nil
-			}
-			// Idle, or paused with its questions withdrawn or expired.
-			t.Pending = nil
-			startTurn(t, queued)
-			return nil
+			var err error
+			refused, started, err = applyMessage(t, queued, d.StreamSeq, po)
+			return err
 		})
+		if err == nil && started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
+			p.fault(faultAfterSupersede)
+		}
 		if errors.Is(err, errPauseChanged) && attempt < 10 {
 			continue
 		}
@@ -101,18 +84,23 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		}
 		break
 	}
-	if full {
+	if refused {
 		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
 				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", kvstate.MaxQueue)}}})
 	}
-	if t.StartedBy == e.ID() {
-		if err := p.announceEnd(ctx, thread, po); err != nil {
+	if started == "" {
+		// Queued, or a redelivery: repeat what the first attempt may not
+		// have published.
+		started = startedByMessage(t, e.ID())
+	}
+	if sup := t.Superseded; sup != nil && sup.By == e.ID() {
+		if err := p.announceEnd(ctx, thread, sup); err != nil {
 			return err
 		}
 	}
-	return p.requestRun(ctx, t, e.ID())
+	return p.requestRun(ctx, t, started)
 }
 
 // recordSeq records that the turn.requested at stream sequence seq was
@@ -207,18 +195,6 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	return in, vs
 }
 
-// startTurn makes m the thread's active turn.
-func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
-	t.State = kvstate.ThreadRunning
-	t.TurnID = events.DerivedID("turn", m.EventID)
-	t.RunID = t.TurnID
-	t.Agent = m.Agent
-	t.StartedBy = m.EventID
-	t.TraceParent = m.TraceParent
-	t.Pending = nil
-	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text})
-}
-
 // requestRun publishes run.requested for the thread's active turn if the
 // event startedBy started it (again after a crash: the ID is deterministic).
 func (p *Processor) requestRun(ctx context.Context, t *kvstate.Thread, startedBy string) error {
@@ -250,94 +226,63 @@ func (p *Processor) requestRun(ctx context.Context, t *kvstate.Thread, startedBy
 // errPauseChanged: the thread paused (or paused again) after it was read.
 var errPauseChanged = errors.New("the thread's pause changed")
 
-// pauseOutcome is what a new message found on a paused thread.
-type pauseOutcome struct {
-	// turnID is the paused turn that was looked at.
-	turnID string
-	// cancelled are its questions, withdrawn now.
-	cancelled []string
-	// expired are its questions, gone with the record's TTL.
-	expired []string
-	// resuming: every question is answered and the resume is under way.
-	resuming bool
-}
-
-// withdraw settles the paused turn of t for a new message: pending
+// withdraw settles the paused turn of t for the new message by: its open
 // questions are marked cancelled (a revision-checked update, so an answer
-// racing it either wins first or is refused).
-func (p *Processor) withdraw(ctx context.Context, t *kvstate.Thread) (pauseOutcome, error) {
-	po := pauseOutcome{turnID: t.TurnID}
-	for range 20 {
-		rec, rev, err := p.paused.Load(ctx, t.ID)
-		if errors.Is(err, kvstate.ErrNotFound) || errors.Is(err, kvstate.ErrIncompatible) || err == nil && rec.TurnID != t.TurnID {
-			po.expired = t.Pending // the record is gone: the turn expired
-			return po, nil
+// racing it either wins first or is refused); see planWithdraw.
+func (p *Processor) withdraw(ctx context.Context, t *kvstate.Thread, by string) (pauseOutcome, error) {
+	var (
+		po    pauseOutcome
+		wrote bool
+	)
+	_, err := p.paused.Mutate(ctx, t.ID, func(rec *kvstate.PausedTurn) error {
+		po, wrote = planWithdraw(rec, t.TurnID, t.Pending, by, time.Now())
+		if !wrote {
+			return kvstate.ErrNoChange
 		}
-		if err != nil {
-			return po, err
-		}
-		ids := rec.PendingIDs()
-		if len(ids) == 0 {
-			po.resuming = rec.Resumed
-			return po, nil
-		}
-		for i := range rec.Elicitations {
-			if rec.Elicitations[i].Status == kvstate.StatusPending {
-				rec.Elicitations[i].Status = kvstate.StatusCancelled
-			}
-		}
-		if _, err := p.paused.Update(ctx, rec, rev); errors.Is(err, kvstate.ErrConflict) {
-			continue
-		} else if err != nil {
-			return po, err
-		}
-		po.cancelled = ids
+		return nil
+	})
+	switch {
+	case errors.Is(err, kvstate.ErrNotFound), errors.Is(err, kvstate.ErrIncompatible), errors.Is(err, kvstate.ErrExpired):
+		// Gone, unreadable, or past expiresAt: the turn expired.
+		po, _ = planWithdraw(nil, t.TurnID, t.Pending, by, time.Now())
 		return po, nil
+	case err != nil:
+		return pauseOutcome{}, fmt.Errorf("withdrawing the questions of %s: %w", t.ID, err)
 	}
-	return po, fmt.Errorf("withdrawing the questions of %s: %w", t.ID, kvstate.ErrConflict)
+	if wrote {
+		p.fault(faultAfterWithdraw)
+	}
+	return po, nil
 }
 
 // announceEnd tells integrators how the superseded paused turn ended.
-func (p *Processor) announceEnd(ctx context.Context, thread string, po pauseOutcome) error {
+func (p *Processor) announceEnd(ctx context.Context, thread string, sup *kvstate.Supersession) error {
 	switch {
-	case len(po.cancelled) > 0:
+	case len(sup.Cancelled) > 0:
 		return p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
-			events.DerivedID("elicitation.cancelled", po.turnID), po.turnID,
-			events.ElicitationCancelled{TurnID: po.turnID, ElicitationIDs: po.cancelled,
+			events.DerivedID("elicitation.cancelled", sup.TurnID), sup.TurnID,
+			events.ElicitationCancelled{TurnID: sup.TurnID, ElicitationIDs: sup.Cancelled,
 				Reason: "a new user message started a new turn"})
-	case len(po.expired) > 0:
+	case len(sup.Expired) > 0:
 		// Same ID as the expiry consumer's announcement: published once.
 		return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
-			events.DerivedID("elicitation.expired", po.turnID), po.turnID,
-			events.ElicitationExpired{TurnID: po.turnID, ElicitationIDs: po.expired})
+			events.DerivedID("elicitation.expired", sup.TurnID), sup.TurnID,
+			events.ElicitationExpired{TurnID: sup.TurnID, ElicitationIDs: sup.Expired})
 	}
 	return nil
 }
 
-// finishTurn ends the thread's active turn (if it is turnID) and starts the
-// next queued message. It returns the thread and whether this event ended it.
-func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, reply *schema.ChatMessage) (*kvstate.Thread, error) {
+// finishTurn ends the thread's active turn (if the outcome eventID of
+// turnID, at runs stream sequence runSeq, is not stale) and starts the
+// next queued message.
+func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*kvstate.Thread, error) {
 	return p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-		if t.Seen(eventID) || t.TurnID != turnID || t.State == kvstate.ThreadIdle {
-			return kvstate.ErrNoChange
-		}
-		t.MarkHandled(eventID)
-		if reply != nil {
-			// History feeds the model, which reads text: keep the thread
-			// record small by leaving the blocks in turn.completed.
-			t.Append(schema.ChatMessage{Role: reply.Role, Text: reply.Text})
-		}
-		t.State, t.Pending = kvstate.ThreadIdle, nil
-		if len(t.Queue) > 0 {
-			next := t.Queue[0]
-			t.Queue = t.Queue[1:]
-			startTurn(t, next)
-		}
-		return nil
+		return applyEnd(t, turnID, eventID, runSeq, reply)
 	})
 }
 
-func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in events.RunCompleted) error {
+func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in events.RunCompleted) error {
+	e := d.Event
 	thread := e.Subject()
 	if in.TurnID == "" {
 		return bus.Permanent(errors.New("data.turnId: required"))
@@ -346,9 +291,14 @@ func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in event
 	if err != nil {
 		return err
 	}
-	if t.TurnID != in.TurnID && !t.Seen(e.ID()) {
-		p.log.InfoContext(ctx, "ignoring outcome of a superseded turn", "subject", thread, "turn_id", in.TurnID)
+	switch classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq) {
+	case outcomeStale:
+		p.log.InfoContext(ctx, "ignoring a stale completion (the turn is not active, or moved past it)", "subject", thread, "turn_id", in.TurnID)
 		return nil
+	case outcomeRepeat:
+		// Recorded, so announced before (the end is published first): only
+		// the next turn's start may be missing.
+		return p.requestNext(ctx, t)
 	}
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
@@ -356,7 +306,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, e *event.Event, in event
 		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
-	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), &msg)
+	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), d.StreamSeq, &msg)
 	if err != nil {
 		return err
 	}
@@ -378,22 +328,26 @@ func (p *Processor) requestNext(ctx context.Context, t *kvstate.Thread) error {
 	return p.requestRun(ctx, t, t.StartedBy)
 }
 
-func (p *Processor) onRunFailed(ctx context.Context, e *event.Event, in events.RunFailed) error {
+func (p *Processor) onRunFailed(ctx context.Context, d *bus.Delivery, in events.RunFailed) error {
+	e := d.Event
 	thread := e.Subject()
 	t, _, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
 	}
-	if in.TurnID == "" || (t.TurnID != in.TurnID || t.State == kvstate.ThreadIdle) && !t.Seen(e.ID()) {
-		p.log.InfoContext(ctx, "ignoring failure of a turn that is not active", "subject", thread, "turn_id", in.TurnID)
+	switch act := classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq); {
+	case in.TurnID == "" || act == outcomeStale:
+		p.log.InfoContext(ctx, "ignoring a stale failure (the turn is not active, or moved past it)", "subject", thread, "turn_id", in.TurnID)
 		return nil
+	case act == outcomeRepeat:
+		return p.requestNext(ctx, t) // announced before it was recorded
 	}
 	if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
 		events.DerivedID("turn.failed", in.TurnID), in.TurnID,
 		events.TurnFailed{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Reason: in.Reason, Detail: in.Detail}); err != nil {
 		return err
 	}
-	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), nil)
+	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), d.StreamSeq, nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,15 @@ import (
 // choiceKey is the InputRequests key of get_entity's "which one?" question.
 const choiceKey = "choice"
 
+// Page sizes of list_entities: a call returns at most limit entities
+// (default DefaultListLimit, at most MaxListLimit), so its result stays
+// small however large the site grows; structuredContent.nextCursor
+// continues the list.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 200
+)
+
 type listEntities struct{ s *Site }
 
 func (listEntities) Definition() schema.Tool {
@@ -21,13 +30,17 @@ func (listEntities) Definition() schema.Tool {
 		Name:  ToolListEntities,
 		Title: "List site entities",
 		Description: "List the site's entities (articles, pages, events), optionally filtered by type, " +
-			"status and title prefix. Read-only: changes nothing.",
+			"status and title prefix, in pages ordered by ID: at most limit entities per call (default 50, " +
+			"at most 200). When more match, the result's nextCursor continues the list: call again with the " +
+			"same filters and that cursor. Read-only: changes nothing.",
 		InputSchema: json.RawMessage(`{
   "type": "object",
   "properties": {
     "type": {"type": "string", "enum": ["article", "page", "event"], "description": "Only entities of this type."},
     "status": {"type": "string", "enum": ["draft", "published"], "description": "Only entities with this status."},
-    "title_prefix": {"type": "string", "description": "Only entities whose title starts with this text (case-insensitive)."}
+    "title_prefix": {"type": "string", "description": "Only entities whose title starts with this text (case-insensitive)."},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 200, "default": 50, "description": "At most this many entities in this page (default 50)."},
+    "cursor": {"type": "string", "minLength": 1, "description": "The nextCursor of the previous page, to continue the list after it."}
   },
   "additionalProperties": false
 }`),
@@ -40,13 +53,19 @@ func (listEntities) Definition() schema.Tool {
 }
 
 func (t listEntities) Call(ctx context.Context, req Request) (Result, error) {
-	var typ, status, prefix string
+	var typ, status, prefix, cursor string
+	limit := DefaultListLimit
 	if r := decodeArgs(req.Arguments,
 		arg{"type", &typ, "a string"},
 		arg{"status", &status, "a string"},
 		arg{"title_prefix", &prefix, "a string"},
+		arg{"limit", &limit, "an integer"},
+		arg{"cursor", &cursor, "a string"},
 	); r != nil {
 		return *r, nil
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return argError("limit", fmt.Sprintf("must be between 1 and %d", MaxListLimit)), nil
 	}
 	if typ != "" && !slices.Contains([]string{TypeArticle, TypePage, TypeEvent}, typ) {
 		return argError("type", `must be "article", "page" or "event"`), nil
@@ -58,19 +77,34 @@ func (t listEntities) Call(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	var found []Entity
-	for _, e := range all {
+	var found []Entity // this page
+	total, before, next := 0, 0, ""
+	for _, e := range all { // sorted by ID: the cursor is the last ID of the previous page
 		if (typ == "" || e.Type == typ) && (status == "" || e.Status == status) && hasPrefixFold(e.Title, prefix) {
-			found = append(found, e)
+			total++
+			switch {
+			case cursor != "" && e.ID <= cursor:
+				before++
+			case len(found) < limit:
+				found = append(found, e)
+			}
 		}
+	}
+	if before+len(found) < total {
+		next = found[len(found)-1].ID
 	}
 	ids := make([]string, 0, len(found))
 	rows := make([]any, 0, len(found))
 	var text strings.Builder
-	if len(found) == 0 {
+	switch {
+	case total == 0:
 		text.WriteString("No entities match.")
-	} else {
+	case len(found) == 0:
+		fmt.Fprintf(&text, "No more entities after cursor %q (%s match in all).", cursor, plural(total, "entity", "entities"))
+	case len(found) == total:
 		fmt.Fprintf(&text, "Found %s:", plural(len(found), "entity", "entities"))
+	default:
+		fmt.Fprintf(&text, "Found %s; showing %d to %d:", plural(total, "entity", "entities"), before+1, before+len(found))
 	}
 	content := schema.ContentList{nil} // text block first, filled in below
 	for _, e := range found {
@@ -79,10 +113,15 @@ func (t listEntities) Call(ctx context.Context, req Request) (Result, error) {
 		fmt.Fprintf(&text, "\n- %s", summary(e))
 		content = append(content, t.s.link(e))
 	}
+	structured := map[string]any{"ids": ids, "count": len(found), "total": total, "entities": rows}
+	if next != "" {
+		fmt.Fprintf(&text, "\n%d more: call list_entities again with the same filters and cursor %q.", total-before-len(found), next)
+		structured["nextCursor"] = next
+	}
 	content[0] = schema.Text(text.String())
 	r, err := normalize(&schema.CallToolResult{
 		Content:           content,
-		StructuredContent: map[string]any{"ids": ids, "count": len(found), "entities": rows},
+		StructuredContent: structured,
 	})
 	if err != nil {
 		return Result{}, err
