@@ -26,6 +26,7 @@ package toolexec
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -213,8 +214,9 @@ func ValidSourceName(name string) error {
 // SyncSource registers the current tools of s under "<source>__<tool>" and
 // removes from the registry the tools s no longer has. A tool whose
 // namespaced name is not a valid parley tool name (1 to 128 characters of
-// A-Z a-z 0-9 _ -, since names are NATS subject tokens) is left out with a
-// warning.
+// A-Z a-z 0-9 _ -, since names are NATS subject tokens), whose definition
+// is invalid, or whose encoding exceeds kvstate.MaxToolDefinitionBytes is
+// left out with a warning.
 func (x *Executor) SyncSource(ctx context.Context, s Source) error {
 	src := s.Name()
 	next := map[string]entry{}
@@ -227,6 +229,15 @@ func (x *Executor) SyncSource(ctx context.Context, s Source) error {
 			continue
 		}
 		def.Name = name
+		if err := schema.ValidateTool(&def); err != nil {
+			x.log.WarnContext(ctx, "MCP tool left out: invalid definition", "server", src, "tool", def.Name, "error", err)
+			continue
+		}
+		if data, err := json.Marshal(def); err != nil || len(data) > kvstate.MaxToolDefinitionBytes {
+			x.log.WarnContext(ctx, "MCP tool left out: definition too large", "server", src, "tool", def.Name,
+				"bytes", len(data), "max", kvstate.MaxToolDefinitionBytes)
+			continue
+		}
 		next[name] = entry{tool: t, def: def}
 	}
 	for name, e := range next {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/bus/bustest"
@@ -267,7 +268,11 @@ func TestFailureMidCall(t *testing.T) {
 func TestSourceToolsRegistered(t *testing.T) {
 	good := &countingTool{name: "echo", ann: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}}
 	bad := &countingTool{name: "has.dot"}
-	f := newFixture(t, Options{Sources: []Source{&fakeSource{name: "everything", tools: []builtin.Tool{good, bad}}}})
+	huge := &hugeTool{}
+	f := newFixture(t, Options{Sources: []Source{&fakeSource{name: "everything", tools: []builtin.Tool{good, bad, huge}}}})
+	if _, err := f.x.reg.Get(t.Context(), "everything__huge"); err == nil {
+		t.Fatal("tool with an oversized definition was registered")
+	}
 	def, err := f.x.reg.Get(t.Context(), "everything__echo")
 	if err != nil {
 		t.Fatal(err)
@@ -316,4 +321,12 @@ func BenchmarkHandle(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// hugeTool has a definition larger than the registry accepts.
+type hugeTool struct{ countingTool }
+
+func (h *hugeTool) Definition() schema.Tool {
+	return schema.Tool{Name: "huge", Description: strings.Repeat("x", kvstate.MaxToolDefinitionBytes),
+		InputSchema: json.RawMessage(`{"type":"object"}`)}
 }
