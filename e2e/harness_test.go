@@ -43,6 +43,8 @@ type options struct {
 	noAgent bool
 	// sources give the tool-executor tools besides the built-in ones (MCP servers).
 	sources []toolexec.Source
+	// formRevision is the agent's FormRevision; "" means its default.
+	formRevision schema.Revision
 }
 
 // system is a running parley on an embedded server.
@@ -152,7 +154,7 @@ func start(t *testing.T, opts options) *system {
 	}
 	s.model = &countingProvider{Provider: provider}
 	if !opts.noAgent {
-		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
+		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second, FormRevision: opts.formRevision})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -348,7 +348,8 @@ func TestEverythingGatedByConfirmation(t *testing.T) {
 func TestEverythingElicitationOverBus(t *testing.T) {
 	srv := everything(t, true)
 	rules := `{"rules":[{"name":"ask","match":"^ask me","steps":[{"tool_calls":[{"name":"everything__trigger-elicitation-request"}]},{"text":"{{.Last.Text}}"}]}],"fallback":"?"}`
-	s := start(t, options{rules: rules, sources: []toolexec.Source{srv},
+	// Its form uses 2025-11-25 field kinds: the clients must render that revision.
+	s := start(t, options{rules: rules, sources: []toolexec.Source{srv}, formRevision: schema.Rev20251125,
 		gate: &gate.Config{Agents: map[string]gate.AgentConfig{"*": {RequireToolConfirmation: true,
 			Tools: map[string]string{"everything__trigger-elicitation-request": gate.ModeNever}}}}})
 	full := map[string]any{

@@ -55,9 +55,15 @@ func resultToSDK(r *schema.CallToolResult) (*mcp.CallToolResult, error) {
 }
 
 // elicitFromSDK converts the params of a server's elicitation/create.
+// An explicit "mode": "form" is dropped: it means the same as no mode (MCP
+// 2025-11-25), and parley's forms may be rendered by 2025-06-18 clients,
+// which know no mode field.
 func elicitFromSDK(p *mcp.ElicitParams) (schema.ElicitRequestParams, error) {
 	var out schema.ElicitRequestParams
 	err := convert(p, &out)
+	if out.Mode == "form" {
+		out.Mode = ""
+	}
 	return out, err
 }
 

@@ -575,6 +575,10 @@ func (s *Server) inputRequired(res *mcp.CallToolResult) (builtin.Result, error) 
 		if r.Method != "elicitation/create" {
 			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s asked for %s (inputRequests.%s); parley only supports elicitation/create", s.name, r.Method, k))}, nil
 		}
+		if r.Params.Mode == "form" { // the same as no mode; see elicitFromSDK
+			r.Params.Mode = ""
+			wire.InputRequests[k] = r
+		}
 	}
 	ir := &schema.InputRequiredResult{ResultType: schema.ResultTypeInputRequired, InputRequests: wire.InputRequests, RequestState: res.RequestState}
 	if err := ir.Validate(schema.Rev20251125); err != nil {
