@@ -25,6 +25,7 @@ import (
 type natsServer struct {
 	bin, dir, log string
 	port          int
+	extra         []string // further arguments (cluster_test.go: name, cluster, routes)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -40,7 +41,7 @@ func (s *natsServer) start() error {
 		return err
 	}
 	fmt.Fprintf(f, "=== chaos: starting nats-server at %s\n", time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(s.bin, "-js", "-sd", s.dir, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port))
+	cmd := exec.Command(s.bin, append([]string{"-js", "-sd", s.dir, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port)}, s.extra...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {

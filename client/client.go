@@ -2,6 +2,19 @@
 // and elicitation.responded events for a thread, and read the thread's
 // events from the PARLEY_CHAT stream. Any language can do the same by
 // publishing CloudEvents on the subjects in docs/events.md.
+//
+// Publishes retry through a NATS reconnect or a JetStream leader election
+// with the same event ID (Publish, RetryPolicy: 30 s by default), so a
+// retry never stores a duplicate, and report ErrNotConfirmed when the
+// budget runs out. Deliver publishes and waits for the processor's verdict
+// (completed, paused, rejected, failed; accepted for an answer), matched
+// by event ID on a consumer started before the publish. Watch reads
+// through an ordered consumer that resumes after restarts and elections
+// and is deleted when the watch ends.
+//
+// It reads, and never writes, the KV buckets parley_paused (an answer's
+// acceptance, pending questions) and parley_threads (where a message
+// waits).
 package client
 
 import (
@@ -9,6 +22,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -25,20 +42,54 @@ import (
 type Client struct {
 	bus    *bus.Client
 	source string
+	retry  RetryPolicy
+}
+
+// Options configures a Client made with NewWithOptions.
+type Options struct {
+	// Source is the CloudEvents source of the events the client
+	// publishes. Optional. Default: events.SourceCLI (/parley/cli).
+	Source string
+	// Retry bounds how long a publish retries through a JetStream leader
+	// election or a reconnect. Optional. Default: RetryPolicy's defaults
+	// (30 s budget, 3 s per try).
+	Retry RetryPolicy
 }
 
 // New wraps a bus client; source is the CloudEvents source of the events
-// it publishes ("" means /parley/cli).
+// it publishes ("" means /parley/cli). Its publishes retry with the
+// default RetryPolicy.
 func New(b *bus.Client, source string) *Client {
+	return NewWithOptions(b, &Options{Source: source})
+}
+
+// NewWithOptions wraps a bus client; nil opts means all defaults. It
+// panics if b is nil (a programmer error).
+func NewWithOptions(b *bus.Client, opts *Options) *Client {
+	if b == nil {
+		panic("client: nil bus client")
+	}
+	if opts == nil {
+		opts = &Options{}
+	}
+	source := opts.Source
 	if source == "" {
 		source = events.SourceCLI
 	}
-	return &Client{bus: b, source: source}
+	return &Client{bus: b, source: source, retry: opts.Retry}
 }
 
-// Send publishes turn.requested with a user message on thread and returns
-// the event.
-func (c *Client) Send(ctx context.Context, thread, agent, text, user string) (*event.Event, error) {
+// WithRetry returns a copy of c whose publishes follow p.
+func (c *Client) WithRetry(p RetryPolicy) *Client {
+	cp := *c
+	cp.retry = p
+	return &cp
+}
+
+// TurnRequest builds (without publishing) the turn.requested event of a
+// user message on thread, so a caller can watch for its outcome before
+// publishing it, or publish it again (same ID) after an unconfirmed try.
+func (c *Client) TurnRequest(thread, agent, text, user string) (*event.Event, error) {
 	if err := events.ValidToken("thread", thread); err != nil {
 		return nil, err
 	}
@@ -47,28 +98,62 @@ func (c *Client) Send(ctx context.Context, thread, agent, text, user string) (*e
 			return nil, err
 		}
 	}
-	e, err := events.New(c.source, events.TypeTurnRequested, thread, events.TurnRequested{
+	return events.New(c.source, events.TypeTurnRequested, thread, events.TurnRequested{
 		Agent: agent, User: user, Message: schema.ChatMessage{Role: schema.RoleUser, Text: text}})
+}
+
+// Response builds (without publishing) the elicitation.responded event
+// answering elicitationID on thread.
+func (c *Client) Response(thread, elicitationID string, result schema.ElicitResult, answeredBy string) (*event.Event, error) {
+	if err := events.ValidToken("thread", thread); err != nil {
+		return nil, err
+	}
+	return events.New(c.source, events.TypeElicitationResponded, thread, events.ElicitationResponded{
+		ElicitationID: elicitationID, AnsweredBy: answeredBy, Action: result.Action, Content: result.Content, Meta: result.Meta})
+}
+
+// Publish publishes an event built by TurnRequest or Response (or any
+// event an integrator may publish: turn.requested or
+// elicitation.responded, its subject attribute the thread) on its chat
+// subject, retrying per the client's RetryPolicy (see the package
+// function Publish for the errors).
+func (c *Client) Publish(ctx context.Context, e *event.Event) (*jetstream.PubAck, error) {
+	var suffix string
+	switch e.Type() {
+	case events.TypeTurnRequested:
+		suffix = events.ChatTurnRequested
+	case events.TypeElicitationResponded:
+		suffix = events.ChatElicitationResponded
+	default:
+		return nil, fmt.Errorf("publishing %s: integrators publish only %s and %s", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
+	}
+	if err := events.ValidToken("thread", e.Subject()); err != nil {
+		return nil, err
+	}
+	return Publish(ctx, c.bus, events.ChatSubject(e.Subject(), suffix), e, c.retry)
+}
+
+// Send publishes turn.requested with a user message on thread and returns
+// the event. Errors: see Publish.
+func (c *Client) Send(ctx context.Context, thread, agent, text, user string) (*event.Event, error) {
+	e, err := c.TurnRequest(thread, agent, text, user)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.bus.Publish(ctx, events.ChatSubject(thread, events.ChatTurnRequested), e); err != nil {
+	if _, err := c.Publish(ctx, e); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
 // Answer publishes elicitation.responded for an elicitation of thread.
+// Errors: see Publish.
 func (c *Client) Answer(ctx context.Context, thread, elicitationID string, result schema.ElicitResult, answeredBy string) (*event.Event, error) {
-	if err := events.ValidToken("thread", thread); err != nil {
-		return nil, err
-	}
-	e, err := events.New(c.source, events.TypeElicitationResponded, thread, events.ElicitationResponded{
-		ElicitationID: elicitationID, AnsweredBy: answeredBy, Action: result.Action, Content: result.Content, Meta: result.Meta})
+	e, err := c.Response(thread, elicitationID, result, answeredBy)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.bus.Publish(ctx, events.ChatSubject(thread, events.ChatElicitationResponded), e); err != nil {
+	if _, err := c.Publish(ctx, e); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -89,11 +174,66 @@ type WatchOptions struct {
 	Thread string
 	// FromStart replays stored events first; otherwise only new ones.
 	FromStart bool
+	// StartSeq, when set, starts at this PARLEY_CHAT stream sequence
+	// (FromStart is then ignored).
+	StartSeq uint64
+	// OnStatus, if set, is called when the watch loses or regains the
+	// server (from a goroutine of Watch; it must not block for long).
+	OnStatus func(WatchStatus)
+	// Backlog, if set, receives (before Watch returns) how many stored
+	// events match the filter from the start position: the channel
+	// delivers these before any newer one, so a caller that wants the
+	// stored events only reads this many.
+	Backlog *uint64
 }
 
+// WatchStatus is a change in a Watch's link to the server.
+type WatchStatus int
+
+// Watch statuses.
+const (
+	// WatchDisconnected: the NATS connection is down; nats.go reconnects.
+	WatchDisconnected WatchStatus = iota + 1
+	// WatchReconnected: the connection is back.
+	WatchReconnected
+	// WatchStalled: the consumer's heartbeats stopped (its stream leader
+	// moved in an election, or the server restarted): it is recreated,
+	// resuming after the last event delivered.
+	WatchStalled
+	// WatchResumed: after a stall, the consumer was recreated.
+	WatchResumed
+)
+
+func (s WatchStatus) String() string {
+	switch s {
+	case WatchDisconnected:
+		return "disconnected from NATS; reconnecting"
+	case WatchReconnected:
+		return "reconnected to NATS"
+	case WatchStalled:
+		return "the stream stopped answering (leader election or server restart); resuming where it stopped"
+	case WatchResumed:
+		return "resumed reading the stream"
+	}
+	return fmt.Sprintf("WatchStatus(%d)", int(s))
+}
+
+// Watch timings: the ordered consumer's pull heartbeat (a stall is noticed
+// after two missed ones), and how long the server keeps it once no client
+// pulls (a consumer left behind by a killed client goes after this).
+const (
+	watchHeartbeat         = 2 * time.Second
+	watchExpiry            = 10 * time.Second
+	watchInactiveThreshold = 10 * time.Second
+	watchDeleteTimeout     = 2 * time.Second
+)
+
 // Watch reads chat events in stream order until ctx is cancelled, through
-// an ordered consumer (no server-side state to clean up). The channel is
-// closed when Watch stops.
+// an ordered consumer: it recreates itself after a server restart or a
+// stream leader election and resumes after the last event delivered. The
+// channel is closed when Watch stops, after the consumer was deleted from
+// the server; a consumer of a client that dies without stopping is
+// removed by the server after 10 s without pulls.
 func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, error) {
 	filter := events.SubjectChatAll
 	if opts.Thread != "" {
@@ -102,14 +242,31 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, err
 		}
 		filter = events.ChatThreadSubjects(opts.Thread)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy}
-	if opts.FromStart {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy,
+		InactiveThreshold: watchInactiveThreshold}
+	switch {
+	case opts.StartSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
+	case opts.FromStart:
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 	}
-	cons, err := c.bus.JetStream().OrderedConsumer(ctx, events.StreamChat, cfg)
+	js := c.bus.JetStream()
+	cons, err := c.orderedConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", events.StreamChat, err)
+		return nil, err
 	}
+	if opts.Backlog != nil {
+		*opts.Backlog = 0
+		if info := cons.CachedInfo(); info != nil {
+			*opts.Backlog = info.NumPending
+		}
+	}
+	notify := func(s WatchStatus) {
+		if opts.OnStatus != nil {
+			opts.OnStatus(s)
+		}
+	}
+	var stalled atomic.Bool
 	out := make(chan Item, 64)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		it := Item{Subject: m.Subject()}
@@ -121,17 +278,140 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, err
 		case out <- it:
 		case <-ctx.Done():
 		}
-	})
+	}, jetstream.PullHeartbeat(watchHeartbeat), jetstream.PullExpiry(watchExpiry),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, jetstream.ErrNoHeartbeat) && stalled.CompareAndSwap(false, true) {
+				notify(WatchStalled)
+			}
+		}))
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", events.StreamChat, err)
+		return nil, fmt.Errorf("reading %s: %s", events.StreamChat, Explain(err))
 	}
+	nc := c.bus.Conn()
+	statuses := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CONNECTED)
 	go func() {
-		<-ctx.Done()
+		defer close(out)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		name := consumerName(cons)
+		down := false
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case st := <-statuses:
+				switch st {
+				case nats.DISCONNECTED, nats.RECONNECTING:
+					if !down {
+						down = true
+						notify(WatchDisconnected)
+					}
+				case nats.CONNECTED:
+					if down {
+						down = false
+						notify(WatchReconnected)
+					}
+				}
+			case <-tick.C:
+				// The ordered consumer gets a new name when it is
+				// recreated: that is the end of a stall.
+				if n := consumerName(cons); n != name {
+					name = n
+					if stalled.CompareAndSwap(true, false) {
+						notify(WatchResumed)
+					}
+				}
+			}
+		}
+		nc.RemoveStatusListener(statuses)
 		cc.Stop()
 		<-cc.Closed()
-		close(out)
+		// Leave nothing behind on the server: the current consumer, and
+		// earlier ones of this watch (the library deletes a replaced
+		// consumer in the background, once; right after an election that
+		// can fail). Whatever remains goes after the inactive threshold.
+		if n := consumerName(cons); n != "" && !nc.IsClosed() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), watchDeleteTimeout)
+			for _, name := range watchConsumers(n) {
+				for dctx.Err() == nil {
+					err := js.DeleteConsumer(dctx, events.StreamChat, name)
+					if err == nil || errors.Is(err, jetstream.ErrConsumerNotFound) {
+						break
+					}
+					select { // e.g. 503 just after an election: try again
+					case <-dctx.Done():
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}
+			cancel()
+		}
 	}()
 	return out, nil
+}
+
+// orderedConsumer creates the ordered consumer of a Watch, retrying
+// transient failures (no stream leader during an election, a reconnect)
+// within the client's publish budget.
+func (c *Client) orderedConsumer(ctx context.Context, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	p := c.retry.withDefaults()
+	deadline := time.Now().Add(p.Budget)
+	backoff := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, time.Until(deadline)))
+		cons, err := c.bus.JetStream().OrderedConsumer(actx, events.StreamChat, cfg)
+		cancel()
+		switch {
+		case err == nil:
+			return cons, nil
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("reading %s: the stream does not exist yet (parley's workers create it: start them, e.g. `parley dev`)", events.StreamChat)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !transient(err) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+			return nil, fmt.Errorf("reading %s: %s", events.StreamChat, Explain(err))
+		}
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff)))
+		backoff = min(2*backoff, 2*time.Second)
+		if time.Until(deadline) <= wait {
+			return nil, fmt.Errorf("reading %s: %s (gave up after %s)", events.StreamChat, Explain(err), p.Budget)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// maxDeletedSerials bounds how many consumers of one watch its end
+// deletes (the current one and those it replaced).
+const maxDeletedSerials = 8
+
+// watchConsumers lists the names of the consumers an ordered consumer
+// named current ("<prefix>_<serial>") has had, newest first, at most
+// maxDeletedSerials.
+func watchConsumers(current string) []string {
+	i := strings.LastIndexByte(current, '_')
+	serial, err := strconv.Atoi(current[i+1:])
+	if i < 0 || err != nil {
+		return []string{current}
+	}
+	var names []string
+	for n := serial; n >= 1 && len(names) < maxDeletedSerials; n-- {
+		names = append(names, current[:i+1]+strconv.Itoa(n))
+	}
+	return names
+}
+
+// consumerName is the server-side name of the ordered consumer's current
+// consumer ("" before it has one).
+func consumerName(cons jetstream.Consumer) string {
+	if info := cons.CachedInfo(); info != nil {
+		return info.Name
+	}
+	return ""
 }
 
 // Pending returns how many stored chat events there are (all threads), for

@@ -744,7 +744,7 @@ type kustomization struct {
 	} `yaml:"configMapGenerator"`
 }
 
-var kustomizeDirs = []string{"base", "overlays/dev", "overlays/prod"}
+var kustomizeDirs = []string{"base", "overlays/dev", "overlays/prod", "overlays/cluster"}
 
 func TestKustomizationFiles(t *testing.T) {
 	c := parley(t)
@@ -1001,7 +1001,7 @@ func TestCompose(t *testing.T) {
 			"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector:4318",
 			"OTEL_SERVICE_NAME":           "parley-" + role,
 		} {
-			if s.Environment[k] != want {
+			if got := composeDefault(s.Environment[k]); got != want {
 				t.Errorf("%s: %s = %q, want %q", where, k, s.Environment[k], want)
 			}
 		}

@@ -39,6 +39,8 @@ type options struct {
 	processors int
 	// rules for the scripted model; "" means the default rules.
 	rules string
+	// provider replaces the scripted model when set.
+	provider model.Provider
 	// noAgent starts no agent (see startAgent in faults_test.go).
 	noAgent bool
 	// sources give the tool-executor tools besides the built-in ones (MCP servers).
@@ -143,10 +145,12 @@ func start(t *testing.T, opts options) *system {
 		t.Fatal(err)
 	}
 	wg.Go(func() { _ = x.Run(ctx) })
-	var provider model.Provider
-	if opts.rules != "" {
+	provider := opts.provider
+	switch {
+	case provider != nil:
+	case opts.rules != "":
 		provider, err = model.NewScripted([]byte(opts.rules))
-	} else {
+	default:
 		provider, err = model.LoadScripted("")
 	}
 	if err != nil {

@@ -9,24 +9,19 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/mcpschema"
 	"github.com/parley-dev/parley/schema"
 )
 
-// mcpSchema compiles a definition of the official MCP schema of rev
-// (../shared/mcp beside the checkout, or $PARLEY_MCP_SCHEMAS).
+// TestMain says, in one line, which conformance tests were skipped because
+// the official MCP schemas are missing (under CI=true they fail instead).
+func TestMain(m *testing.M) { os.Exit(mcpschema.Run(m)) }
+
+// mcpSchema compiles a definition of the official MCP schema of rev (see
+// internal/mcpschema for where it is looked up).
 func mcpSchema(t *testing.T, rev, def string) *jsonschema.Schema {
 	t.Helper()
-	dir := os.Getenv("PARLEY_MCP_SCHEMAS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "mcp")
-	}
-	path, err := filepath.Abs(filepath.Join(dir, rev, "schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("MCP schemas not found at %s (set PARLEY_MCP_SCHEMAS)", path)
-	}
+	path := filepath.Join(mcpschema.Dir(t, rev), rev, "schema.json")
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
 	sch, err := c.Compile(path + def)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // BucketOptions configures a bucket.
@@ -21,6 +23,10 @@ type BucketOptions struct {
 	TTL time.Duration
 	// PerKeyTTL enables per-key TTLs and expiry markers (LimitMarkerTTL).
 	PerKeyTTL bool
+	// StartupTimeout bounds how long OpenBucket retries (a context
+	// carrying bus.WithStartupPolicy overrides it). Optional. Default:
+	// bus.DefaultStartupTimeout; negative: one try.
+	StartupTimeout time.Duration
 }
 
 // Bucket is a JSON-valued KV bucket with revision-checked writes.
@@ -34,7 +40,15 @@ type Bucket[T any] struct {
 // markerTTL is how long an expiry marker lives (the server's minimum is 1s).
 const markerTTL = time.Minute
 
-// OpenBucket creates or updates the bucket name and returns it.
+// OpenBucket creates the bucket name, or updates it when it exists with a
+// different configuration (history, TTL, storage, replicas, maximum value
+// size, limit-marker TTL), and returns it. Like bus.Client.EnsureStreams it
+// is safe for every replica at once on a fresh cluster: it creates first
+// (an existing bucket with the same configuration counts as created) and
+// retries with backoff and jitter until the start-up policy's deadline
+// (bus.StartupPolicy of ctx, else opts.StartupTimeout), every try logged to
+// the policy's logger. A storage difference, which JetStream cannot change
+// in place, fails at once with an error naming the bucket and the field.
 func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string, opts BucketOptions) (*Bucket[T], error) {
 	if opts.Replicas <= 0 {
 		opts.Replicas = 1
@@ -46,11 +60,72 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	if opts.PerKeyTTL {
 		cfg.LimitMarkerTTL = markerTTL
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: opts.StartupTimeout})
+	var kv jetstream.KeyValue
+	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
+		var err error
+		if kv, err = js.CreateKeyValue(ctx, cfg); err == nil {
+			// A new replicated bucket answers reads once its stream has
+			// a leader: wait for that here, so the first Get of the
+			// caller does not meet "no responders".
+			_, err = kv.Status(ctx)
+			return bus.NotVisibleYet(err)
+		} else if !errors.Is(err, jetstream.ErrBucketExists) {
+			return err
+		}
+		if kv, err = js.KeyValue(ctx, name); err != nil {
+			return bus.NotVisibleYet(err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return bus.NotVisibleYet(err)
+		}
+		changes, err := BucketConfigChanges(st.Config(), cfg)
+		if err != nil || len(changes) == 0 {
+			return err
+		}
+		if p.Logger != nil {
+			p.Logger.Info("updating bucket configuration", "bucket", name, "changes", changes)
+		}
+		kv, err = js.UpdateKeyValue(ctx, cfg)
+		return bus.RefusedUpdate(err)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("ensuring bucket %s: %w", name, err)
+		return nil, err
 	}
 	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL}, nil
+}
+
+// BucketConfigChanges lists the fields of want that differ in have, as
+// "field: have → want". A storage difference (JetStream cannot change it
+// in place) is a permanent error naming the bucket and the field.
+func BucketConfigChanges(have, want jetstream.KeyValueConfig) ([]string, error) {
+	if have.Storage != want.Storage {
+		return nil, bus.Permanent(fmt.Errorf("bucket %s: storage is %s on the server but %s is configured (--storage): "+
+			"JetStream cannot change a bucket's storage; use --storage %s, or back up and delete the bucket",
+			want.Bucket, have.Storage, want.Storage, have.Storage))
+	}
+	var out []string
+	diff := func(field string, h, w any) { out = append(out, fmt.Sprintf("%s: %v → %v", field, h, w)) }
+	if max(have.History, 1) != max(want.History, 1) {
+		diff("history", have.History, want.History)
+	}
+	if have.TTL != want.TTL {
+		diff("ttl", have.TTL, want.TTL)
+	}
+	if max(have.Replicas, 1) != max(want.Replicas, 1) {
+		diff("replicas", have.Replicas, want.Replicas)
+	}
+	if want.MaxValueSize != 0 && have.MaxValueSize != want.MaxValueSize {
+		diff("max_value_size", have.MaxValueSize, want.MaxValueSize)
+	}
+	if have.LimitMarkerTTL != want.LimitMarkerTTL {
+		diff("limit_marker_ttl", have.LimitMarkerTTL, want.LimitMarkerTTL)
+	}
+	if have.Description != want.Description {
+		diff("description", have.Description, want.Description)
+	}
+	return out, nil
 }
 
 // KV returns the underlying key-value store.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Bucket names.
@@ -343,16 +344,27 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 	}
 	size := 0
 	for _, m := range t.History {
-		size += len(m.Text)
+		size += historySize(m)
 	}
 	drop := 0
 	for size > MaxHistoryBytes && drop < len(t.History)-1 {
-		size -= len(t.History[drop].Text)
+		size -= historySize(t.History[drop])
 		drop++
 	}
 	if drop > 0 {
 		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
 	}
+}
+
+// historySize is what m counts against MaxHistoryBytes: its text and the
+// JSON of its content blocks.
+func historySize(m schema.ChatMessage) int {
+	n := len(m.Text)
+	if len(m.Content) > 0 {
+		b, _ := json.Marshal(m.Content)
+		n += len(b)
+	}
+	return n
 }
 
 // MarkHandled records an applied event ID; Seen reports one.
@@ -467,14 +479,14 @@ func (s *ThreadStore) Mutate(ctx context.Context, id string, fn func(t *Thread) 
 func (s *PausedStore) ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, thread string) error) error {
 	stream := "KV_" + BucketPaused
 	prefix := "$KV." + BucketPaused + "."
-	cons, err := s.b.js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
+	cons, err := bus.EnsureConsumer(ctx, s.b.js, bus.StartupPolicy(ctx, bus.RetryPolicy{}), stream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
 		MaxDeliver: 10, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
 		FilterSubject: prefix + ">",
 		Description:   "parley processors: expiry markers of paused turns",
 	})
 	if err != nil {
-		return fmt.Errorf("ensuring consumer %s on %s: %w", durable, stream, err)
+		return err
 	}
 	base := context.WithoutCancel(ctx)
 	cc, err := cons.Consume(func(m jetstream.Msg) {

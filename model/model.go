@@ -5,6 +5,7 @@ package model
 
 import (
 	"context"
+	"time"
 
 	"github.com/parley-dev/parley/schema"
 )
@@ -30,6 +31,9 @@ type Message struct {
 	ToolName   string `json:"toolName,omitempty"`
 	// Result is the full MCP result of a tool message.
 	Result *schema.CallToolResult `json:"result,omitempty"`
+	// Content are the MCP content blocks of a user message (context such
+	// as resource_link blocks with _meta["drupal.org/ai.entity"]).
+	Content schema.ContentList `json:"content,omitempty"`
 }
 
 // Request is one model call.
@@ -37,6 +41,14 @@ type Request struct {
 	Agent    string        `json:"agent"`
 	Messages []Message     `json:"messages"`
 	Tools    []schema.Tool `json:"tools"`
+	// OnDelta, when set, receives assistant text as it streams (providers
+	// that do not stream never call it). It is called from the provider's
+	// goroutine, in order, and must not block for long.
+	OnDelta func(Delta) `json:"-"`
+	// OnRetry, when set, is told before the provider waits to retry a
+	// failed attempt (attempt counts from 1; wait is the pause; err the
+	// failure).
+	OnRetry func(attempt int, wait time.Duration, err error) `json:"-"`
 }
 
 // Response is the model's answer: final text, or tool calls (with
@@ -46,22 +58,35 @@ type Response struct {
 	ToolCalls []schema.ToolCall `json:"toolCalls,omitempty"`
 	// Content enriches Text with MCP content blocks (optional).
 	Content schema.ContentList `json:"content,omitempty"`
+	// Chunks are the streamed pieces Text was folded from, each with its
+	// own _meta (nil when the provider does not stream).
+	Chunks []schema.ChatMessage `json:"chunks,omitempty"`
+	// Usage is the call's token usage (nil when the provider reports none).
+	Usage *Usage `json:"usage,omitempty"`
+	// Model is the model that answered, as the endpoint named it.
+	Model string `json:"model,omitempty"`
+	// SuggestedReplies are next prompts the model proposes to the user
+	// (with a final answer only).
+	SuggestedReplies []string `json:"suggestedReplies,omitempty"`
 }
 
-// Provider completes a conversation. Errors are infrastructure failures
-// (the agent retries the event); the model's own refusals are text.
+// Provider completes a conversation. An *Error ends the turn with its
+// reason; other errors are infrastructure failures (the agent retries the
+// event); the model's own refusals are text. A Provider holds no state
+// between calls: a paused run resumes on any agent.
 type Provider interface {
 	Complete(ctx context.Context, req Request) (Response, error)
 }
 
-// ResultText joins the text blocks of a tool result.
+// ResultText joins the text blocks of a tool result that are meant for the
+// model (see ForModel: a block for the user only is left out).
 func ResultText(r *schema.CallToolResult) string {
 	if r == nil {
 		return ""
 	}
 	var s string
 	for _, c := range r.Content {
-		if t, ok := c.(*schema.TextContent); ok {
+		if t, ok := c.(*schema.TextContent); ok && ForModel(c) {
 			if s != "" {
 				s += "\n"
 			}

@@ -45,6 +45,9 @@ type Rule struct {
 type Step struct {
 	ToolCalls []ScriptedCall `json:"tool_calls,omitempty"`
 	Text      string         `json:"text,omitempty"`
+	// SuggestedReplies go with a text step: next prompts offered to the
+	// user (_meta["drupal.org/ai.suggested_replies"] of the answer).
+	SuggestedReplies []string `json:"suggested_replies,omitempty"`
 }
 
 // ScriptedCall is a tool call of a step: static Arguments, or an
@@ -195,7 +198,7 @@ func (s *Scripted) Complete(_ context.Context, req Request) (Response, error) {
 				return Response{Text: data.Last.Text}, nil
 			}
 			text, err := s.render(fmt.Sprintf("%d/%d/text", i, j), data)
-			return Response{Text: text}, err
+			return Response{Text: text, SuggestedReplies: st.SuggestedReplies}, err
 		}
 		var calls []schema.ToolCall
 		for k, c := range st.ToolCalls {

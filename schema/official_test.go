@@ -8,17 +8,13 @@ import (
 	"testing"
 
 	sjs "github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/parley-dev/parley/internal/mcpschema"
 )
 
-// mcpSchemaDir returns the directory holding the official MCP schema.json
-// of each revision: $PARLEY_MCP_SCHEMAS, or ../shared/mcp beside the
-// checkout (CI has shared/ there).
-func mcpSchemaDir() string {
-	if dir := os.Getenv("PARLEY_MCP_SCHEMAS"); dir != "" {
-		return dir
-	}
-	return filepath.Join("..", "..", "shared", "mcp")
-}
+// TestMain says, in one line, which conformance tests were skipped because
+// the official MCP schemas are missing (under CI=true they fail instead).
+func TestMain(m *testing.M) { os.Exit(mcpschema.Run(m)) }
 
 // officialSchemas compiles definitions of the official schema.json of one
 // revision (draft-07 for 2025-06-18, 2020-12 later), asserting formats.
@@ -31,10 +27,7 @@ type officialSchemas struct {
 
 func loadOfficial(t *testing.T, rev Revision) *officialSchemas {
 	t.Helper()
-	dir := mcpSchemaDir()
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("official MCP schemas not found at %s (set PARLEY_MCP_SCHEMAS): %v", dir, err)
-	}
+	dir := mcpschema.Dir(t, string(rev))
 	path := filepath.Join(dir, string(rev), "schema.json")
 	f, err := os.Open(path)
 	if err != nil {

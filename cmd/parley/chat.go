@@ -10,16 +10,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // chatCmd is `parley chat`: a line-based terminal chat on one thread. Each
@@ -29,6 +33,8 @@ type chatCmd struct {
 	Thread string `name:"thread" short:"t" help:"Thread ID (A-Z a-z 0-9 _ -); default: a fresh chat-<random> thread."`
 	AgentN string `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
 	User   string `name:"user" help:"Your name, recorded on messages and answers (default: $USER)."`
+	// PublishTimeout bounds the retries of one message or answer.
+	PublishTimeout time.Duration `name:"publish-timeout" default:"30s" help:"How long to retry sending a message or answer (same event ID, so no duplicate) through a reconnect or a JetStream leader election."`
 }
 
 // Run chats until stdin ends, the user types /quit, or the context is done
@@ -58,16 +64,25 @@ func (c *chatCmd) Run(e *env) error {
 
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	// Watch before anything is sent, so no answer is missed.
-	items, err := cl.Watch(ctx, client.WatchOptions{Thread: thread})
+	// Watch before anything is sent, so no answer is missed. Link changes
+	// (disconnected, reconnected) are shown by the session's goroutine.
+	status := make(chan client.WatchStatus, 8)
+	items, err := cl.Watch(ctx, client.WatchOptions{Thread: thread, OnStatus: func(st client.WatchStatus) {
+		select {
+		case status <- st:
+		default: // a burst of changes: the latest ones will do
+		}
+	}})
 	if err != nil {
 		return fmt.Errorf("%w (are parley's workers running on %s?)", err, e.NATS)
 	}
 	s := &chatSession{
-		ctx: ctx, cl: cl, out: e.stdout, items: items,
+		ctx: ctx, cl: cl, out: e.stdout, items: items, status: status,
 		lines: readLines(ctx, e.stdin), echo: !isTerminal(e.stdin),
 		thread: thread, agent: c.AgentN, user: user,
 		mine: map[string]bool{}, known: map[string]*schema.ElicitRequestParams{},
+		counted: map[string]bool{}, unconfirmed: map[string]*event.Event{},
+		titles: entityTitles(ctx, cl), budget: c.PublishTimeout,
 	}
 	who := user
 	if who == "" {
@@ -105,10 +120,10 @@ func shortID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// isTerminal reports whether r is a character device (a terminal, which
-// echoes what is typed).
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
+// isTerminal reports whether f (a reader or writer) is a character device:
+// a terminal, which echoes what is typed.
+func isTerminal(rw any) bool {
+	f, ok := rw.(*os.File)
 	if !ok {
 		return false
 	}
@@ -157,12 +172,28 @@ type chatSession struct {
 	out   io.Writer
 	lines <-chan string
 	items <-chan client.Item
+	// status carries the watch's link changes (nil in unit tests).
+	status <-chan client.WatchStatus
+	// budget bounds the retries of a publish (0: the client's default).
+	budget time.Duration
+	// titles looks up the title of a site entity by ID ("" when unknown;
+	// nil: no lookups).
+	titles func(id string) string
 	// echo repeats input lines on out (when stdin is not a terminal).
 	echo                bool
 	thread, agent, user string
 
-	// mine holds the IDs of the events this session published.
+	// mine holds the IDs of the events this session published (or tried
+	// to).
 	mine map[string]bool
+	// counted holds the IDs of this session's messages whose turn is
+	// counted in running: once JetStream confirmed them, or they were
+	// seen on the thread.
+	counted map[string]bool
+	// unconfirmed holds, by text, the messages whose publish was not
+	// confirmed: typing the same text again resends the same event (same
+	// ID), so JetStream drops it if the first one got through.
+	unconfirmed map[string]*event.Event
 	// known holds every elicitation requested on the thread, by ID.
 	known map[string]*schema.ElicitRequestParams
 	// queue holds the elicitation IDs waiting to be asked, in order.
@@ -177,6 +208,8 @@ type chatSession struct {
 	paused  bool
 	// prompt is the prompt on screen that no newline has ended yet.
 	prompt string
+	// progress drives the working indicator (chat_progress.go).
+	progress progressState
 }
 
 // loop runs the chat until input ends or the context is done.
@@ -203,13 +236,102 @@ func (s *chatSession) loop() error {
 		case "/quit", "/exit":
 			return nil
 		}
-		ev, err := s.cl.Send(s.ctx, s.thread, s.agent, text, s.user)
-		if err != nil {
-			s.say("! could not send the message: %v", err)
-			continue
+		s.send(text)
+	}
+}
+
+// send publishes a message, retrying (same event ID) through a reconnect
+// or a leader election, and tells the truth when it is not confirmed: a
+// message published while disconnected is sent on reconnect, so it may
+// well arrive later. Typing the same text again resends the same event,
+// which JetStream drops if the first got through.
+func (s *chatSession) send(text string) {
+	ev := s.unconfirmed[text]
+	if ev != nil {
+		s.say("  (sending it again with the same ID: if the first one got through, this one is dropped)")
+	} else {
+		var err error
+		if ev, err = s.cl.TurnRequest(s.thread, s.agent, text, s.user); err != nil {
+			s.say("! %v", err)
+			return
 		}
-		s.mine[ev.ID()] = true
-		s.running++ // counted now: its turn.requested may arrive after the end of input
+	}
+	s.mine[ev.ID()] = true
+	ack, err := s.publish(ev)
+	switch {
+	case err == nil:
+		delete(s.unconfirmed, text)
+		if ack.Duplicate {
+			s.say("  (it had already arrived: not sent twice)")
+		}
+		s.count(ev.ID()) // counted now: its turn.requested may arrive after the end of input
+	case s.ctx.Err() != nil:
+	case errors.Is(err, client.ErrNotConfirmed):
+		s.unconfirmed[text] = ev
+		s.say("! not confirmed yet: %s. It will be sent if the connection returns while the chat runs; "+
+			"typing the same message again is safe (same ID, never run twice).", client.Explain(lastTry(err)))
+	default:
+		s.unconfirmed[text] = ev
+		s.say("! the message was not sent: %s", client.Explain(err))
+	}
+}
+
+// publish publishes ev within the session's budget, saying when a try
+// was not confirmed and it retries.
+func (s *chatSession) publish(ev *event.Event) (*jetstream.PubAck, error) {
+	budget := s.budget
+	if budget <= 0 {
+		budget = client.DefaultPublishBudget
+	}
+	cl := s.cl.WithRetry(client.RetryPolicy{Budget: budget, OnRetry: func(attempt int, err error) {
+		if attempt == 1 {
+			s.say("  (not confirmed yet: %s; retrying with the same ID for up to %s)", client.Explain(err), budget)
+		}
+	}})
+	return cl.Publish(s.ctx, ev)
+}
+
+// linkChanged shows a change of the link to the server; on reconnecting
+// it resends the unconfirmed messages (same IDs: JetStream drops those
+// that got through), since what nats.go flushed on reconnect may have
+// reached the server before its stream was ready.
+func (s *chatSession) linkChanged(st client.WatchStatus) {
+	s.say("· %s", st)
+	if st != client.WatchReconnected {
+		return
+	}
+	texts := slices.Sorted(maps.Keys(s.unconfirmed))
+	for _, text := range texts {
+		ev := s.unconfirmed[text]
+		if ev == nil {
+			continue // confirmed meanwhile
+		}
+		if _, err := s.publish(ev); err != nil {
+			continue // still unconfirmed; it is resent on the next reconnect
+		}
+		if s.unconfirmed[text] != nil {
+			delete(s.unconfirmed, text)
+			s.say("  (your message %q arrived after all)", text)
+		}
+		s.count(ev.ID())
+	}
+}
+
+// lastTry returns the error of the last try of an unconfirmed publish.
+func lastTry(err error) error {
+	var ue *client.UnconfirmedError
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// count counts the turn of one of this session's messages as running,
+// once.
+func (s *chatSession) count(id string) {
+	if !s.counted[id] {
+		s.counted[id] = true
+		s.running++
 	}
 }
 
@@ -251,6 +373,10 @@ func (s *chatSession) drain() {
 				return
 			}
 			s.handle(it)
+		case <-s.silence():
+			s.reportSilence()
+		case st := <-s.status:
+			s.linkChanged(st)
 		case <-s.ctx.Done():
 			return
 		}
@@ -297,6 +423,10 @@ func (s *chatSession) readLine(prompt string, idle bool) (string, error) {
 				return "", errWatchClosed
 			}
 			s.handle(it)
+		case <-s.silence():
+			s.reportSilence()
+		case st := <-s.status:
+			s.linkChanged(st)
 		case <-s.ctx.Done():
 			return "", s.ctx.Err()
 		}
@@ -336,14 +466,24 @@ func (s *chatSession) handle(it client.Item) {
 		return
 	}
 	ev := it.Event
+	s.heardEvent(ev)
 	switch ev.Type() {
+	case events.TypeProgress:
+		s.showProgress(ev)
 	case events.TypeTurnRequested:
 		d, err := events.Data[events.TurnRequested](ev)
 		if err != nil {
 			return
 		}
 		if s.mine[ev.ID()] {
-			return // counted when sent
+			for text, u := range s.unconfirmed {
+				if u.ID() == ev.ID() {
+					delete(s.unconfirmed, text)
+					s.say("  (your message %q arrived after all)", text)
+				}
+			}
+			s.count(ev.ID())
+			return
 		}
 		s.running++
 		who := d.User
@@ -537,12 +677,23 @@ func (s *chatSession) ask(id string) error {
 	if err != nil {
 		return err
 	}
-	ev, err := s.cl.Answer(s.ctx, s.thread, id, res, s.user)
+	ev, err := s.cl.Response(s.thread, id, res, s.user)
 	if err != nil {
-		s.say("! could not send the answer: %v", err)
+		s.say("! %v", err)
 		return nil
 	}
 	s.mine[ev.ID()] = true
+	if _, err := s.publish(ev); err != nil {
+		if s.ctx.Err() != nil {
+			return s.ctx.Err()
+		}
+		// A question answered nowhere stays pending: it is asked again
+		// (a second copy of this answer, if the first arrives later, is
+		// refused as already answered; nothing runs twice).
+		s.say("! the answer was not confirmed: %s; asking again", client.Explain(lastTry(err)))
+		s.enqueue(id, true)
+		return nil
+	}
 	s.paused = len(s.queue) > 0
 	s.say("  → %s", actionWord(res.Action))
 	return nil
@@ -560,8 +711,8 @@ func actionWord(a schema.ElicitAction) string {
 	return string(a)
 }
 
-// confirm asks a tool confirmation: y accepts, n declines, c cancels; y
-// and n take optional instructions.
+// confirm asks a tool confirmation: y accepts, n declines (and asks for
+// optional instructions: what to do instead), c cancels.
 func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitResult, error) {
 	s.say("? %s", indentRest(req.Message))
 	tc, err := req.Meta.ToolCall()
@@ -570,6 +721,9 @@ func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitRes
 	} else {
 		s.say("  tool:        %s", tc.Name)
 		s.say("  arguments:   %s", prettyJSON(tc.Arguments, "               "))
+		if named := s.namedEntities(tc.Arguments); len(named) > 0 {
+			s.say("  entities:    %s", strings.Join(named, "\n               "))
+		}
 		s.say("  annotations: %s", describeAnnotations(tc.Annotations))
 	}
 	for {
@@ -577,21 +731,20 @@ func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitRes
 		if err != nil {
 			return schema.ElicitResult{}, err
 		}
-		var action schema.ElicitAction
 		switch strings.ToLower(strings.TrimSpace(line)) {
 		case "y", "yes":
-			action = schema.ActionAccept
+			return schema.ElicitResult{Action: schema.ActionAccept}, nil
 		case "n", "no", "!decline":
-			action = schema.ActionDecline
 		case "c", "cancel", "!cancel":
 			return schema.ElicitResult{Action: schema.ActionCancel}, nil
 		default:
 			s.say("  please answer y (allow), n (decline) or c (cancel)")
 			continue
 		}
-		res := schema.ElicitResult{Action: action}
+		// Instructions go with a decline: what to do instead.
+		res := schema.ElicitResult{Action: schema.ActionDecline}
 		for {
-			text, err := s.readLine("  Instructions (optional): ", false)
+			text, err := s.readLine("  Instructions for the agent (optional): ", false)
 			if err != nil {
 				return schema.ElicitResult{}, err
 			}
@@ -686,7 +839,7 @@ func (s *chatSession) askProperty(name string, p *schema.PropertySchema, require
 	if len(p.Default) > 0 {
 		_ = json.Unmarshal(p.Default, &def)
 	}
-	prompt := "  " + label + propertyHint(p, required, def, len(opts)) + ": "
+	prompt := "  " + label + propertyHint(p, required, defaultLabel(def, opts), len(opts)) + ": "
 	for {
 		line, err := s.readLine(prompt, false)
 		if err != nil {
@@ -717,6 +870,30 @@ func (s *chatSession) askProperty(name string, p *schema.PropertySchema, require
 		}
 		return v, true, nil
 	}
+}
+
+// defaultLabel shows a default by the titles of its options (a 2025-11-25
+// titled enum's const values mean little to a person), or as it is.
+func defaultLabel(def any, opts []choice) any {
+	label := func(v any) any {
+		for _, o := range opts {
+			if o.value == v && o.label != "" {
+				return o.label
+			}
+		}
+		return v
+	}
+	switch d := def.(type) {
+	case string:
+		return label(d)
+	case []any:
+		parts := make([]string, len(d))
+		for i, v := range d {
+			parts[i] = fmt.Sprint(label(v))
+		}
+		return strings.Join(parts, ", ")
+	}
+	return def
 }
 
 // choice is one option of an enum property.
@@ -882,6 +1059,93 @@ func checkValue(name string, p *schema.PropertySchema, v any) []string {
 		rules = append(rules, vi.Rule)
 	}
 	return rules
+}
+
+// maxNamedEntities bounds how many entities a confirmation names.
+const maxNamedEntities = 20
+
+// namedEntities lists the entities a tool call's arguments refer to, with
+// their titles: from the arguments themselves (an object with "id" and
+// "title"), or looked up on the site. IDs are the string values of "id"
+// and "ids" keys. Entities with no known title are left out; nil when none
+// has one.
+func (s *chatSession) namedEntities(args json.RawMessage) []string {
+	var v any
+	if json.Unmarshal(args, &v) != nil {
+		return nil
+	}
+	var ids []string
+	given := map[string]string{}
+	var walk func(v any, key string)
+	walk = func(v any, key string) {
+		switch v := v.(type) {
+		case map[string]any:
+			if id, ok := v["id"].(string); ok {
+				if title, ok := v["title"].(string); ok && title != "" {
+					given[id] = title
+				}
+			}
+			for k, c := range v {
+				walk(c, k)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c, key)
+			}
+		case string:
+			if (key == "id" || key == "ids") && !slices.Contains(ids, v) {
+				ids = append(ids, v)
+			}
+		}
+	}
+	walk(v, "")
+	var out []string
+	for _, id := range ids {
+		if len(out) == maxNamedEntities {
+			out = append(out, fmt.Sprintf("(and %d more)", len(ids)-maxNamedEntities))
+			break
+		}
+		title := given[id]
+		if title == "" && s.titles != nil {
+			title = s.titles(id)
+		}
+		if title != "" {
+			out = append(out, fmt.Sprintf("%s %q", id, title))
+		}
+	}
+	return out
+}
+
+// entityTitles returns a lookup of site entity titles by ID, read from
+// the built-in site's bucket (parley_content, key entity.<id>) when there
+// is one; it never creates the bucket. Each lookup waits at most a second.
+func entityTitles(ctx context.Context, cl *client.Client) func(string) string {
+	var kv jetstream.KeyValue
+	cache := map[string]string{}
+	return func(id string) string {
+		if t, ok := cache[id]; ok {
+			return t
+		}
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if kv == nil {
+			var err error
+			if kv, err = cl.Bus().JetStream().KeyValue(lctx, builtin.DefaultBucket); err != nil {
+				return ""
+			}
+		}
+		var title string
+		if entry, err := kv.Get(lctx, "entity."+id); err == nil {
+			var e struct {
+				Title string `json:"title"`
+			}
+			if json.Unmarshal(entry.Value(), &e) == nil {
+				title = e.Title
+			}
+		}
+		cache[id] = title
+		return title
+	}
 }
 
 // describeAnnotations spells out a tool's effective MCP hints.

@@ -221,12 +221,14 @@ func TestChatChoiceAndConfirmation(t *testing.T) {
 	h.typeLine("delete the 10 draft articles")
 	h.waitFor("tool:        delete_entities")
 	h.waitFor(`"ids": [`)
+	// The entities are named by their titles, looked up on the site.
+	h.waitMatch(regexp.MustCompile(`entities:    \S+ "[^"]+"\n`))
 	h.waitFor("annotations: writes, destructive")
 	h.waitFor("Allow? [y/n/c] ")
 	h.typeLine("maybe")
 	h.waitFor("please answer y (allow), n (decline) or c (cancel)")
 	h.typeLine("n")
-	h.waitFor("Instructions (optional): ")
+	h.waitFor("Instructions for the agent (optional): ")
 	h.typeLine("not now")
 	h.waitFor("→ declined")
 	h.waitFor("User declined execution of delete_entities: not now")
@@ -301,6 +303,8 @@ func TestChatFormKinds(t *testing.T) {
 				"site":   {Type: "string", Format: "uri"},
 				"when":   {Type: "string", Format: "date-time"},
 				"remark": {Type: "string"},
+				"size": {Type: "string", OneOf: []schema.EnumOption{{Const: "s", Title: "Small"}, {Const: "l", Title: "Large"}},
+					Default: []byte(`"l"`)},
 			},
 			Required: []string{"name", "age", "color"},
 		},
@@ -314,6 +318,7 @@ func TestChatFormKinds(t *testing.T) {
 		"",         // remark: optional, omitted
 		"x", "2.5", // score
 		"example.com", "https://a.b/", // site
+		"",                             // size: default l
 		"noon", "2026-12-24T18:00:00Z", // when
 	}
 	lines := make(chan string, len(inputs))
@@ -327,14 +332,14 @@ func TestChatFormKinds(t *testing.T) {
 		t.Fatalf("form: %v\n%s", err, out)
 	}
 	want := map[string]any{"name": "Ada", "age": int64(7), "color": "g", "email": "ada@example.com",
-		"news": true, "score": 2.5, "site": "https://a.b/", "when": "2026-12-24T18:00:00Z"}
+		"news": true, "score": 2.5, "size": "l", "site": "https://a.b/", "when": "2026-12-24T18:00:00Z"}
 	if res.Action != schema.ActionAccept || fmt.Sprint(res.Content) != fmt.Sprint(want) {
 		t.Errorf("got %s %v, want accept %v\n%s", res.Action, res.Content, want, out)
 	}
 	for _, w := range []string{
 		"  Name: Your full name", "age (integer, 1 to 10): ", "! must be a whole number", "! must be at most 10",
 		"    2) Green", "color (1-2): ", "! must be an email address", "news (y/n, default y): ",
-		"remark (optional): ", "! must be a number", "! must be an absolute URI", "! must be an RFC 3339 date-time",
+		"remark (optional): ", "! must be a number", "size (1-2, default Large): ", "! must be an absolute URI", "! must be an RFC 3339 date-time",
 	} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
@@ -364,9 +369,98 @@ func TestChatJoinsPausedThread(t *testing.T) {
 	h.waitFor("The thread is waiting for 1 answer(s).")
 	h.waitFor("tool:        delete_entities")
 	h.waitFor("Allow? [y/n/c] ")
-	h.typeLine("y")
-	h.waitFor("Instructions (optional): ")
-	h.typeLine("")
+	h.typeLine("y") // an accept asks for no instructions
+	h.waitFor("→ accepted")
 	h.waitFor("Deleted 10 entities")
+	if strings.Contains(h.out.String()[h.seen-200:], "Instructions") {
+		t.Errorf("instructions were asked after an accept:\n%s", h.out.String())
+	}
 	h.quit()
+}
+
+// With NATS down, a message is reported "not confirmed yet" (not "could
+// not send"); it arrives once the server is back (nats.go sends what was
+// published while disconnected); typing it again meanwhile resends the
+// same event, which JetStream drops: the thread holds it once (issue 8,
+// item 15).
+func TestChatUnconfirmedMessageIsSentOnceOnReconnect(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr().String()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	url := srv.ClientURL()
+	nc, err := client.Connect(url, "chat-test-streams")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.EnsureStreams(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	pr, pw := io.Pipe()
+	h := &chatHarness{t: t, in: pw, out: &syncBuffer{}, done: make(chan error, 1)}
+	e := &env{Globals: &Globals{NATS: url, LogLevel: "error", LogFormat: "text"}, ctx: t.Context(),
+		stdin: pr, stdout: h.out, stderr: io.Discard}
+	go func() {
+		h.done <- (&chatCmd{Thread: "chat-down", User: "tester", PublishTimeout: 1500 * time.Millisecond}).Run(e)
+	}()
+	t.Cleanup(func() {
+		_ = pw.Close()
+		if t.Failed() {
+			t.Logf("chat output:\n%s", h.out.String())
+		}
+	})
+	h.waitFor("Type a message")
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	h.waitFor("disconnected from NATS")
+	h.typeLine("hello while down")
+	h.waitFor("not confirmed yet")
+	h.waitFor("It will be sent if the connection returns")
+	if strings.Contains(h.out.String(), "could not send") {
+		t.Error(`the chat said "could not send" for a message it will send on reconnect`)
+	}
+	// Retyping it resends the same event.
+	h.typeLine("hello while down")
+	h.waitFor("(sending it again with the same ID")
+	h.waitFor("not confirmed yet")
+
+	srv, err = natsserver.Start(natsserver.Options{Listen: addr, DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(`your message "hello while down" arrived after all`)
+	h.typeLine("/quit") // no processor runs: do not wait for an answer
+	if err := <-h.done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	n := 0
+	items, err := client.New(b, "").Watch(t.Context(), client.WatchOptions{Thread: "chat-down", FromStart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case it := <-items:
+			if it.Event != nil && it.Event.Type() == "dev.parley.turn.requested" {
+				n++
+			}
+			continue
+		case <-time.After(time.Second):
+		}
+		break
+	}
+	if n != 1 {
+		t.Errorf("the thread holds %d turn.requested, want 1", n)
+	}
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
@@ -37,6 +41,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "{} {}"}, "--content: must be one JSON object"},
 		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "@/nonexistent/c.json"}, "--content:"},
 		{[]string{"events", "-t", "a.b"}, "thread"},
+		{[]string{"dev"}, "--nats does not apply: dev starts its own NATS server"},
+		{[]string{"demo"}, "--nats does not apply: demo starts its own NATS server"},
+		{[]string{"send", "-t", "t1", "--wait", "0s", "hi"}, "--wait must be positive"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "--publish-timeout=-1s", "cancel"}, "--publish-timeout must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -49,11 +57,73 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// A publish that fails is a failure (1), not a usage error.
-func TestSendUnreachableExits1(t *testing.T) {
+// A message that cannot be delivered is "not confirmed" (3), not a usage
+// error, and says why in words.
+func TestSendUnreachableExits3(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"send", "--nats", "nats://127.0.0.1:1", "-t", "t1", "hi"}, strings.NewReader(""), &stdout, &stderr); code != 1 {
-		t.Errorf("exit %d, want 1; stderr %q", code, stderr.String())
+	if code := run([]string{"send", "--nats", "nats://127.0.0.1:1", "-t", "t1", "hi"}, strings.NewReader(""), &stdout, &stderr); code != 3 {
+		t.Errorf("exit %d, want 3; stderr %q", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "no NATS server is reachable") {
+		t.Errorf("stderr %q does not say the server is unreachable", stderr.String())
+	}
+}
+
+// A bare `parley` lists every command (it used to print a list cut off
+// after five) and exits 0.
+func TestBareParleyListsEveryCommand(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(nil, strings.NewReader(""), &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	for _, cmd := range []string{"demo", "dev", "processor", "agent", "toolexec", "gate", "send", "answer", "events", "chat", "validate", "bench"} {
+		if !strings.Contains(stdout.String(), "  "+cmd) {
+			t.Errorf("bare parley does not list %q:\n%s", cmd, stdout.String())
+		}
+	}
+}
+
+// The exit statuses of send and answer are in their help.
+func TestSendHelpHasExitCodes(t *testing.T) {
+	for _, cmd := range []string{"send", "answer"} {
+		var stdout, stderr bytes.Buffer
+		run([]string{cmd, "--help"}, strings.NewReader(""), &stdout, &stderr)
+		for _, w := range []string{"Exit status:", "not confirmed", "no verdict within --wait", "130"} {
+			if !strings.Contains(stdout.String(), w) {
+				t.Errorf("%s --help lacks %q", cmd, w)
+			}
+		}
+	}
+}
+
+// Logs are text on a terminal and JSON otherwise, unless asked.
+func TestLogFormat(t *testing.T) {
+	var buf bytes.Buffer
+	(&Globals{LogLevel: "info", LogFormat: "auto"}).logger(&buf).Info("hello")
+	if !strings.HasPrefix(buf.String(), "{") {
+		t.Errorf("auto to a non-terminal: %q, want JSON", buf.String())
+	}
+	buf.Reset()
+	(&Globals{LogLevel: "info", LogFormat: "text"}).logger(&buf).Info("hello")
+	if !strings.Contains(buf.String(), "msg=hello") {
+		t.Errorf("text: %q", buf.String())
+	}
+}
+
+// Errors from contexts and NATS reach people in words.
+func TestHumanize(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("reading stream: %w", context.DeadlineExceeded), "reading stream: no answer from the NATS server in time"},
+		{fmt.Errorf("publishing: %w", nats.ErrNoResponders), "publishing: no JetStream stream answered"},
+		{errors.New("plain"), "plain"},
+	} {
+		if got := humanize(tt.err); !strings.HasPrefix(got, tt.want) {
+			t.Errorf("humanize(%v) = %q, want %q...", tt.err, got, tt.want)
+		}
 	}
 }
 

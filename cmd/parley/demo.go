@@ -112,6 +112,9 @@ func (c *demoCmd) Run(e *env) error {
 	d.drain(ctx)
 	cancel()
 	_ = waitOthers()
+	if e.ctx.Err() != nil {
+		return &exitError{code: exitInterrupted} // Ctrl-C: no scenario verdicts
+	}
 	failed := 0
 	fmt.Fprintln(d.note)
 	for i, err := range results {

@@ -13,6 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/mcpschema"
 )
 
 // `parley demo --json` exits 0, prints only CloudEvents (JSON format), and
@@ -77,19 +78,21 @@ func TestDemoTranscript(t *testing.T) {
 	}
 }
 
+// TestMain says, in one line, which conformance tests were skipped because
+// the official MCP schemas are missing (under CI=true they fail instead).
+func TestMain(m *testing.M) { os.Exit(mcpschema.Run(m)) }
+
 // officialElicitRequest compiles ElicitRequest of the official 2025-06-18
-// schema (../shared/mcp beside the checkout, or $PARLEY_MCP_SCHEMAS); nil
-// (and the check skipped, logged) when the schemas are not there.
+// schema (see internal/mcpschema for where it is looked up); nil, the
+// check skipped and named in the test binary's summary line, when the
+// schemas are missing (a failure under CI=true).
 func officialElicitRequest(t *testing.T) *jsonschema.Schema {
-	dir := os.Getenv("PARLEY_MCP_SCHEMAS")
+	dir, why := mcpschema.Find(t, "2025-06-18")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "mcp")
-	}
-	path, _ := filepath.Abs(filepath.Join(dir, "2025-06-18", "schema.json"))
-	if _, err := os.Stat(path); err != nil {
-		t.Logf("MCP schemas not found at %s: schema check skipped", path)
+		t.Logf("schema check skipped: %s", why)
 		return nil
 	}
+	path := filepath.Join(dir, "2025-06-18", "schema.json")
 	c := jsonschema.NewCompiler()
 	sch, err := c.Compile(path + "#/definitions/ElicitRequest")
 	if err != nil {

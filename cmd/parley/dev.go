@@ -15,6 +15,7 @@ import (
 type devCmd struct {
 	DataDir string `name:"data-dir" env:"PARLEY_DATA_DIR" default:".parley" help:"JetStream file store directory."`
 	Listen  string `name:"listen" env:"PARLEY_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server."`
+	Gateway string `name:"gateway-listen" env:"PARLEY_GATEWAY_LISTEN" default:"127.0.0.1:8080" help:"HTTP address of the gateway and web chat ('off' to not start it)."`
 	storeFlags
 	processorFlags
 	agentFlags
@@ -52,6 +53,13 @@ func (c *devCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "parley dev: NATS with JetStream on %s (data in %s); processor, agent, toolexec and gate running.\n", url, abs)
 	fmt.Fprintf(e.stdout, "Try: parley chat --nats %s   (Ctrl-C stops)\n", url)
+	if c.Gateway != "off" {
+		gw, err := startDevGateway(e.ctx, url, abs, c.Gateway, c.storeFlags, e)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = gw() }()
+	}
 	return wait()
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -35,39 +35,47 @@ func (c *eventsCmd) Run(e *env) error {
 		return err
 	}
 	defer done()
-	last, err := cl.Pending(e.ctx)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	defer cancel()
-	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true})
+	notes := &lockedWriter{w: e.stderr}
+	var backlog uint64
+	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true, Backlog: &backlog,
+		OnStatus: func(s client.WatchStatus) { fmt.Fprintf(notes, "parley events: %s\n", s) }})
 	if err != nil {
+		cancel()
 		return err
 	}
-	idle := time.NewTimer(time.Second)
-	for {
-		if !c.Follow && last == 0 {
-			return nil
+	defer func() {
+		// Stop the consumer and wait until it is deleted from the server.
+		cancel()
+		for range ch {
 		}
+	}()
+	var read uint64
+	for c.Follow || read < backlog {
 		select {
 		case it, ok := <-ch:
 			if !ok {
 				return nil
 			}
-			printItem(e.stdout, e.stderr, it, c.JSON)
-			if !c.Follow && it.Seq >= last {
-				return nil
-			}
-			idle.Reset(time.Second)
-		case <-idle.C:
-			if !c.Follow {
-				return nil // fewer events on this thread than in the stream
-			}
+			read++
+			printItem(e.stdout, notes, it, c.JSON)
 		case <-e.ctx.Done():
 			return nil
 		}
 	}
+	return nil
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // printItem writes one event to w: a JSON line, or readable lines. Items

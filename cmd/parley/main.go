@@ -21,23 +21,27 @@ import (
 	"syscall"
 
 	"github.com/alecthomas/kong"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/internal/telemetry"
 )
 
 // Globals are flags every command takes.
 type Globals struct {
-	NATS      string `name:"nats" env:"PARLEY_NATS" default:"nats://127.0.0.1:4222" help:"NATS server URL."`
+	NATS      string `name:"nats" env:"PARLEY_NATS" default:"nats://127.0.0.1:4222" help:"NATS server URL (dev and demo start their own server and refuse it)."`
 	LogLevel  string `name:"log-level" env:"PARLEY_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
-	LogFormat string `name:"log-format" env:"PARLEY_LOG_FORMAT" default:"json" enum:"json,text" help:"Log format (${enum})."`
+	LogFormat string `name:"log-format" env:"PARLEY_LOG_FORMAT" default:"auto" enum:"auto,json,text" help:"Log format (${enum}; auto: text on a terminal, JSON otherwise)."`
 }
 
-// logger builds the slog logger the flags ask for, writing to w.
+// logger builds the slog logger the flags ask for, writing to w: text
+// when asked for, or with "auto" when w is a terminal; JSON otherwise.
 func (g *Globals) logger(w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(g.LogLevel))
 	opts := &slog.HandlerOptions{Level: lvl}
-	if g.LogFormat == "text" {
+	if g.LogFormat == "text" || (g.LogFormat == "auto" && isTerminal(w)) {
 		return slog.New(telemetry.LogHandler(slog.NewTextHandler(w, opts)))
 	}
 	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, opts)))
@@ -57,6 +61,7 @@ type cli struct {
 	Events    eventsCmd   `cmd:"" help:"Print chat events."`
 	Chat      chatCmd     `cmd:"" help:"Chat in the terminal: messages, forms and confirmations."`
 	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
+	Gateway   gatewayCmd  `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`
 	Bench     benchCmd    `cmd:"" help:"Measure turns/s and pause-to-resume latency next to the raw NATS floor, in the same run."`
 }
 
@@ -80,12 +85,16 @@ func main() {
 // run parses args and runs the command; it returns the exit status: 0 ok,
 // 1 failure, 2 usage error.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "help" {
+	if len(args) == 0 {
+		// A bare `parley` shows every command, not a cut-off list.
+		args = []string{"--help"}
+	}
+	if args[0] == "help" {
 		// `parley help [command...]` is `parley [command...] --help`.
 		args = append(append([]string(nil), args[1:]...), "--help")
 	}
-	if len(args) > 0 && args[0] == "validate" {
-		return runValidate(args[1:], stdin, stdout, stderr)
+	if len(args) == 2 && args[0] == "validate" && args[1] == "help" {
+		args = []string{"validate", "--help"}
 	}
 	var c cli
 	parser, err := kong.New(&c, kong.Name("parley"),
@@ -113,23 +122,58 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			code = 2
 			return
 		}
+		if cmd := kctx.Command(); (cmd == "dev" || cmd == "demo") && natsFlagGiven(kctx) {
+			fmt.Fprintf(stderr, "parley %s: --nats does not apply: %s starts its own NATS server%s\n", cmd, cmd,
+				map[string]string{"dev": " (choose its address with --listen)", "demo": ""}[cmd])
+			code = 2
+			return
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		env := &env{Globals: &c.Globals, ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
 		if err := kctx.Run(env); err != nil {
 			var ee *exitError
 			if errors.As(err, &ee) {
-				if ee.err != nil {
-					fmt.Fprintln(stderr, "parley:", strings.TrimSpace(ee.err.Error()))
+				if ee.err != nil && !(ctx.Err() != nil && errors.Is(ee.err, context.Canceled)) {
+					fmt.Fprintln(stderr, "parley:", strings.TrimSpace(humanize(ee.err)))
 				}
 				code = ee.code
 				return
 			}
-			fmt.Fprintln(stderr, "parley:", err)
+			if ctx.Err() != nil {
+				// Interrupted (Ctrl-C, SIGTERM): no "context canceled".
+				code = exitInterrupted
+				return
+			}
+			fmt.Fprintln(stderr, "parley:", humanize(err))
 			code = 1
 		}
 	}()
 	return code
+}
+
+// natsFlagGiven reports whether --nats was given on the command line.
+func natsFlagGiven(kctx *kong.Context) bool {
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == "nats" {
+			return true
+		}
+	}
+	return false
+}
+
+// humanize returns err's message with the text of a context or NATS error
+// in its chain ("context deadline exceeded", "nats: no responders
+// available for request") replaced by words for a person.
+func humanize(err error) string {
+	msg := err.Error()
+	for _, inner := range []error{context.DeadlineExceeded, context.Canceled, nats.ErrTimeout, nats.ErrNoResponders,
+		jetstream.ErrNoStreamResponse, nats.ErrNoServers, nats.ErrConnectionClosed, nats.ErrDisconnected} {
+		if errors.Is(err, inner) && strings.Contains(msg, inner.Error()) {
+			return strings.Replace(msg, inner.Error(), client.Explain(inner), 1)
+		}
+	}
+	return msg
 }
 
 // env is what every command's Run receives.
@@ -139,15 +183,4 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-}
-
-type validateCmd struct {
-	Args []string `arg:"" optional:"" passthrough:"" help:"elicitation-request|elicitation-result|meta-key|content|tool and their arguments."`
-}
-
-func (v *validateCmd) Run(e *env) error {
-	if code := runValidate(v.Args, e.stdin, e.stdout, e.stderr); code != 0 {
-		return &exitError{code: code}
-	}
-	return nil
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
@@ -15,7 +18,8 @@ import (
 	"github.com/parley-dev/parley/workers/bus"
 )
 
-// integrator opens a client on e.NATS.
+// integrator opens a client on e.NATS (its publishes retry per
+// client.RetryPolicy's defaults).
 func integrator(e *env) (*client.Client, func(), error) {
 	nc, err := client.Connect(e.NATS, "parley-cli")
 	if err != nil {
@@ -29,11 +33,59 @@ func integrator(e *env) (*client.Client, func(), error) {
 	return client.New(b, events.SourceCLI), func() { _ = nc.Drain() }, nil
 }
 
+// Exit statuses of send and answer (documented in exitCodesHelp).
+const (
+	exitOK          = 0
+	exitRefused     = 1
+	exitUnconfirmed = 3
+	exitNoVerdict   = 4
+	exitInterrupted = 130
+)
+
+// exitCodesHelp is the exit-status part of the help of send and answer.
+const exitCodesHelp = `Exit status:
+  0    done: send: the turn completed, or paused with questions (printed, with their IDs);
+       answer: the processor took the answer; with --no-wait: JetStream stored the event
+  1    refused: turn.rejected, turn.failed or elicitation.rejected (printed), or another error
+  2    usage error
+  3    not confirmed: NATS or the stream did not acknowledge within --publish-timeout; the
+       event may or may not be stored: run the same command with --id <ID> to resend it safely
+  4    stored, but no verdict within --wait (the thread's state is printed)
+  130  interrupted (Ctrl-C)`
+
+// deliveryFlags are the flags send and answer share.
+type deliveryFlags struct {
+	NoWait         bool          `name:"no-wait" help:"Return once JetStream stored the event (print its ID); do not wait for the processor's verdict."`
+	Wait           time.Duration `name:"wait" default:"2m" help:"How long to wait for the processor's verdict."`
+	PublishTimeout time.Duration `name:"publish-timeout" default:"30s" help:"How long to retry the publish (same event ID, so no duplicate) through a reconnect or a JetStream leader election."`
+	ID             string        `name:"id" help:"Event ID to publish under (default: a new UUID). Resending with the ID of an unconfirmed try is safe: JetStream drops a copy within its 2-minute duplicate window."`
+	JSON           bool          `name:"json" help:"Print the verdict's events as CloudEvents JSON, one per line."`
+}
+
+func (f *deliveryFlags) check() error {
+	if f.Wait <= 0 {
+		return errors.New("--wait must be positive")
+	}
+	if f.PublishTimeout <= 0 {
+		return errors.New("--publish-timeout must be positive")
+	}
+	if f.ID != "" && strings.TrimSpace(f.ID) != f.ID {
+		return errors.New("--id: must not start or end with spaces")
+	}
+	return nil
+}
+
 type sendCmd struct {
 	Thread string   `name:"thread" short:"t" required:"" help:"Thread ID (A-Z a-z 0-9 _ -)."`
 	AgentN string   `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
 	User   string   `name:"user" help:"Who is sending (recorded)."`
 	Text   []string `arg:"" help:"The message."`
+	deliveryFlags
+}
+
+// Help is the long help of send (kong's HelpProvider).
+func (c *sendCmd) Help() string {
+	return "Publishes turn.requested, then waits for the processor's verdict on it and prints it.\n\n" + exitCodesHelp
 }
 
 // Validate checks the arguments (kong calls it after parsing; an error is
@@ -50,21 +102,23 @@ func (c *sendCmd) Validate() error {
 	if strings.TrimSpace(strings.Join(c.Text, " ")) == "" {
 		return errors.New("message text: required")
 	}
-	return nil
+	return c.deliveryFlags.check()
 }
 
 func (c *sendCmd) Run(e *env) error {
 	cl, done, err := integrator(e)
 	if err != nil {
-		return err
+		return &exitError{code: exitUnconfirmed, err: err}
 	}
 	defer done()
-	ev, err := cl.Send(e.ctx, c.Thread, c.AgentN, strings.Join(c.Text, " "), c.User)
+	ev, err := cl.TurnRequest(c.Thread, c.AgentN, strings.Join(c.Text, " "), c.User)
 	if err != nil {
-		return fmt.Errorf("publishing turn.requested: %w", err)
+		return &exitError{code: exitUsage, err: err}
 	}
-	fmt.Fprintln(e.stdout, ev.ID())
-	return nil
+	if c.ID != "" {
+		ev.SetID(c.ID)
+	}
+	return deliver(e, cl, ev, &c.deliveryFlags)
 }
 
 type answerCmd struct {
@@ -73,6 +127,12 @@ type answerCmd struct {
 	Content     string `name:"content" help:"Form content as a JSON object (accept; or {\"instructions\": ...} with a confirmation's decline); @FILE reads it from a file, - from standard input."`
 	By          string `name:"by" help:"Who answers (recorded on the decision; default: $USER)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
+	deliveryFlags
+}
+
+// Help is the long help of answer (kong's HelpProvider).
+func (c *answerCmd) Help() string {
+	return "Publishes elicitation.responded, then waits until the processor takes the answer or rejects it (elicitation.rejected, with its errors) and prints which.\n\n" + exitCodesHelp
 }
 
 // Validate checks the arguments (kong calls it after parsing).
@@ -83,7 +143,7 @@ func (c *answerCmd) Validate() error {
 	if strings.TrimSpace(c.Elicitation) == "" {
 		return errors.New("--elicitation: required")
 	}
-	return nil
+	return c.deliveryFlags.check()
 }
 
 func (c *answerCmd) Run(e *env) error {
@@ -91,7 +151,7 @@ func (c *answerCmd) Run(e *env) error {
 	if c.Content != "" {
 		content, err := readContent(c.Content, e.stdin)
 		if err != nil {
-			return &exitError{code: 2, err: fmt.Errorf("--content: %w", err)}
+			return &exitError{code: exitUsage, err: fmt.Errorf("--content: %w", err)}
 		}
 		res.Content = content
 	}
@@ -101,15 +161,121 @@ func (c *answerCmd) Run(e *env) error {
 	}
 	cl, done, err := integrator(e)
 	if err != nil {
-		return err
+		return &exitError{code: exitUnconfirmed, err: err}
 	}
 	defer done()
-	ev, err := cl.Answer(e.ctx, c.Thread, c.Elicitation, res, by)
+	ev, err := cl.Response(c.Thread, c.Elicitation, res, by)
 	if err != nil {
-		return fmt.Errorf("publishing elicitation.responded: %w", err)
+		return &exitError{code: exitUsage, err: err}
 	}
-	fmt.Fprintln(e.stdout, ev.ID())
+	if c.ID != "" {
+		ev.SetID(c.ID)
+	}
+	return deliver(e, cl, ev, &c.deliveryFlags)
+}
+
+// deliver publishes ev (retrying per --publish-timeout) and, unless
+// --no-wait, waits for the processor's verdict, prints it and returns the
+// exit status it maps to (see exitCodesHelp).
+func deliver(e *env, cl *client.Client, ev *event.Event, f *deliveryFlags) error {
+	what := "message"
+	if ev.Type() == events.TypeElicitationResponded {
+		what = "answer"
+	}
+	// Say once that a publish is being retried, and why.
+	cl = cl.WithRetry(client.RetryPolicy{Budget: f.PublishTimeout, OnRetry: func(attempt int, err error) {
+		if attempt == 1 {
+			fmt.Fprintf(e.stderr, "parley: %s %s not confirmed yet (%s); retrying with the same ID for up to %s\n",
+				what, ev.ID(), client.Explain(err), f.PublishTimeout)
+		}
+	}})
+	if f.NoWait {
+		ack, err := cl.Publish(e.ctx, ev)
+		if err != nil {
+			return deliveryError(e, ev, err)
+		}
+		if ack.Duplicate {
+			fmt.Fprintf(e.stderr, "parley: %s %s was already stored (a resend); JetStream dropped this copy\n", what, ev.ID())
+		}
+		fmt.Fprintln(e.stdout, ev.ID())
+		return nil
+	}
+	v, err := cl.Deliver(e.ctx, ev, f.Wait)
+	if err != nil {
+		return deliveryError(e, ev, err)
+	}
+	if v.Ack != nil && v.Ack.Duplicate {
+		fmt.Fprintf(e.stderr, "parley: %s %s was already stored (a resend); its verdict:\n", what, ev.ID())
+	}
+	printVerdict(e.stdout, ev, v, f.JSON)
+	if v.Outcome.Refusal() {
+		return &exitError{code: exitRefused}
+	}
 	return nil
+}
+
+// deliveryError maps an error of Publish or Deliver to an exit status and
+// an honest message.
+func deliveryError(e *env, ev *event.Event, err error) error {
+	var nv *client.NoVerdictError
+	switch {
+	case e.ctx.Err() != nil:
+		return &exitError{code: exitInterrupted}
+	case errors.Is(err, client.ErrNotConfirmed):
+		return &exitError{code: exitUnconfirmed, err: fmt.Errorf("%w\nThe event may or may not be stored; resend it safely with the same command and --id %s", err, ev.ID())}
+	case errors.As(err, &nv):
+		return &exitError{code: exitNoVerdict, err: fmt.Errorf("%w\nFollow it with: parley events --thread %s --follow", err, ev.Subject())}
+	case errors.Is(err, client.ErrNoStream):
+		return &exitError{code: exitUnconfirmed, err: err}
+	}
+	return err
+}
+
+// printVerdict prints what the processor decided: the deciding event (and
+// a paused turn's questions, with how to answer them), readable or as
+// CloudEvents JSON lines.
+func printVerdict(w io.Writer, ev *event.Event, v *client.Verdict, asJSON bool) {
+	if asJSON {
+		for _, q := range v.Questions {
+			printItem(w, io.Discard, client.Item{Event: q}, true)
+		}
+		if v.Event != nil {
+			printItem(w, io.Discard, client.Item{Event: v.Event}, true)
+			return
+		}
+		b, _ := json.Marshal(map[string]any{"outcome": v.Outcome, "respondedEventId": ev.ID(), "pending": v.Pending})
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	switch v.Outcome {
+	case client.OutcomeAccepted:
+		if len(v.Pending) == 0 {
+			fmt.Fprintf(w, "accepted: answer %s taken; the turn resumes\n", ev.ID())
+		} else {
+			fmt.Fprintf(w, "accepted: answer %s taken; the turn still waits for %s\n", ev.ID(), strings.Join(v.Pending, ", "))
+		}
+		return
+	case client.OutcomePaused:
+		fmt.Fprintf(w, "paused: the turn asks %d question(s)\n", len(v.Questions))
+		for _, q := range v.Questions {
+			fmt.Fprintln(w, describe(q))
+		}
+		for _, q := range v.Questions {
+			fmt.Fprintf(w, "answer with: parley answer --thread %s --elicitation %s accept|decline|cancel [--content JSON]\n", ev.Subject(), elicitationIDOf(q))
+		}
+		return
+	}
+	fmt.Fprintf(w, "%s: %s\n", v.Outcome, describe(v.Event))
+}
+
+// elicitationIDOf returns the elicitation ID of an elicitation.requested.
+func elicitationIDOf(q *event.Event) string {
+	p, err := events.Data[schema.ElicitRequestParams](q)
+	if err != nil {
+		return ""
+	}
+	id, _ := p.Meta[schema.MetaElicitationID].(string)
+	return id
 }
 
 // readContent decodes --content: a JSON object given inline, in @FILE, or

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,170 +11,152 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-const validateUsage = `usage: parley validate <kind> [flags] [FILE|-]
+// validateCmd is `parley validate <kind>`: it checks MCP shapes with the
+// rules parley applies (package schema), printing one "path: rule" line
+// per violation on stdout.
+type validateCmd struct {
+	ElicitationRequest validateRequestCmd `cmd:"" name:"elicitation-request" help:"The params object of elicitation/create (message, requestedSchema, _meta)."`
+	ElicitationResult  validateResultCmd  `cmd:"" name:"elicitation-result" help:"An ElicitResult, against the request it answers."`
+	MetaKey            validateMetaKeyCmd `cmd:"" name:"meta-key" help:"_meta keys (MCP key grammar, reserved prefixes, drupal.org registry)."`
+	Content            validateContentCmd `cmd:"" name:"content" help:"One content block or an array of them."`
+	Tool               validateToolCmd    `cmd:"" name:"tool" help:"A tool definition."`
+}
 
-Checks MCP shapes with the rules parley applies (package schema).
+// Help is the long help of validate (kong's HelpProvider).
+func (v *validateCmd) Help() string { return validateExitHelp }
 
-  parley validate elicitation-request [--revision R] [FILE|-]
-      the params object of elicitation/create (message, requestedSchema, _meta)
-  parley validate elicitation-result --request FILE [--revision R] [FILE|-]
-      an ElicitResult, against the request it answers
-  parley validate meta-key KEY...
-      _meta keys (MCP key grammar, reserved prefixes, drupal.org registry)
-  parley validate content [FILE|-]
-      one content block or an array of them
-  parley validate tool [FILE|-]
-      a tool definition
+// exitHelp gives each validate command the exit statuses in its help.
+type exitHelp struct{}
 
-FILE defaults to standard input ("-"). --revision is 2025-06-18 (default),
-2025-11-25 or 2026-07-28.
+// Help is kong's HelpProvider.
+func (exitHelp) Help() string { return validateExitHelp }
+
+const validateExitHelp = `FILE defaults to standard input ("-").
 
 Exit status: 0 valid; 1 invalid, with one "path: rule" line per violation on
-standard output; 2 usage error or unreadable input.
-`
+standard output; 2 usage error or unreadable input.`
 
-// Exit statuses of runValidate.
+// Exit statuses of validate.
 const (
-	exitValid   = 0
 	exitInvalid = 1
 	exitUsage   = 2
 )
 
-// runValidate runs `parley validate`; args are the words after "validate".
-// It prints one "path: rule" line per violation on stdout and returns the
-// exit status: 0 valid, 1 invalid, 2 usage error or unreadable input.
-func runValidate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, validateUsage)
-		return exitUsage
-	}
-	kind, args := args[0], args[1:]
-	fs := flag.NewFlagSet("validate "+kind, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, validateUsage) }
-	var rev, request string
-	switch kind {
-	case "elicitation-request":
-		fs.StringVar(&rev, "revision", string(schema.DefaultRevision), "MCP revision of the consumer")
-	case "elicitation-result":
-		fs.StringVar(&rev, "revision", string(schema.DefaultRevision), "MCP revision of the consumer")
-		fs.StringVar(&request, "request", "", "the elicitation request `FILE` the result answers (required)")
-	case "meta-key", "content", "tool":
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, validateUsage)
-		return exitValid
-	default:
-		fmt.Fprintf(stderr, "parley validate: unknown kind %q\n\n%s", kind, validateUsage)
-		return exitUsage
-	}
-	pos, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitValid
-	}
-	if err != nil {
-		return exitUsage
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "parley validate %s: %s\n", kind, fmt.Sprintf(format, a...))
-		return exitUsage
-	}
-	r := schema.Revision(rev)
-	if rev != "" && !r.Known() {
-		return usageErr("unsupported revision %q (want %s, %s or %s)", rev, schema.Rev20250618, schema.Rev20251125, schema.Rev20260728)
-	}
-
-	if kind == "meta-key" {
-		if len(pos) == 0 {
-			return usageErr("no KEY given")
-		}
-		var vs []schema.Violation
-		for _, k := range pos {
-			vs = append(vs, schema.Violations(schema.ValidateMetaKey(k))...)
-		}
-		return report(stdout, vs)
-	}
-
-	if len(pos) > 1 {
-		return usageErr("more than one FILE given")
-	}
-	name := "-"
-	if len(pos) == 1 {
-		name = pos[0]
-	}
-	data, err := readInput(name, stdin)
-	if err != nil {
-		return usageErr("%v", err)
-	}
-
-	switch kind {
-	case "elicitation-request":
-		var p schema.ElicitRequestParams
-		if vs := decode(data, &p); vs != nil {
-			return report(stdout, vs)
-		}
-		return report(stdout, schema.Violations(p.Validate(r)))
-
-	case "elicitation-result":
-		if request == "" {
-			return usageErr("--request FILE is required")
-		}
-		reqData, err := readInput(request, nil)
-		if err != nil {
-			return usageErr("%v", err)
-		}
-		var req schema.ElicitRequestParams
-		if vs := decode(reqData, &req); vs != nil {
-			return report(stdout, prefix("request", vs))
-		}
-		if err := req.Validate(r); err != nil {
-			return report(stdout, prefix("request", schema.Violations(err)))
-		}
-		var res schema.ElicitResult
-		if vs := decode(data, &res); vs != nil {
-			return report(stdout, vs)
-		}
-		return report(stdout, schema.Violations(res.Validate(&req)))
-
-	case "content":
-		if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
-			var l schema.ContentList
-			return report(stdout, decode(data, &l))
-		}
-		if !json.Valid(data) {
-			return report(stdout, decode(data, new(any)))
-		}
-		_, err := schema.UnmarshalContent(data)
-		return report(stdout, schema.Violations(err))
-
-	case "tool":
-		var t schema.Tool
-		if vs := decode(data, &t); vs != nil {
-			return report(stdout, vs)
-		}
-		return report(stdout, schema.Violations(schema.ValidateTool(&t)))
-	}
-	return exitUsage
+// revisionFlag is --revision, the MCP revision of the consumer.
+type revisionFlag struct {
+	Revision string `name:"revision" default:"2025-06-18" help:"MCP revision of the consumer: 2025-06-18, 2025-11-25 or 2026-07-28."`
 }
 
-// parseInterspersed parses flags that may come before or after the
-// positional arguments, and returns the positional arguments.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		// A "--" ends the flags: everything after it is positional.
-		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
+// Validate checks --revision (kong calls it after parsing).
+func (f *revisionFlag) Validate() error {
+	if !schema.Revision(f.Revision).Known() {
+		return fmt.Errorf("--revision: unsupported revision %q (want %s, %s or %s)", f.Revision, schema.Rev20250618, schema.Rev20251125, schema.Rev20260728)
 	}
+	return nil
+}
+
+// fileArg is the FILE argument ("-": standard input).
+type fileArg struct {
+	File string `arg:"" optional:"" default:"-" help:"The JSON file; - (the default) reads standard input."`
+}
+
+type validateRequestCmd struct {
+	exitHelp
+	revisionFlag
+	fileArg
+}
+
+func (c *validateRequestCmd) Run(e *env) error {
+	data, err := readInput(c.File, e.stdin)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	var p schema.ElicitRequestParams
+	if vs := decode(data, &p); vs != nil {
+		return report(e.stdout, vs)
+	}
+	return report(e.stdout, schema.Violations(p.Validate(schema.Revision(c.Revision))))
+}
+
+type validateResultCmd struct {
+	exitHelp
+	Request string `name:"request" required:"" placeholder:"FILE" help:"The elicitation request (params of elicitation/create) the result answers."`
+	revisionFlag
+	fileArg
+}
+
+func (c *validateResultCmd) Run(e *env) error {
+	data, err := readInput(c.File, e.stdin)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	reqData, err := readInput(c.Request, nil)
+	if err != nil {
+		return &exitError{code: exitUsage, err: fmt.Errorf("--request: %w", err)}
+	}
+	var req schema.ElicitRequestParams
+	if vs := decode(reqData, &req); vs != nil {
+		return report(e.stdout, prefix("request", vs))
+	}
+	if err := req.Validate(schema.Revision(c.Revision)); err != nil {
+		return report(e.stdout, prefix("request", schema.Violations(err)))
+	}
+	var res schema.ElicitResult
+	if vs := decode(data, &res); vs != nil {
+		return report(e.stdout, vs)
+	}
+	return report(e.stdout, schema.Violations(res.Validate(&req)))
+}
+
+type validateMetaKeyCmd struct {
+	exitHelp
+	Keys []string `arg:"" name:"key" help:"The keys."`
+}
+
+func (c *validateMetaKeyCmd) Run(e *env) error {
+	var vs []schema.Violation
+	for _, k := range c.Keys {
+		vs = append(vs, schema.Violations(schema.ValidateMetaKey(k))...)
+	}
+	return report(e.stdout, vs)
+}
+
+type validateContentCmd struct {
+	exitHelp
+	fileArg
+}
+
+func (c *validateContentCmd) Run(e *env) error {
+	data, err := readInput(c.File, e.stdin)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] == '[' {
+		var l schema.ContentList
+		return report(e.stdout, decode(data, &l))
+	}
+	if !json.Valid(data) {
+		return report(e.stdout, decode(data, new(any)))
+	}
+	_, err = schema.UnmarshalContent(data)
+	return report(e.stdout, schema.Violations(err))
+}
+
+type validateToolCmd struct {
+	exitHelp
+	fileArg
+}
+
+func (c *validateToolCmd) Run(e *env) error {
+	data, err := readInput(c.File, e.stdin)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	var t schema.Tool
+	if vs := decode(data, &t); vs != nil {
+		return report(e.stdout, vs)
+	}
+	return report(e.stdout, schema.Violations(schema.ValidateTool(&t)))
 }
 
 // readInput reads the named file, or stdin for "-".
@@ -228,13 +209,14 @@ func prefix(p string, vs []schema.Violation) []schema.Violation {
 	return out
 }
 
-// report prints the violations and returns the exit status.
-func report(w io.Writer, vs []schema.Violation) int {
+// report prints the violations and returns the exit status as an error
+// (nil when valid).
+func report(w io.Writer, vs []schema.Violation) error {
 	if len(vs) == 0 {
-		return exitValid
+		return nil
 	}
 	for _, v := range vs {
 		fmt.Fprintln(w, v.String())
 	}
-	return exitInvalid
+	return &exitError{code: exitInvalid}
 }

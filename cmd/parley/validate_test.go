@@ -33,8 +33,8 @@ func TestRunValidate(t *testing.T) {
 		stdout     string // exact
 		stderrPart string
 	}{
-		{"no args", nil, "", 2, "", "usage: parley validate"},
-		{"unknown kind", []string{"frobnicate"}, "", 2, "", `unknown kind "frobnicate"`},
+		{"no args", nil, "", 2, "", "expected one of"},
+		{"unknown kind", []string{"frobnicate"}, "", 2, "", `unexpected argument frobnicate`},
 		{"help", []string{"help"}, "", 0, "", ""},
 		{"request valid", []string{"elicitation-request", form}, "", 0, "", ""},
 		{"request stdin", []string{"elicitation-request", "-"}, `{"message":"m","requestedSchema":{"type":"object","properties":{}}}`, 0, "", ""},
@@ -45,22 +45,22 @@ func TestRunValidate(t *testing.T) {
 		{"request 11-25 multi", []string{"elicitation-request", "--revision", "2025-11-25", multi}, "", 0, "", ""},
 		{"flag after file", []string{"elicitation-request", multi, "--revision=2025-11-25"}, "", 0, "", ""},
 		{"bad revision", []string{"elicitation-request", "--revision", "2024-01-01", form}, "", 2, "", "unsupported revision"},
-		{"unknown flag", []string{"elicitation-request", "--nope", form}, "", 2, "", "flag provided but not defined"},
+		{"unknown flag", []string{"elicitation-request", "--nope", form}, "", 2, "", "unknown flag --nope"},
 		{"missing file", []string{"elicitation-request", filepath.Join(dir, "missing.json")}, "", 2, "", "reading input"},
-		{"two files", []string{"elicitation-request", form, form}, "", 2, "", "more than one FILE"},
+		{"two files", []string{"elicitation-request", form, form}, "", 2, "", "unexpected argument"},
 		{"not JSON", []string{"elicitation-request", notJSON}, "", 1, "", ""},
 		{"result valid", []string{"elicitation-result", "--request", form, good}, "", 0, "", ""},
 		{"result stdin", []string{"elicitation-result", "--request", form}, `{"action":"cancel"}`, 0, "", ""},
 		{"result invalid", []string{"elicitation-result", "--request", form, bad}, "", 1,
 			"age: must be an integer\nemail: must be an email address\nx: not a property of the requested schema\n", ""},
-		{"result no request", []string{"elicitation-result", good}, "", 2, "", "--request FILE is required"},
+		{"result no request", []string{"elicitation-result", good}, "", 2, "", "missing flags: --request=FILE"},
 		{"result bad request", []string{"elicitation-result", "--request", multi, good}, "", 1,
 			"request.requestedSchema.properties.m.type: \"array\" is not allowed in MCP 2025-06-18 (multi-select needs 2025-11-25)\n", ""},
 		{"result action type", []string{"elicitation-result", "--request", form}, `{"action":1}`, 1, "action: must be a string\n", ""},
 		{"meta-key valid", []string{"meta-key", "drupal.org/ai.citations", "com.example/x"}, "", 0, "", ""},
 		{"meta-key invalid", []string{"meta-key", "drupal.org/ai/citations", "mcp.dev/x", "ok"}, "", 1,
 			"drupal.org/ai/citations: name \"ai/citations\" must not contain \"/\" (the first \"/\" ends the prefix)\nmcp.dev/x: prefix \"mcp.dev/\" is reserved for MCP\n", ""},
-		{"meta-key none", []string{"meta-key"}, "", 2, "", "no KEY given"},
+		{"meta-key none", []string{"meta-key"}, "", 2, "", "expected \"<key> ...\""},
 		{"content block", []string{"content"}, `{"type":"text","text":"hi"}`, 0, "", ""},
 		{"content array", []string{"content", "-"}, `[{"type":"text","text":"hi"},{"type":"image","data":"???"}]`, 1,
 			"[1].data: must be base64\n[1].mimeType: required\n", ""},
@@ -74,7 +74,7 @@ func TestRunValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := runValidate(tt.args, strings.NewReader(tt.stdin), &stdout, &stderr)
+			code := run(append([]string{"validate"}, tt.args...), strings.NewReader(tt.stdin), &stdout, &stderr)
 			if code != tt.code {
 				t.Errorf("exit code = %d, want %d (stdout %q, stderr %q)", code, tt.code, stdout.String(), stderr.String())
 			}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/internal/telemetry"
-	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
@@ -20,10 +19,13 @@ import (
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
-// storeFlags choose where streams and buckets live.
+// storeFlags choose where streams and buckets live, and how long a worker
+// waits for NATS at start-up and for a JetStream acknowledgement.
 type storeFlags struct {
-	Storage  string `name:"storage" env:"PARLEY_STORAGE" default:"file" enum:"file,memory" help:"JetStream storage of streams and buckets (${enum})."`
-	Replicas int    `name:"replicas" env:"PARLEY_REPLICAS" default:"1" help:"Replicas of streams and buckets, 1 to 5 (3 on a cluster)."`
+	Storage        string        `name:"storage" env:"PARLEY_STORAGE" default:"file" enum:"file,memory" help:"JetStream storage of streams and buckets (${enum})."`
+	Replicas       int           `name:"replicas" env:"PARLEY_REPLICAS" default:"1" help:"Replicas of streams and buckets, 1 to 5 (3 on a cluster)."`
+	StartupTimeout time.Duration `name:"startup-timeout" env:"PARLEY_STARTUP_TIMEOUT" default:"2m" help:"How long start-up retries connecting to NATS and creating streams, buckets and consumers (through a leader election or a node restart) before the worker exits 1."`
+	PublishRetry   time.Duration `name:"publish-retry" env:"PARLEY_PUBLISH_RETRY" default:"20s" help:"How long a JetStream publish is retried (same Nats-Msg-Id, so never stored twice) while a stream has no leader; 0 disables retries."`
 }
 
 func (s storeFlags) storage() jetstream.StorageType {
@@ -41,6 +43,7 @@ type processorFlags struct {
 type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for a policy service."`
+	modelFlags
 }
 
 type gateFlags struct {
@@ -53,7 +56,28 @@ func (s storeFlags) check() error {
 	if s.Replicas < 1 || s.Replicas > 5 {
 		return fmt.Errorf("--replicas must be 1 to 5 (JetStream allows at most 5), got %d", s.Replicas)
 	}
+	if s.StartupTimeout < time.Second {
+		return fmt.Errorf("--startup-timeout must be at least 1s, got %v", s.StartupTimeout)
+	}
+	if s.PublishRetry < 0 {
+		return fmt.Errorf("--publish-retry must not be negative, got %v", s.PublishRetry)
+	}
 	return nil
+}
+
+// startupPolicy is the start-up retry policy of the flags, logging to log:
+// every step (connecting, streams, buckets, consumers) shares one deadline,
+// --startup-timeout from now.
+func (s storeFlags) startupPolicy(log *slog.Logger) bus.RetryPolicy {
+	return bus.RetryPolicy{Timeout: s.StartupTimeout, Deadline: time.Now().Add(s.StartupTimeout), Logger: log}
+}
+
+// publishRetry is bus.Options.PublishRetry for the flag (0: no retry).
+func (s storeFlags) publishRetry() time.Duration {
+	if s.PublishRetry == 0 {
+		return -1
+	}
+	return s.PublishRetry
 }
 
 func (p processorFlags) check() error {
@@ -70,7 +94,7 @@ func (a agentFlags) check() error {
 	if a.PreExecuteTimeout <= 0 {
 		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
 	}
-	return nil
+	return a.modelFlags.check()
 }
 
 // firstErr returns the first non-nil error.
@@ -104,10 +128,18 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 			return err
 		}
 	}
-	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
+	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: cfg.store.storage(), Replicas: cfg.store.Replicas,
+		StartupTimeout: cfg.store.StartupTimeout, PublishRetry: cfg.store.publishRetry()})
 	if err != nil {
 		return err
 	}
+	// Every start-up step (streams, buckets, consumers) retries through a
+	// leader election or a concurrent start of other replicas until
+	// --startup-timeout after the start (serveRole's policy, sharing the
+	// connection's deadline), or from now when none was set (parley dev).
+	startup := bus.StartupPolicy(ctx, cfg.store.startupPolicy(log))
+	startup.Logger = log
+	ctx = bus.WithStartupPolicy(ctx, startup)
 	if err := b.EnsureStreams(ctx); err != nil {
 		return err
 	}
@@ -121,7 +153,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		}
 		return p.Run(ctx)
 	case "agent":
-		provider, err := model.LoadScripted(cfg.agent.Rules)
+		provider, err := newProvider(cfg.agent)
 		if err != nil {
 			return err
 		}
@@ -168,12 +200,29 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 			return &exitError{code: 2, err: err}
 		}
 	}
-	nc, err := client.Connect(e.NATS, "parley-"+role)
+	startup := cfg.store.startupPolicy(log)
+	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, startup)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return runRole(e.ctx, role, nc, cfg, log)
+	return runRole(bus.WithStartupPolicy(e.ctx, startup), role, nc, cfg, log)
+}
+
+// connectWorker connects to url like client.Connect (reconnecting for
+// ever once connected), retrying a failed first connection with backoff
+// and jitter, each try logged, until p's deadline: a worker started before
+// NATS (or while its node restarts) waits for it instead of exiting.
+// Bad credentials fail at once.
+func connectWorker(ctx context.Context, url, name string, p bus.RetryPolicy) (*nats.Conn, error) {
+	var nc *nats.Conn
+	p.AttemptTimeout = 5 * time.Second
+	err := bus.Retry(ctx, "waiting for NATS", p, func(context.Context) error {
+		var err error
+		nc, err = client.Connect(url, name)
+		return err
+	})
+	return nc, err
 }
 
 type workerCmd struct {

@@ -204,6 +204,7 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		if err != nil {
 			return err
 		}
+		a.toolProgress(ctx, &run, toolFinished, c)
 		return a.advance(ctx, &run, nrev)
 	}
 }
@@ -414,6 +415,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 			if err := a.dispatch(ctx, run, c); err != nil {
 				return err
 			}
+			a.toolProgress(ctx, run, toolStarted, c)
 		}
 		if run.count(callDispatched) > 0 {
 			return nil // wait for tool results
@@ -430,7 +432,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 			if c.Instructions != "" {
 				text += "\nUser instructions: " + c.Instructions
 			}
-			run.Messages = append(run.Messages, model.Message{Role: model.RoleTool, ToolCallID: c.Call.ID,
+			run.Messages = append(run.Messages, model.Message{Role: model.RoleTool, ToolCallID: c.modelCallID(),
 				ToolName: c.Call.Name, Text: text, Result: c.Result})
 		}
 		run.Calls = nil
@@ -438,36 +440,6 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 			return err
 		}
 	}
-}
-
-func (a *Agent) modelStep(ctx context.Context, run *Run) error {
-	tools, err := a.tools.List(ctx)
-	if err != nil {
-		return err
-	}
-	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: run.Messages, Tools: tools})
-	if err != nil {
-		return fmt.Errorf("model call: %w", err)
-	}
-	run.Step++
-	if len(resp.ToolCalls) == 0 {
-		run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text})
-		text, blocks := boundUserBlocks(resp.Text, userBlocks(run.Messages))
-		content := append(schema.ContentList{}, resp.Content...)
-		content = append(content, blocks...)
-		run.Final = &schema.ChatMessage{Role: schema.RoleAssistant, Text: text, Content: content}
-		return nil
-	}
-	run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: resp.ToolCalls})
-	seen := map[string]bool{}
-	for _, tc := range resp.ToolCalls {
-		if tc.ID == "" || seen[tc.ID] {
-			tc.ID = fmt.Sprintf("call_%d_%d", run.Step, len(run.Calls))
-		}
-		seen[tc.ID] = true
-		run.Calls = append(run.Calls, &CallState{Call: tc, Status: callNew})
-	}
-	return nil
 }
 
 // decide asks the policy services about c and settles its status:
@@ -512,6 +484,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 			c.Status, c.Result = callDone, argumentsResult(tool, err)
 			return nil
 		}
+		a.toolProgress(ctx, run, toolPolicy, c)
 		d, err := a.preExecute(ctx, run, c, tool)
 		if err != nil {
 			return err
@@ -646,8 +619,11 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run, save func() error) 
 	}
 	e.SetExtension(events.ExtRunID, run.RunID)
 	e.SetExtension(events.ExtTurnID, run.TurnID)
-	_, err = a.bus.Publish(ctx, events.SubjectRunPaused, e)
-	return err
+	if _, err = a.bus.Publish(ctx, events.SubjectRunPaused, e); err != nil {
+		return err
+	}
+	a.waitingProgress(ctx, run, len(pend))
+	return nil
 }
 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {

@@ -43,11 +43,22 @@ type Run struct {
 	Final *schema.ChatMessage `json:"final,omitempty"`
 	// Failed is set when the run failed (reason code and detail).
 	Failed *events.RunFailed `json:"failed,omitempty"`
+	// Usage is the token usage of each model call of the run (at most
+	// MaxSteps entries).
+	Usage []events.CallUsage `json:"usage,omitempty"`
 }
 
 // CallState is one tool call of the current step.
 type CallState struct {
-	Call     schema.ToolCall        `json:"call"`
+	// Call is the tool call with parley's call ID (derived from the run,
+	// step and index: see callID), which keys elicitations, events, results
+	// and the ledger.
+	Call schema.ToolCall `json:"call"`
+	// ModelCallID is the ID the model gave the call, used only in messages
+	// sent back to the model ("" in checkpoints written before it existed:
+	// then Call.ID is the model's).
+	ModelCallID string `json:"modelCallId,omitempty"`
+
 	Status   string                 `json:"status"`
 	Round    int                    `json:"round"`
 	Decision *events.Decision       `json:"decision,omitempty"`
@@ -123,7 +134,7 @@ func decodeSnapshot(raw json.RawMessage) (*Run, error) {
 func fromChat(msgs []schema.ChatMessage) []model.Message {
 	out := make([]model.Message, 0, len(msgs))
 	for _, m := range msgs {
-		out = append(out, model.Message{Role: string(m.Role), Text: m.Text})
+		out = append(out, model.Message{Role: string(m.Role), Text: m.Text, Content: m.Content})
 	}
 	return out
 }

@@ -26,6 +26,14 @@ type Options struct {
 	// Replicas is the stream and bucket replication factor. Optional.
 	// Default: 1.
 	Replicas int
+	// StartupTimeout bounds how long EnsureStreams and EnsureConsumer
+	// retry (a context carrying WithStartupPolicy overrides it). Optional.
+	// Default: DefaultStartupTimeout; negative: one try.
+	StartupTimeout time.Duration
+	// PublishRetry bounds how long Publish resends an event that got no
+	// JetStream acknowledgement (no responders, timeout). Optional.
+	// Default: DefaultPublishRetry; negative: one try.
+	PublishRetry time.Duration
 }
 
 // Client publishes and consumes parley events over one NATS connection.
@@ -35,6 +43,8 @@ type Client struct {
 	logger   *slog.Logger
 	storage  jetstream.StorageType
 	replicas int
+	startup  RetryPolicy
+	publish  RetryPolicy
 }
 
 // New wraps nc. It panics if nc is nil (a programmer error).
@@ -49,7 +59,9 @@ func New(nc *nats.Conn, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening jetstream: %w", err)
 	}
-	c := &Client{nc: nc, js: js, logger: opts.Logger, storage: opts.Storage, replicas: opts.Replicas}
+	c := &Client{nc: nc, js: js, logger: opts.Logger, storage: opts.Storage, replicas: opts.Replicas,
+		startup: RetryPolicy{Timeout: opts.StartupTimeout, Logger: opts.Logger},
+		publish: publishPolicy(opts.PublishRetry)}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
@@ -74,8 +86,29 @@ func (c *Client) Replicas() int { return c.replicas }
 // Logger returns the client's logger.
 func (c *Client) Logger() *slog.Logger { return c.logger }
 
-// EnsureStreams creates or updates parley's streams. It is idempotent and
-// safe to call from every worker replica at start-up.
+// publishPolicy is Publish's retry policy for a budget (0: the default).
+func publishPolicy(budget time.Duration) RetryPolicy {
+	if budget == 0 {
+		budget = DefaultPublishRetry
+	}
+	return RetryPolicy{Timeout: budget, AttemptTimeout: 5 * time.Second,
+		InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second}
+}
+
+// StartupTimeout returns the start-up retry budget (Options.StartupTimeout
+// or its default).
+func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults().Timeout }
+
+// EnsureStreams creates parley's streams, or updates those whose
+// configuration differs from parley's. It is idempotent and safe to call
+// from every worker replica at once on a fresh cluster: each stream is
+// created first (an existing stream with the same configuration counts as
+// created), and only a stream that exists with a different configuration is
+// updated. Each stream is retried with backoff and jitter (no leader yet,
+// timeouts, a lost creation race) until the start-up policy's deadline
+// (StartupPolicy of ctx, else Options.StartupTimeout), every try logged. A
+// difference JetStream cannot reconcile (storage, retention) fails at once
+// with an error naming the stream and the field.
 func (c *Client) EnsureStreams(ctx context.Context) error {
 	dup := 2 * time.Minute
 	specs := []jetstream.StreamConfig{
@@ -95,20 +128,136 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 			Retention: jetstream.LimitsPolicy, MaxAge: 30 * 24 * time.Hour, Duplicates: dup,
 			Description: "events that could not be handled, with the reason"},
 	}
+	p := c.startupPolicy(ctx)
 	for _, cfg := range specs {
 		cfg.Storage = c.storage
 		cfg.Replicas = c.replicas
-		if _, err := c.js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensuring stream %s: %w", cfg.Name, err)
+		if err := EnsureStream(ctx, c.js, p, cfg); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// EnsureStream creates the stream want, or updates it when it exists with
+// a different value in a field want sets (subjects, retention, max age,
+// duplicate window, storage, replicas, description; fields set on the
+// server by hand and left zero in want are kept), retrying per p (see
+// Retry). A difference in storage or retention, which JetStream cannot
+// change in place, is a permanent error naming the field, both values and
+// the way out. An update the server refuses is permanent too.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, p RetryPolicy, want jetstream.StreamConfig) error {
+	return Retry(ctx, "ensuring stream "+want.Name, p, func(ctx context.Context) error {
+		_, err := js.CreateStream(ctx, want)
+		if err == nil || !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		s, err := js.Stream(ctx, want.Name)
+		if err != nil {
+			return NotVisibleYet(err)
+		}
+		changes, err := StreamConfigChanges(s.CachedInfo().Config, want)
+		if err != nil || len(changes) == 0 {
+			return err
+		}
+		if p.Logger != nil {
+			p.Logger.Info("updating stream configuration", "stream", want.Name, "changes", changes)
+		}
+		_, err = js.UpdateStream(ctx, want)
+		return RefusedUpdate(err)
+	})
+}
+
+// startupPolicy is the start-up policy of ctx (WithStartupPolicy) or of
+// the client, logging to the client's logger unless it names its own.
+func (c *Client) startupPolicy(ctx context.Context) RetryPolicy {
+	p := StartupPolicy(ctx, c.startup)
+	if p.Logger == nil {
+		p.Logger = c.logger
+	}
+	return p
+}
+
+// RefusedUpdate marks err, the error of a stream, consumer or bucket
+// update, Permanent when the server refused the update for a reason no
+// retry changes (a 400 answer other than "no suitable peers"); other errors
+// are returned as they are.
+func RefusedUpdate(err error) error {
+	var api *jetstream.APIError
+	if errors.As(err, &api) && api.Code == 400 && api.ErrorCode != jsErrNoSuitablePeers {
+		return Permanent(fmt.Errorf("the server refused the update: %w", err))
+	}
+	return err
+}
+
+// StreamConfigChanges lists the fields want sets that differ in have, as
+// "field: have → want". It fails (an error naming the stream and field)
+// for a difference JetStream cannot update in place: storage, retention.
+func StreamConfigChanges(have, want jetstream.StreamConfig) ([]string, error) {
+	if have.Storage != want.Storage {
+		return nil, Permanent(fmt.Errorf("stream %s: storage is %s on the server but %s is configured (--storage): "+
+			"JetStream cannot change a stream's storage; use --storage %s, or back up and delete the stream",
+			want.Name, have.Storage, want.Storage, have.Storage))
+	}
+	if have.Retention != want.Retention {
+		return nil, Permanent(fmt.Errorf("stream %s: retention is %s on the server but parley needs %s: "+
+			"JetStream cannot change a stream's retention; back up and delete the stream",
+			want.Name, have.Retention, want.Retention))
+	}
+	var out []string
+	diff := func(field string, h, w any) {
+		out = append(out, fmt.Sprintf("%s: %v → %v", field, h, w))
+	}
+	if !sameSet(have.Subjects, want.Subjects) {
+		diff("subjects", have.Subjects, want.Subjects)
+	}
+	if have.MaxAge != want.MaxAge {
+		diff("max_age", have.MaxAge, want.MaxAge)
+	}
+	if want.Duplicates != 0 && have.Duplicates != want.Duplicates {
+		diff("duplicate_window", have.Duplicates, want.Duplicates)
+	}
+	if max(have.Replicas, 1) != max(want.Replicas, 1) {
+		diff("num_replicas", have.Replicas, want.Replicas)
+	}
+	if have.Description != want.Description {
+		diff("description", have.Description, want.Description)
+	}
+	return out, nil
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := make(map[string]int, len(a))
+	for _, x := range a {
+		m[x]++
+	}
+	for _, x := range b {
+		if m[x] == 0 {
+			return false
+		}
+		m[x]--
+	}
+	return true
 }
 
 // Publish stores e on subject in JetStream in binary content mode, with
 // Nats-Msg-Id = e.ID() so that a republish within the stream's duplicate
 // window is dropped, and with ctx's trace context in the "traceparent"
 // header. It returns the PubAck (Duplicate is true for a dropped copy).
+//
+// A publish that got no acknowledgement (no responders while the stream
+// elects a leader, a timeout, a connection being re-established) is sent
+// again, the same message with the same Nats-Msg-Id, with backoff and
+// jitter, for up to Options.PublishRetry (each try bounded by 5s and by
+// ctx); a copy stored before an ack was lost is then reported as a
+// duplicate, never stored twice. When the budget runs out the error is a
+// *RetryError wrapping the last failure: after a timeout the event may
+// still have been stored (and a later publish of the same event is dropped
+// as a duplicate within the stream's 2-minute window). An error the stream
+// answered (e.g. a wrong expected sequence) is returned at once.
 func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error) {
 	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrSystem, keyOperation.String("send"), keyOpType.String("send"),
@@ -120,12 +269,49 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err
 	}
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID()))
+	ack, err := c.publishMsg(ctx, msg, e.ID())
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return nil, fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err)
 	}
 	return ack, nil
+}
+
+// publishMsg publishes msg with Nats-Msg-Id id, retrying per c.publish
+// while isPublishRetryable.
+func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
+	p := c.publish.withDefaults()
+	start := time.Now()
+	deadline := start.Add(p.budget())
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
+		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			if try > 1 {
+				c.logger.InfoContext(ctx, "published after retries", "subject", msg.Subject, "msg_id", id,
+					"tries", try, "elapsed", time.Since(start).Round(time.Millisecond).String(), "duplicate", ack.Duplicate)
+			}
+			return ack, nil
+		}
+		if ctx.Err() != nil || !isPublishRetryable(err) {
+			return nil, err
+		}
+		wait := p.backoff(try)
+		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
+			return nil, &RetryError{What: "no JetStream acknowledgement (the event may or may not be stored; " +
+				"publishing it again is safe within the duplicate window)", Tries: try, Elapsed: time.Since(start), Last: err}
+		}
+		c.logger.WarnContext(ctx, "publish not acknowledged; retrying", "subject", msg.Subject, "msg_id", id,
+			"try", try, "retry_in", wait.Round(time.Millisecond).String(), "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 // PublishCore sends e on subject over core NATS (not stored), for

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,13 @@ func RetryLater(err error, delay time.Duration) error {
 // heartbeat InProgress every AckWait/3, so a long model or tool call is
 // not redelivered; a shorter AckWait only shortens the wait after a crash.
 const DefaultAckWait = 15 * time.Second
+
+// pullExpiry and pullHeartbeat are Consume's pull request lifetime and
+// idle heartbeat (nats.go requires heartbeat ≤ expiry/2).
+const (
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = time.Second
+)
 
 // MaxServerDeliver is the consumers' server-side MaxDeliver: the bound on
 // deliveries of one message that also covers waiting (RetryLater) and a
@@ -145,7 +153,13 @@ func (s *ConsumerSpec) defaults() {
 	}
 }
 
-// EnsureConsumer creates or updates the durable consumer of spec.
+// EnsureConsumer creates the durable consumer of spec, or updates it when
+// it exists with a different configuration, retrying like EnsureStreams
+// (backoff and jitter until the start-up policy's deadline, every try
+// logged; create first, an existing consumer with the same configuration
+// counts as created). A difference JetStream cannot update in place
+// (deliver or ack policy) is a permanent error naming the consumer and the
+// field.
 func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstream.Consumer, error) {
 	spec.defaults()
 	cfg := jetstream.ConsumerConfig{
@@ -157,11 +171,86 @@ func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstre
 		FilterSubjects: spec.FilterSubjects,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	}
-	cons, err := c.js.CreateOrUpdateConsumer(ctx, spec.Stream, cfg)
+	return EnsureConsumer(ctx, c.js, c.startupPolicy(ctx), spec.Stream, cfg)
+}
+
+// EnsureConsumer creates the durable consumer want on stream, or updates
+// it when it exists with a different value in a field want sets, retrying
+// per p (see Retry). A difference in deliver policy, ack policy or
+// headers-only, which JetStream cannot update, is a permanent error naming
+// the field; so is an update the server refuses.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, p RetryPolicy, stream string, want jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	var cons jetstream.Consumer
+	err := Retry(ctx, fmt.Sprintf("ensuring consumer %s on %s", want.Durable, stream), p, func(ctx context.Context) error {
+		var err error
+		if cons, err = js.CreateConsumer(ctx, stream, want); err == nil || !errors.Is(err, jetstream.ErrConsumerExists) {
+			return err
+		}
+		if cons, err = js.Consumer(ctx, stream, want.Durable); err != nil {
+			return NotVisibleYet(err)
+		}
+		changes, err := ConsumerConfigChanges(stream, cons.CachedInfo().Config, want)
+		if err != nil || len(changes) == 0 {
+			return err
+		}
+		if p.Logger != nil {
+			p.Logger.Info("updating consumer configuration", "stream", stream, "consumer", want.Durable, "changes", changes)
+		}
+		cons, err = js.UpdateConsumer(ctx, stream, want)
+		return RefusedUpdate(err)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("ensuring consumer %s on %s: %w", spec.Durable, spec.Stream, err)
+		return nil, err
 	}
 	return cons, nil
+}
+
+// ConsumerConfigChanges lists the fields want sets that differ in have, as
+// "field: have → want". It fails (an error naming the consumer and field)
+// for a difference JetStream cannot update in place: deliver policy, ack
+// policy, headers only.
+func ConsumerConfigChanges(stream string, have, want jetstream.ConsumerConfig) ([]string, error) {
+	fixed := func(field string, h, w any) error {
+		return Permanent(fmt.Errorf("consumer %s on %s: %s is %v on the server but %v is configured: "+
+			"JetStream cannot change it in place; delete the consumer (its replicas recreate it)",
+			want.Durable, stream, field, h, w))
+	}
+	switch {
+	case have.DeliverPolicy != want.DeliverPolicy:
+		return nil, fixed("deliver_policy", have.DeliverPolicy, want.DeliverPolicy)
+	case have.AckPolicy != want.AckPolicy:
+		return nil, fixed("ack_policy", have.AckPolicy, want.AckPolicy)
+	case have.HeadersOnly != want.HeadersOnly:
+		return nil, fixed("headers_only", have.HeadersOnly, want.HeadersOnly)
+	}
+	var out []string
+	diff := func(field string, h, w any) { out = append(out, fmt.Sprintf("%s: %v → %v", field, h, w)) }
+	if want.AckWait != 0 && have.AckWait != want.AckWait {
+		diff("ack_wait", have.AckWait, want.AckWait)
+	}
+	if want.MaxDeliver != 0 && have.MaxDeliver != want.MaxDeliver {
+		diff("max_deliver", have.MaxDeliver, want.MaxDeliver)
+	}
+	if want.MaxAckPending != 0 && have.MaxAckPending != want.MaxAckPending {
+		diff("max_ack_pending", have.MaxAckPending, want.MaxAckPending)
+	}
+	hf, wf := have.FilterSubjects, want.FilterSubjects
+	if have.FilterSubject != "" {
+		hf = append(hf, have.FilterSubject)
+	}
+	if want.FilterSubject != "" {
+		wf = append(wf, want.FilterSubject)
+	}
+	if !sameSet(hf, wf) {
+		diff("filter_subjects", hf, wf)
+	}
+	if have.Description != want.Description {
+		diff("description", have.Description, want.Description)
+	}
+	if !slices.Equal(have.BackOff, want.BackOff) && want.BackOff != nil {
+		diff("backoff", have.BackOff, want.BackOff)
+	}
+	return out, nil
 }
 
 // Consume runs h for every message of the durable consumer spec until ctx
@@ -199,11 +288,18 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 			defer func() { <-sem }()
 			c.handle(base, &spec, m, h)
 		})
-	}, jetstream.PullMaxMessages(spec.Concurrency), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
-			c.logger.Debug("consume", "consumer", spec.Durable, "error", err)
-		}
-	}))
+	}, jetstream.PullMaxMessages(spec.Concurrency),
+		// Short pulls with frequent heartbeats: a pull request lost with a
+		// NATS node (or refused while a new consumer has no leader yet) is
+		// noticed after 2 missed heartbeats (2 s) and sent again, instead
+		// of after the defaults' 30 s, during which this replica takes no
+		// work.
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+				c.logger.Debug("consume", "consumer", spec.Durable, "error", err)
+			}
+		}))
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
 	}

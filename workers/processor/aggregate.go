@@ -119,7 +119,8 @@ func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
 	t.Pending, t.PauseMark = nil, 0
-	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text})
+	// The blocks go with the text: context references reach the model.
+	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content})
 }
 
 // startNext starts the head of the queue on an idle thread.

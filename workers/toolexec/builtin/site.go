@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Entity types and statuses.
@@ -153,16 +155,20 @@ func OpenSite(ctx context.Context, js jetstream.JetStream, opts *SiteOptions) (*
 		Storage:     o.Storage,
 		Replicas:    o.Replicas,
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		// Lost a creation race with another starter; the bucket exists now.
-		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
-	}
+	// Opening and seeding are retried (a lost creation race, a replicated
+	// bucket whose leader is still being elected: "no responders") until
+	// the start-up deadline of ctx (bus.WithStartupPolicy), like every
+	// bucket; seeding is idempotent.
+	var s *Site
+	err := bus.Retry(ctx, "opening content bucket "+o.Bucket, bus.StartupPolicy(ctx, bus.RetryPolicy{}), func(ctx context.Context) error {
+		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		s = &Site{kv: kv, baseURL: strings.TrimRight(o.BaseURL, "/"), now: func() time.Time { return time.Now().UTC() }}
+		return s.seed(ctx)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("opening content bucket %s: %w", o.Bucket, err)
-	}
-	s := &Site{kv: kv, baseURL: strings.TrimRight(o.BaseURL, "/"), now: func() time.Time { return time.Now().UTC() }}
-	if err := s.seed(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -1,0 +1,376 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/model/openai"
+	"github.com/parley-dev/parley/model/openai/openaitest"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/agent"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
+)
+
+// Tests of the OpenAI-compatible provider with the real workers: a local
+// server replays recorded chat-completions streams, and each test asserts
+// what reached the bus.
+
+const sse = "../model/openai/testdata/"
+
+func reply(file string) openaitest.Reply { return openaitest.Reply{File: sse + file} }
+
+func openAIProvider(t *testing.T, srv *openaitest.Server) model.Provider {
+	t.Helper()
+	p, err := openai.New(openai.Config{BaseURL: srv.URL(), Model: "gpt-4.1-mini", APIKey: "sk-test",
+		Timeout: 5 * time.Second, MaxRetries: 2, MaxRetryDelay: 2 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startOpenAI(t *testing.T, replies ...openaitest.Reply) (*system, *openaitest.Server) {
+	t.Helper()
+	srv := openaitest.New(t, replies...)
+	return start(t, options{provider: openAIProvider(t, srv)}), srv
+}
+
+// turnCompleted waits for the n-th turn.completed on thread.
+func (s *system) turnCompleted(thread string, n int) events.TurnCompleted {
+	s.t.Helper()
+	tc, err := events.Data[events.TurnCompleted](s.rec.await(s.t, 15*time.Second, thread, events.TypeTurnCompleted, n))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return tc
+}
+
+// deltaText joins the message.delta texts of thread's latest attempt per step.
+func (s *system) deltas(thread string) []events.MessageDelta {
+	var out []events.MessageDelta
+	for _, e := range s.rec.matching(thread, events.TypeMessageDelta) {
+		d, err := events.Data[events.MessageDelta](e)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// statuses returns the status items of thread's progress events, checking
+// each is valid MCP progress whose progress increases per token.
+func (s *system) statuses(thread string) []string {
+	s.t.Helper()
+	var out []string
+	var prev *schema.Progress
+	for _, e := range s.rec.matching(thread, events.TypeProgress) {
+		p, err := events.Data[schema.Progress](e)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if err := p.ValidateAfter(prev); err != nil {
+			s.t.Errorf("progress %s after %v: %v", e.Data(), prev, err)
+		}
+		prev = &p
+		st, _ := p.Meta.StatusItem()
+		out = append(out, st)
+	}
+	return out
+}
+
+func TestOpenAIText(t *testing.T) {
+	s, srv := startOpenAI(t, reply("text.sse"))
+	s.send("oa1", "hello")
+	tc := s.turnCompleted("oa1", 1)
+	want := "Hello! I can list, publish or delete your content."
+	if tc.Message.Text != want {
+		t.Errorf("turn.completed text = %q, want %q", tc.Message.Text, want)
+	}
+	var streamed strings.Builder
+	for _, d := range s.deltas("oa1") {
+		if d.TurnID != tc.TurnID || d.Step != 1 || d.Attempt != 1 {
+			t.Errorf("delta %+v: want turn %s, step 1, attempt 1", d, tc.TurnID)
+		}
+		streamed.WriteString(d.Chunk.Text)
+	}
+	if streamed.String() != want {
+		t.Errorf("message.delta texts = %q, want %q", streamed.String(), want)
+	}
+	var u events.Usage
+	raw, _ := json.Marshal(tc.Message.Meta[events.MetaUsage])
+	if err := json.Unmarshal(raw, &u); err != nil || u.InputTokens != 412 || u.OutputTokens != 14 || len(u.Calls) != 1 {
+		t.Errorf("usage on turn.completed = %s (%v), want 412 in / 14 out over 1 call", raw, err)
+	}
+	if st := s.statuses("oa1"); len(st) == 0 || st[0] != "Thinking…" {
+		t.Errorf("progress status items = %q, want Thinking… first", st)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("model requests = %d, want 1", n)
+	}
+}
+
+// toolMessages returns the tool_call_id of the tool messages and the IDs of
+// the assistant's tool calls in a recorded request.
+func toolIDs(req map[string]any) (results, calls []string) {
+	for _, m := range req["messages"].([]any) {
+		m := m.(map[string]any)
+		if m["role"] == "tool" {
+			results = append(results, m["tool_call_id"].(string))
+		}
+		if tcs, ok := m["tool_calls"].([]any); ok {
+			for _, tc := range tcs {
+				calls = append(calls, tc.(map[string]any)["id"].(string))
+			}
+		}
+	}
+	return results, calls
+}
+
+func TestOpenAIToolCallSplitAcrossChunks(t *testing.T) {
+	s, srv := startOpenAI(t, reply("tool_list.sse"), reply("text_after_list.sse"))
+	s.send("oa2", "how many drafts?")
+	tc := s.turnCompleted("oa2", 1)
+	if tc.Message.Text != "There are 10 draft articles." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("model requests = %d, want 2", len(reqs))
+	}
+	results, calls := toolIDs(reqs[1])
+	if len(results) != 1 || results[0] != "call_Xy12ab" || len(calls) != 1 || calls[0] != "call_Xy12ab" {
+		t.Errorf("second request: tool results %q for calls %q, want the model's call_Xy12ab", results, calls)
+	}
+	msgs := reqs[1]["messages"].([]any)
+	if last := msgs[len(msgs)-1].(map[string]any); !strings.Contains(last["content"].(string), "article") {
+		t.Errorf("the tool result sent to the model = %v", last["content"])
+	}
+	if len(tc.Decisions) != 1 || tc.Decisions[0].Tool != "list_entities" || tc.Decisions[0].CallID == "call_Xy12ab" {
+		t.Errorf("decisions = %+v, want one for list_entities keyed by parley's call ID", tc.Decisions)
+	}
+	st := strings.Join(s.statuses("oa2"), "|")
+	for _, want := range []string{"Thinking…", "Checking list_entities", "Running list_entities", "list_entities finished"} {
+		if !strings.Contains(st, want) {
+			t.Errorf("progress %q lacks %q", st, want)
+		}
+	}
+}
+
+func TestOpenAIParallelToolCalls(t *testing.T) {
+	s, srv := startOpenAI(t, reply("tool_parallel.sse"), reply("text_after_parallel.sse"))
+	s.send("oa3", "show me About and the events")
+	tc := s.turnCompleted("oa3", 1)
+	if tc.Message.Text != "Here is the About page and the events." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	results, calls := toolIDs(srv.Requests()[1])
+	if strings.Join(results, ",") != "call_Par0aa,call_Par1bb" || strings.Join(calls, ",") != "call_Par0aa,call_Par1bb" {
+		t.Errorf("second request: results %q, calls %q", results, calls)
+	}
+	if len(tc.Decisions) != 2 {
+		t.Errorf("decisions = %+v, want 2", tc.Decisions)
+	}
+}
+
+// firstDraft returns a draft article's ID.
+func (s *system) firstDraft() string {
+	s.t.Helper()
+	ents, err := s.site.Entities(s.ctx)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Type == builtin.TypeArticle && e.Status == builtin.StatusDraft {
+			return e.ID
+		}
+	}
+	s.t.Fatal("no draft article")
+	return ""
+}
+
+// A model that reuses a tool-call ID in the next step (list, then delete
+// with the same ID) must get its confirmation asked and the delete run.
+func TestOpenAIReusedToolCallID(t *testing.T) {
+	srv := openaitest.New(t)
+	s := start(t, options{provider: openAIProvider(t, srv)})
+	id := s.firstDraft()
+	srv.Add(reply("tool_list.sse"), openaitest.Reply{File: sse + "tool_delete_reused_id.sse", Replace: map[string]string{"__ID__": id}},
+		reply("text_deleted.sse"))
+	s.send("oa4", "delete one draft")
+	qid, q := s.question("oa4", 1)
+	if !strings.Contains(q.Message, "delete") && !strings.Contains(strings.ToLower(q.Message), "delete") {
+		t.Errorf("question = %q", q.Message)
+	}
+	s.answer("oa4", qid, schema.ActionAccept, nil)
+	tc := s.turnCompleted("oa4", 1)
+	if tc.Message.Text != "Deleted the draft article." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	if n := s.drafts(); n != 9 {
+		t.Errorf("drafts = %d, want 9", n)
+	}
+	if len(tc.Decisions) != 2 || tc.Decisions[0].CallID == tc.Decisions[1].CallID {
+		t.Errorf("decisions = %+v, want two calls with distinct parley IDs", tc.Decisions)
+	}
+	results, _ := toolIDs(srv.Requests()[2])
+	if strings.Join(results, ",") != "call_Xy12ab,call_Xy12ab" {
+		t.Errorf("tool results sent to the model carry %q, want the model's own ID twice", results)
+	}
+}
+
+func TestOpenAIRetries(t *testing.T) {
+	t.Run("429 with Retry-After then success", func(t *testing.T) {
+		s, srv := startOpenAI(t, openaitest.Reply{Status: 429, Header: map[string]string{"Retry-After": "1"},
+			Body: `{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}`},
+			reply("text.sse"))
+		start := time.Now()
+		s.send("oa5", "hello")
+		if tc := s.turnCompleted("oa5", 1); !strings.HasPrefix(tc.Message.Text, "Hello!") {
+			t.Errorf("text = %q", tc.Message.Text)
+		}
+		if el := time.Since(start); el < time.Second {
+			t.Errorf("turn completed after %v, before the 1s Retry-After", el)
+		}
+		if n := len(srv.Requests()); n != 2 {
+			t.Errorf("model requests = %d, want 2", n)
+		}
+		if st := strings.Join(s.statuses("oa5"), "|"); !strings.Contains(st, "retrying") {
+			t.Errorf("progress %q does not say the model is being retried", st)
+		}
+	})
+	t.Run("500 then success", func(t *testing.T) {
+		s, srv := startOpenAI(t, openaitest.Reply{Status: 500, Body: `{"error":{"message":"The server had an error","type":"server_error"}}`}, reply("text.sse"))
+		s.send("oa6", "hello")
+		s.turnCompleted("oa6", 1)
+		if n := len(srv.Requests()); n != 2 {
+			t.Errorf("model requests = %d, want 2", n)
+		}
+	})
+	t.Run("400 fails the turn without retry", func(t *testing.T) {
+		s, srv := startOpenAI(t, openaitest.Reply{Status: 400,
+			Body: `{"error":{"message":"Invalid 'messages[0].content': string too long.","type":"invalid_request_error","param":"messages[0].content","code":"string_above_max_length"}}`})
+		s.send("oa7", "hello")
+		tf, err := events.Data[events.TurnFailed](s.rec.await(t, 10*time.Second, "oa7", events.TypeTurnFailed, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tf.Reason != model.ReasonRejected || !strings.Contains(tf.Detail, "400") {
+			t.Errorf("turn.failed = %+v, want model_rejected naming HTTP 400", tf)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := len(srv.Requests()); n != 1 {
+			t.Errorf("model requests = %d, want 1 (a 400 is not retried)", n)
+		}
+	})
+	t.Run("stream cut mid-way then success", func(t *testing.T) {
+		s, _ := startOpenAI(t, openaitest.Reply{File: sse + "text.sse", CutAfter: 700}, reply("text.sse"))
+		s.send("oa8", "hello")
+		tc := s.turnCompleted("oa8", 1)
+		if tc.Message.Text != "Hello! I can list, publish or delete your content." {
+			t.Errorf("text = %q (the cut attempt's text must not be kept)", tc.Message.Text)
+		}
+		attempts := map[int]bool{}
+		for _, d := range s.deltas("oa8") {
+			attempts[d.Attempt] = true
+		}
+		if !attempts[1] || !attempts[2] {
+			t.Errorf("delta attempts = %v, want deltas of attempt 1 (cut) and 2", attempts)
+		}
+	})
+	t.Run("stream always cut", func(t *testing.T) {
+		cut := openaitest.Reply{File: sse + "text.sse", CutAfter: 700}
+		s, _ := startOpenAI(t, cut, cut, cut)
+		s.send("oa9", "hello")
+		tf, err := events.Data[events.TurnFailed](s.rec.await(t, 15*time.Second, "oa9", events.TypeTurnFailed, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tf.Reason != model.ReasonUnavailable {
+			t.Errorf("turn.failed = %+v, want model_unavailable", tf)
+		}
+	})
+}
+
+// startAgentWith runs an agent with provider on its own connection until the
+// returned stop is called.
+func (s *system) startAgentWith(provider model.Provider) (stop func()) {
+	s.t.Helper()
+	nc, err := nats.Connect(s.srv.ClientURL(), nats.Name("agent"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	b, err := bus.New(nc, &bus.Options{Logger: s.log})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	a, err := agent.New(ctx, b, provider, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); defer nc.Close(); _ = a.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// A turn paused with the real provider resumes on a fresh agent (a new
+// provider instance) and a fresh processor.
+func TestOpenAIPausedTurnResumesOnFreshWorkers(t *testing.T) {
+	srv := openaitest.New(t)
+	s := start(t, options{noAgent: true})
+	stopA := s.startAgentWith(openAIProvider(t, srv))
+	id := s.firstDraft()
+	srv.Add(reply("tool_list.sse"), openaitest.Reply{File: sse + "tool_delete_reused_id.sse", Replace: map[string]string{"__ID__": id}},
+		reply("text_deleted.sse"))
+	s.send("oa10", "delete one draft")
+	qid, _ := s.question("oa10", 1)
+	stopA()
+	s.stopProcessor("A")
+	s.startProcessor("B")
+	stopB := s.startAgentWith(openAIProvider(t, srv))
+	defer stopB()
+	s.answer("oa10", qid, schema.ActionAccept, nil)
+	if tc := s.turnCompleted("oa10", 1); tc.Message.Text != "Deleted the draft article." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	if n := s.drafts(); n != 9 {
+		t.Errorf("drafts = %d, want 9", n)
+	}
+	if n := len(srv.Requests()); n != 3 {
+		t.Errorf("model requests = %d, want 3", n)
+	}
+}
+
+// A user message's blocks (a resource_link with the entity it points to)
+// reach the model as context.
+func TestOpenAIUserContextReachesModel(t *testing.T) {
+	s, srv := startOpenAI(t, reply("text.sse"))
+	link := &schema.ResourceLink{URI: "https://example.com/node/2", Name: "article-2", Title: "Draft about NATS"}
+	link.Meta.SetEntity(schema.Entity{EntityType: "node", ID: "2", Bundle: "article"})
+	e, err := events.New("/parley/test", events.TypeTurnRequested, "oa11", events.TurnRequested{User: "tester",
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "summarise this", Content: schema.ContentList{link}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.bus.Publish(s.ctx, events.ChatSubject("oa11", events.ChatTurnRequested), e); err != nil {
+		t.Fatal(err)
+	}
+	s.turnCompleted("oa11", 1)
+	msgs := srv.Requests()[0]["messages"].([]any)
+	user := msgs[len(msgs)-1].(map[string]any)
+	content, _ := user["content"].(string)
+	for _, want := range []string{"summarise this", "https://example.com/node/2", `"entity_type":"node"`, `"id":"2"`} {
+		if !strings.Contains(content, want) {
+			t.Errorf("user message sent to the model = %q, lacks %q", content, want)
+		}
+	}
+}

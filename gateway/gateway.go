@@ -1,0 +1,630 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+)
+
+// SourceGateway is the CloudEvents source of the events the gateway
+// publishes.
+const SourceGateway = "/parley/gateway"
+
+// Options configure a Gateway. Zero values mean the defaults.
+type Options struct {
+	// Logger. Optional. Default: discard.
+	Logger *slog.Logger
+	// MaxBodyBytes bounds a request body; a larger one is answered 413.
+	// Optional. Default: 512 KiB.
+	MaxBodyBytes int64
+	// RatePerSecond and RateBurst bound each user's requests (a token
+	// bucket per user); beyond them the answer is 429 with Retry-After.
+	// Optional. Default: 5 per second, burst 20.
+	RatePerSecond float64
+	RateBurst     int
+	// MaxUsers bounds the per-user rate-limit table (see limiters).
+	// Optional. Default: 10000.
+	MaxUsers int
+	// MaxStreamsPerUser bounds a user's concurrent event streams; one more
+	// is answered 429. Optional. Default: 8.
+	MaxStreamsPerUser int
+	// AllowedOrigins are the origins allowed by CORS ("*" allows any).
+	// Optional. Default: none (same-origin only).
+	AllowedOrigins []string
+	// VerdictWait is how long POST .../elicitations/{id} waits for the
+	// processor's rejection before answering 202. Optional. Default: 1.5 s.
+	VerdictWait time.Duration
+	// Heartbeat is the interval of SSE comment lines on an idle stream.
+	// Optional. Default: 15 s.
+	Heartbeat time.Duration
+	// ShutdownTimeout bounds Serve's graceful stop. Optional. Default: 10 s.
+	ShutdownTimeout time.Duration
+	// DisableWeb turns off the web chat at "/". Optional. Default: served.
+	DisableWeb bool
+}
+
+func (o *Options) withDefaults() Options {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 512 << 10
+	}
+	if c.RatePerSecond == 0 {
+		c.RatePerSecond = 5
+	}
+	if c.RateBurst == 0 {
+		c.RateBurst = 20
+	}
+	if c.MaxUsers == 0 {
+		c.MaxUsers = 10000
+	}
+	if c.MaxStreamsPerUser == 0 {
+		c.MaxStreamsPerUser = 8
+	}
+	if c.VerdictWait == 0 {
+		c.VerdictWait = 1500 * time.Millisecond
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = 15 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	return c
+}
+
+func (o Options) validate() error {
+	var errs []error
+	if o.MaxBodyBytes < 0 {
+		errs = append(errs, errors.New("max body bytes: must be positive"))
+	}
+	if o.RatePerSecond < 0 || o.RateBurst < 0 {
+		errs = append(errs, errors.New("rate limit: must be positive"))
+	}
+	if o.MaxUsers < 0 || o.MaxStreamsPerUser < 0 {
+		errs = append(errs, errors.New("max users / streams: must be positive"))
+	}
+	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 {
+		errs = append(errs, errors.New("durations: must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Route is one API route: an HTTP method and a path pattern in the
+// net/http ServeMux (and OpenAPI) syntax.
+type Route struct {
+	Method, Path string
+}
+
+// Routes are the API routes the gateway serves, documented in
+// docs/openapi.yaml.
+var Routes = []Route{
+	{http.MethodGet, "/v1/threads"},
+	{http.MethodGet, "/v1/threads/{thread}"},
+	{http.MethodGet, "/v1/threads/{thread}/events"},
+	{http.MethodPost, "/v1/threads/{thread}/messages"},
+	{http.MethodPost, "/v1/threads/{thread}/elicitations/{id}"},
+}
+
+// Gateway serves the HTTP API and the web chat.
+type Gateway struct {
+	bus     *bus.Client
+	auth    Authenticator
+	opts    Options
+	log     *slog.Logger
+	owners  *ownership
+	limits  *limiters
+	handler http.Handler
+
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	mu      sync.Mutex
+	streams map[string]int
+}
+
+// New returns a gateway publishing and reading through b and
+// authenticating with auth. It creates (or opens) BucketThreads and
+// ensures parley's streams exist. It fails on invalid options or when
+// JetStream cannot be reached.
+func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) (*Gateway, error) {
+	if b == nil || auth == nil {
+		panic("gateway.New: nil bus or authenticator")
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		return nil, err
+	}
+	own, err := openOwnership(ctx, b.JetStream(), b.Storage(), b.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{bus: b, auth: auth, opts: o, log: o.Logger, owners: own,
+		limits:  newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
+		closing: make(chan struct{}), streams: map[string]int{}}
+	mux := http.NewServeMux()
+	handlers := map[Route]func(http.ResponseWriter, *http.Request, string){
+		Routes[0]: g.listThreads,
+		Routes[1]: g.getThread,
+		Routes[2]: g.streamEvents,
+		Routes[3]: g.postMessage,
+		Routes[4]: g.postAnswer,
+	}
+	for _, rt := range Routes {
+		mux.Handle(rt.Method+" "+rt.Path, g.authed(handlers[rt]))
+	}
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, Problem{Status: http.StatusNotFound, Reason: ReasonNotFound, Detail: "no such route"})
+	})
+	if !o.DisableWeb {
+		mux.Handle("/", webHandler())
+	}
+	g.handler = g.cors(mux)
+	return g, nil
+}
+
+// Handler returns the gateway's HTTP handler.
+func (g *Gateway) Handler() http.Handler { return g.handler }
+
+// Close ends every open event stream (each handler returns, so its
+// response ends cleanly and the client reconnects with Last-Event-ID).
+// Serve calls it when it shuts down.
+func (g *Gateway) Close() { g.closeOnce.Do(func() { close(g.closing) }) }
+
+// Serve serves on ln until ctx is cancelled, then stops gracefully: it
+// ends the event streams, lets requests in flight finish within
+// ShutdownTimeout, and returns nil on a clean stop.
+func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: g.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	srv.RegisterOnShutdown(g.Close)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		// Requests still running after the budget: cut them off.
+		_ = srv.Close()
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+// cors answers preflight requests and adds CORS headers for allowed
+// origins.
+func (g *Gateway) cors(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		origin := r.Header.Get("Origin")
+		allowed := origin != "" && (slices.Contains(g.opts.AllowedOrigins, "*") || slices.Contains(g.opts.AllowedOrigins, origin))
+		if allowed {
+			h := w.Header()
+			h.Set("Access-Control-Allow-Origin", origin)
+			h.Add("Vary", "Origin")
+			h.Set("Access-Control-Expose-Headers", "Retry-After, Location")
+		}
+		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+			if allowed {
+				h := w.Header()
+				h.Set("Access-Control-Allow-Methods", "GET, POST")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+				h.Set("Access-Control-Max-Age", "600")
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authed authenticates the bearer token and applies the user's rate
+// limit before calling h with the user (the token's subject).
+func (g *Gateway) authed(h func(http.ResponseWriter, *http.Request, string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := bearer(r)
+		var user string
+		var err error
+		if ok {
+			user, err = g.auth.Authenticate(r.Context(), tok)
+		}
+		if !ok || err != nil {
+			detail := "an Authorization: Bearer token is required"
+			if err != nil {
+				detail = "the bearer token is not valid"
+				g.log.InfoContext(r.Context(), "token refused", "error", err)
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
+			writeProblem(w, Problem{Status: http.StatusUnauthorized, Reason: ReasonUnauthenticated, Detail: detail})
+			return
+		}
+		if ok, wait := g.limits.allow(user, time.Now()); !ok {
+			secs := int((wait + time.Second - 1) / time.Second)
+			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			writeProblem(w, Problem{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited,
+				Detail: "too many requests; retry after the Retry-After seconds"})
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes)
+		}
+		h(w, r, user)
+	})
+}
+
+// threadParam validates the {thread} path value; it writes the problem
+// and returns false when it is not a valid thread ID.
+func threadParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	thread := r.PathValue("thread")
+	if err := events.ValidToken("thread", thread); err != nil {
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: err.Error(),
+			Errors: []schema.Violation{{Path: "thread", Rule: err.Error()}}})
+		return "", false
+	}
+	return thread, true
+}
+
+// decodeBody reads a JSON body into v, refusing unknown fields and
+// trailing data; it writes the problem (400 or 413) and returns false on
+// failure.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	if err == nil {
+		if _, rerr := io.Copy(io.Discard, r.Body); rerr != nil {
+			err = rerr
+		}
+	}
+	if err == nil {
+		return true
+	}
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
+			Detail: fmt.Sprintf("request body is over %d bytes", mbe.Limit)})
+		return false
+	}
+	writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error()})
+	return false
+}
+
+func (g *Gateway) notFound(w http.ResponseWriter) {
+	writeProblem(w, Problem{Status: http.StatusNotFound, Reason: ReasonNotFound, Detail: "no such thread"})
+}
+
+func (g *Gateway) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	g.log.ErrorContext(r.Context(), "gateway request failed", "error", err, "path", r.URL.Path)
+	writeProblem(w, Problem{Status: http.StatusServiceUnavailable, Reason: ReasonUnavailable,
+		Detail: "the message bus is not reachable; retry later"})
+}
+
+// MessageRequest is the body of POST /v1/threads/{thread}/messages.
+type MessageRequest struct {
+	// Text is the message (required, at most events.MaxMessageText bytes).
+	Text string `json:"text"`
+	// Content are optional MCP content blocks.
+	Content schema.ContentList `json:"content,omitzero"`
+	// Agent names the agent; optional.
+	Agent string `json:"agent,omitempty"`
+	// Meta is the message's _meta; optional.
+	Meta schema.Meta `json:"_meta,omitzero"`
+}
+
+// Accepted is the 202 body of the POST routes.
+type Accepted struct {
+	// EventID is the ID of the event published (turn.requested or
+	// elicitation.responded).
+	EventID string `json:"eventId"`
+	Thread  string `json:"thread"`
+	// Status is "published" for messages; for answers "pending": no
+	// rejection arrived within the verdict wait (the outcome follows on
+	// the event stream).
+	Status string `json:"status"`
+}
+
+func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user string) {
+	thread, ok := threadParam(w, r)
+	if !ok {
+		return
+	}
+	var req MessageRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	msg := schema.ChatMessage{Role: schema.RoleUser, Text: req.Text, Content: req.Content, Meta: req.Meta}
+	var vs []schema.Violation
+	if strings.TrimSpace(req.Text) == "" {
+		vs = append(vs, schema.Violation{Path: "text", Rule: "required"})
+	}
+	if len(req.Text) > events.MaxMessageText {
+		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
+			Detail: fmt.Sprintf("text is %d bytes; at most %d", len(req.Text), events.MaxMessageText)})
+		return
+	}
+	if req.Agent != "" {
+		if err := events.ValidToken("agent", req.Agent); err != nil {
+			vs = append(vs, schema.Violation{Path: "agent", Rule: err.Error()})
+		}
+	}
+	if err := msg.Validate(); err != nil {
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			vs = append(vs, ve.Violations...)
+		} else {
+			vs = append(vs, schema.Violation{Path: "", Rule: err.Error()})
+		}
+	}
+	if len(vs) > 0 {
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
+		return
+	}
+	if err := g.owners.claim(r.Context(), thread, user); err != nil {
+		if errors.Is(err, errNotOwner) {
+			g.notFound(w)
+			return
+		}
+		g.unavailable(w, r, err)
+		return
+	}
+	e, err := events.New(SourceGateway, events.TypeTurnRequested, thread,
+		events.TurnRequested{Agent: req.Agent, User: user, Message: msg})
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	if _, err := g.bus.Publish(r.Context(), events.ChatSubject(thread, events.ChatTurnRequested), e); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/threads/"+thread+"/events")
+	writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "published"})
+}
+
+// AnswerRequest is the body of POST /v1/threads/{thread}/elicitations/{id}:
+// an MCP ElicitResult.
+type AnswerRequest struct {
+	Action  schema.ElicitAction `json:"action"`
+	Content map[string]any      `json:"content,omitempty"`
+	Meta    schema.Meta         `json:"_meta,omitzero"`
+}
+
+func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string) {
+	thread, ok := threadParam(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	if err := events.ValidToken("elicitation id", id); err != nil {
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: err.Error(),
+			Errors: []schema.Violation{{Path: "id", Rule: err.Error()}}})
+		return
+	}
+	var req AnswerRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	switch req.Action {
+	case schema.ActionAccept, schema.ActionDecline, schema.ActionCancel:
+	default:
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest,
+			Detail: `action must be "accept", "decline" or "cancel"`,
+			Errors: []schema.Violation{{Path: "action", Rule: `must be "accept", "decline" or "cancel"`}}})
+		return
+	}
+	if err := g.owners.check(r.Context(), thread, user); err != nil {
+		if errors.Is(err, errNotOwner) {
+			g.notFound(w)
+			return
+		}
+		g.unavailable(w, r, err)
+		return
+	}
+	e, err := events.New(SourceGateway, events.TypeElicitationResponded, thread, events.ElicitationResponded{
+		ElicitationID: id, AnsweredBy: user, Action: req.Action, Content: req.Content, Meta: req.Meta})
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	// Watch for the verdict BEFORE publishing, so it cannot be missed.
+	ctx, cancel := context.WithTimeout(r.Context(), g.opts.VerdictWait)
+	defer cancel()
+	verdicts, stop, err := g.follow(ctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected)}, 0)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	defer stop()
+	if _, err := g.bus.Publish(r.Context(), events.ChatSubject(thread, events.ChatElicitationResponded), e); err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	for {
+		select {
+		case it, ok := <-verdicts:
+			if !ok {
+				writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "pending"})
+				return
+			}
+			if it.ev == nil {
+				continue
+			}
+			d, err := events.Data[events.ElicitationRejected](it.ev)
+			if err != nil || d.RespondedEventID != e.ID() {
+				continue
+			}
+			writeProblem(w, Problem{Status: rejectionStatus(d.Reason), Reason: d.Reason, Detail: d.Detail,
+				EventID: e.ID(), Errors: d.Errors, Title: "answer rejected: " + d.Reason})
+			return
+		case <-ctx.Done():
+			writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "pending"})
+			return
+		}
+	}
+}
+
+// item is one stored chat event read by follow.
+type item struct {
+	seq        uint64
+	numPending uint64
+	ev         *event.Event
+	raw        jetstream.Msg
+}
+
+// follow reads PARLEY_CHAT through an ordered consumer filtered to
+// filters: from stream sequence startSeq, or (startSeq 0) only events
+// stored after it returns. The consumer exists on the server when follow
+// returns. The channel closes when ctx ends or stop is called.
+func (g *Gateway) follow(ctx context.Context, filters []string, startSeq uint64) (<-chan item, func(), error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverNewPolicy}
+	if startSeq > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = startSeq
+	}
+	cons, err := g.bus.JetStream().OrderedConsumer(ctx, events.StreamChat, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", events.StreamChat, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan item, 64)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		it := item{raw: m}
+		if md, err := m.Metadata(); err == nil {
+			it.seq, it.numPending = md.Sequence.Stream, md.NumPending
+		}
+		ev, err := events.Decode(events.Header(m.Headers()), m.Data())
+		if err == nil {
+			it.ev = ev
+		}
+		select {
+		case out <- it:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		cancel()
+		return nil, nil, fmt.Errorf("reading %s: %w", events.StreamChat, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		cc.Stop()
+		<-cc.Closed()
+		close(out)
+	}()
+	return out, func() { cancel(); <-done }, nil
+}
+
+func (g *Gateway) listThreads(w http.ResponseWriter, r *http.Request, user string) {
+	list, truncated, err := g.owners.list(r.Context(), user)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Threads   []ThreadSummary `json:"threads"`
+		Truncated bool            `json:"truncated,omitempty"`
+	}{list, truncated})
+}
+
+func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string) {
+	thread, ok := threadParam(w, r)
+	if !ok {
+		return
+	}
+	if err := g.owners.check(r.Context(), thread, user); err != nil {
+		if errors.Is(err, errNotOwner) {
+			g.notFound(w)
+			return
+		}
+		g.unavailable(w, r, err)
+		return
+	}
+	st, err := g.threadState(r.Context(), thread)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	st.Owner = user
+	writeJSON(w, http.StatusOK, st)
+}
+
+// threadState folds the thread's stored events, up to the last one
+// stored when it starts.
+func (g *Gateway) threadState(ctx context.Context, thread string) (ThreadState, error) {
+	st := ThreadState{Thread: thread, State: StateIdle, Pending: []schema.ElicitRequestParams{}}
+	stream, err := g.bus.JetStream().Stream(ctx, events.StreamChat)
+	if err != nil {
+		return st, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, events.ChatThreadSubjects(thread))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("reading the last event of %s: %w", thread, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, 1)
+	if err != nil {
+		return st, err
+	}
+	defer stop()
+	f := newFold()
+	n := 0
+	for it := range items {
+		if it.ev != nil {
+			f.add(it.seq, it.ev)
+		}
+		n++
+		if it.seq >= last.Sequence || it.numPending == 0 {
+			break
+		}
+		if n >= MaxStateEvents {
+			f.truncated = true
+			break
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return st, fmt.Errorf("reading the events of %s: %w", thread, err)
+	}
+	st.State, st.LastEventID, st.Truncated = f.state(), f.lastSeq, f.truncated
+	st.Pending = append(st.Pending, f.pending...)
+	return st, nil
+}

@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// sseWriteTimeout bounds each write to an event stream: a client that
+// reads nothing for this long is disconnected.
+const sseWriteTimeout = 30 * time.Second
+
+// lastEventID reads the resume point: the Last-Event-ID header (what
+// EventSource sends on reconnect) or the lastEventId query parameter,
+// a stream sequence. ok is false when the value is present and invalid.
+func lastEventID(r *http.Request) (uint64, bool) {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = r.URL.Query().Get("lastEventId")
+	}
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	return n, err == nil
+}
+
+// streamEvents serves the thread's stored events as server-sent events:
+// "id: <stream sequence>", "data: <the CloudEvent in the CloudEvents JSON
+// format>", from after Last-Event-ID (or from the start), then live,
+// with a comment line every Heartbeat. It ends when the client goes, the
+// gateway shuts down, or a write blocks for sseWriteTimeout.
+func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user string) {
+	thread, ok := threadParam(w, r)
+	if !ok {
+		return
+	}
+	after, ok := lastEventID(r)
+	if !ok {
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest,
+			Detail: "Last-Event-ID must be a stream sequence (an unsigned integer)",
+			Errors: []schema.Violation{{Path: "Last-Event-ID", Rule: "must be an unsigned integer"}}})
+		return
+	}
+	if err := g.owners.check(r.Context(), thread, user); err != nil {
+		if errors.Is(err, errNotOwner) {
+			g.notFound(w)
+			return
+		}
+		g.unavailable(w, r, err)
+		return
+	}
+	if !g.openStream(user) {
+		w.Header().Set("Retry-After", "5")
+		writeProblem(w, Problem{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited,
+			Detail: "too many open event streams for this user"})
+		return
+	}
+	defer g.closeStream(user)
+	ctx := r.Context()
+	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, after+1)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	defer stop()
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	flush := func() bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+		if bw.Flush() != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	// Tell EventSource to reconnect quickly (after a gateway restart).
+	bw.WriteString("retry: 1000\n\n")
+	if !flush() {
+		return
+	}
+	beat := time.NewTicker(g.opts.Heartbeat)
+	defer beat.Stop()
+	for {
+		select {
+		case it, ok := <-items:
+			if !ok {
+				return
+			}
+			bw.WriteString("id: " + strconv.FormatUint(it.seq, 10) + "\n")
+			if it.ev == nil {
+				// Not a CloudEvent: keep the position, say so.
+				bw.WriteString("event: invalid\ndata: {}\n\n")
+			} else {
+				data, err := json.Marshal(it.ev)
+				if err != nil {
+					data = []byte("{}")
+				}
+				bw.WriteString("data: ")
+				bw.Write(data)
+				bw.WriteString("\n\n")
+			}
+			// Write what is buffered in one flush when more is waiting.
+			if len(items) == 0 && !flush() {
+				return
+			}
+		case <-beat.C:
+			bw.WriteString(": heartbeat\n\n")
+			if !flush() {
+				return
+			}
+		case <-g.closing:
+			flush()
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (g *Gateway) openStream(user string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.streams[user] >= g.opts.MaxStreamsPerUser {
+		return false
+	}
+	g.streams[user]++
+	return true
+}
+
+func (g *Gateway) closeStream(user string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.streams[user]--; g.streams[user] <= 0 {
+		delete(g.streams, user)
+	}
+}

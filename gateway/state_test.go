@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+func mustEvent(t *testing.T, typ string, data any) *event.Event {
+	t.Helper()
+	e, err := events.New("/test", typ, "th", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func question(id string) schema.ElicitRequestParams {
+	return schema.ElicitRequestParams{Message: "q " + id, Meta: schema.Meta{schema.MetaElicitationID: id}}
+}
+
+func pendingIDs(f *fold) []string {
+	var out []string
+	for _, p := range f.pending {
+		out = append(out, elicitationID(p))
+	}
+	return out
+}
+
+// The state fold follows a thread through a pause with two questions, an
+// invalid answer (question stays open), a valid one, a withdrawal and an
+// expiry.
+func TestFold(t *testing.T) {
+	f := newFold()
+	seq := uint64(0)
+	add := func(typ string, data any) *event.Event {
+		seq++
+		e := mustEvent(t, typ, data)
+		f.add(seq, e)
+		return e
+	}
+	check := func(step, state string, pending ...string) {
+		t.Helper()
+		if got := f.state(); got != state {
+			t.Errorf("%s: state = %s, want %s", step, got, state)
+		}
+		if got := pendingIDs(f); len(got) != len(pending) || (len(got) > 0 && got[0] != pending[0]) {
+			t.Errorf("%s: pending = %v, want %v", step, got, pending)
+		}
+	}
+	check("empty", StateIdle)
+	req := add(events.TypeTurnRequested, events.TurnRequested{Message: schema.ChatMessage{Role: "user", Text: "hi"}})
+	check("requested", StateRunning)
+	add(events.TypeElicitationRequested, question("a"))
+	add(events.TypeElicitationRequested, question("b"))
+	add(events.TypeTurnPaused, events.TurnPaused{TurnID: "turn1", RequestEventID: req.ID(), ElicitationIDs: []string{"a", "b"}})
+	check("paused", StatePaused, "a", "b")
+	bad := add(events.TypeElicitationResponded, events.ElicitationResponded{ElicitationID: "a", Action: "accept"})
+	check("answered a", StatePaused, "b")
+	add(events.TypeElicitationRejected, events.ElicitationRejected{ElicitationID: "a", RespondedEventID: bad.ID(), Reason: events.RejectInvalidContent})
+	check("a invalid", StatePaused, "b", "a")
+	add(events.TypeElicitationResponded, events.ElicitationResponded{ElicitationID: "a", Action: "accept"})
+	check("a valid", StatePaused, "b")
+	add(events.TypeElicitationCancelled, events.ElicitationCancelled{TurnID: "turn1", ElicitationIDs: []string{"b"}, Reason: "superseded"})
+	check("b withdrawn", StateIdle)
+	if f.lastSeq != seq {
+		t.Errorf("lastSeq = %d, want %d", f.lastSeq, seq)
+	}
+
+	// A second turn pauses and expires: the thread is idle again.
+	req2 := add(events.TypeTurnRequested, events.TurnRequested{Message: schema.ChatMessage{Role: "user", Text: "again"}})
+	add(events.TypeElicitationRequested, question("c"))
+	add(events.TypeTurnPaused, events.TurnPaused{TurnID: "turn2", RequestEventID: req2.ID(), ElicitationIDs: []string{"c"}})
+	check("paused again", StatePaused, "c")
+	add(events.TypeElicitationExpired, events.ElicitationExpired{TurnID: "turn2", ElicitationIDs: []string{"c"}})
+	check("expired", StateIdle)
+
+	// A third completes.
+	req3 := add(events.TypeTurnRequested, events.TurnRequested{Message: schema.ChatMessage{Role: "user", Text: "list"}})
+	check("running", StateRunning)
+	add(events.TypeTurnCompleted, events.TurnCompleted{TurnID: "turn3", RequestEventID: req3.ID()})
+	check("completed", StateIdle)
+}

@@ -1,0 +1,145 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// BucketThreads is the gateway's KV bucket of thread ownership. Keys:
+// "t.<thread>" → ThreadOwner (JSON), claimed with kv.Create so the first
+// claimant wins on every replica; "u.<user>.<thread>" → the claim time,
+// an index for listing a user's threads (<user> is the subject in
+// unpadded base64url, so any subject makes a valid key).
+const BucketThreads = "parley_gateway_threads"
+
+// MaxThreadsListed bounds GET /v1/threads: at most this many of a user's
+// threads are returned (the first in key order, then sorted newest claim
+// first); the response says "truncated" when there were more.
+const MaxThreadsListed = 1000
+
+// ThreadOwner is the value of "t.<thread>" in BucketThreads.
+type ThreadOwner struct {
+	Owner     string    `json:"owner"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// ThreadSummary is one entry of GET /v1/threads.
+type ThreadSummary struct {
+	Thread    string    `json:"thread"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// errNotOwner means the thread exists and belongs to someone else, or (for
+// lookups) does not exist: callers answer 404 either way.
+var errNotOwner = errors.New("thread not found")
+
+type ownership struct {
+	kv jetstream.KeyValue
+}
+
+// openOwnership creates the bucket, or opens it when another replica did.
+func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (*ownership, error) {
+	cfg := jetstream.KeyValueConfig{Bucket: BucketThreads, History: 1, Storage: storage, Replicas: replicas,
+		Description: "parley gateway: which user owns which thread"}
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, BucketThreads)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", BucketThreads, err)
+	}
+	return &ownership{kv: kv}, nil
+}
+
+func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
+
+// owner returns the owner of thread; errNotOwner when unclaimed.
+func (o *ownership) owner(ctx context.Context, thread string) (ThreadOwner, error) {
+	e, err := o.kv.Get(ctx, "t."+thread)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return ThreadOwner{}, errNotOwner
+	}
+	if err != nil {
+		return ThreadOwner{}, fmt.Errorf("reading owner of %s: %w", thread, err)
+	}
+	var t ThreadOwner
+	if err := json.Unmarshal(e.Value(), &t); err != nil {
+		return ThreadOwner{}, fmt.Errorf("decoding owner of %s: %w", thread, err)
+	}
+	return t, nil
+}
+
+// check returns nil when user owns thread, errNotOwner otherwise.
+func (o *ownership) check(ctx context.Context, thread, user string) error {
+	t, err := o.owner(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if t.Owner != user {
+		return errNotOwner
+	}
+	return nil
+}
+
+// claim makes user the owner of thread if nobody is, and returns
+// errNotOwner if someone else already is.
+func (o *ownership) claim(ctx context.Context, thread, user string) error {
+	now := time.Now().UTC()
+	val, _ := json.Marshal(ThreadOwner{Owner: user, CreatedAt: now})
+	_, err := o.kv.Create(ctx, "t."+thread, val)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		if err := o.check(ctx, thread, user); err != nil {
+			return err
+		}
+	case err != nil:
+		return fmt.Errorf("claiming %s: %w", thread, err)
+	}
+	// The index is rewritten on every claim, so a crash between the two
+	// writes heals on the owner's next message.
+	ts, _ := now.MarshalText()
+	if _, err := o.kv.Put(ctx, "u."+userKey(user)+"."+thread, ts); err != nil {
+		return fmt.Errorf("indexing %s: %w", thread, err)
+	}
+	return nil
+}
+
+// list returns at most MaxThreadsListed of user's threads (the first in
+// key order), sorted newest claim first; truncated says there were more.
+func (o *ownership) list(ctx context.Context, user string) ([]ThreadSummary, bool, error) {
+	prefix := "u." + userKey(user) + "."
+	lister, err := o.kv.ListKeysFiltered(ctx, prefix+">")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return []ThreadSummary{}, false, nil
+		}
+		return nil, false, fmt.Errorf("listing threads: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	var out []ThreadSummary
+	truncated := false
+	for k := range lister.Keys() {
+		if len(out) == MaxThreadsListed {
+			truncated = true
+			break
+		}
+		s := ThreadSummary{Thread: strings.TrimPrefix(k, prefix)}
+		if e, err := o.kv.Get(ctx, k); err == nil {
+			_ = s.CreatedAt.UnmarshalText(e.Value())
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	if out == nil {
+		out = []ThreadSummary{}
+	}
+	return out, truncated, nil
+}

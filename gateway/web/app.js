@@ -1,0 +1,531 @@
+// parley web chat: a reference client of the gateway API (docs/openapi.yaml).
+// Safety rule: text from models, tools and users is never parsed as HTML.
+// Every node is built with createElement and textContent; links and media
+// URLs are accepted only with http(s) (media also data:) schemes.
+"use strict";
+
+const META = {
+  elicitationID: "drupal.org/ai.elicitation_id",
+  toolCall: "drupal.org/ai.tool_call",
+  entity: "drupal.org/ai.entity",
+  citations: "drupal.org/ai.citations",
+  suggestions: "drupal.org/ai.suggested_replies",
+  status: "drupal.org/ai.status_item",
+};
+
+const T = {
+  turnRequested: "dev.parley.turn.requested",
+  turnPaused: "dev.parley.turn.paused",
+  turnCompleted: "dev.parley.turn.completed",
+  turnFailed: "dev.parley.turn.failed",
+  turnRejected: "dev.parley.turn.rejected",
+  elicitRequested: "dev.parley.elicitation.requested",
+  elicitResponded: "dev.parley.elicitation.responded",
+  elicitRejected: "dev.parley.elicitation.rejected",
+  elicitExpired: "dev.parley.elicitation.expired",
+  elicitCancelled: "dev.parley.elicitation.cancelled",
+  progress: "dev.parley.progress",
+};
+
+const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map() };
+
+// ---- DOM helpers -----------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const n = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") n.className = v;
+    else if (k === "text") n.textContent = v;
+    else if (k.startsWith("on")) n.addEventListener(k.slice(2), v);
+    else n.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) if (c !== null && c !== undefined) n.append(c);
+  return n;
+}
+
+// safeURL returns the URL when its scheme is allowed, else "".
+function safeURL(s, allowData) {
+  try {
+    const u = new URL(String(s), location.href);
+    if (u.protocol === "http:" || u.protocol === "https:") return u.href;
+    if (allowData && u.protocol === "data:" && /^data:(image|audio)\/(png|jpeg|gif|webp|mpeg|ogg|wav|mp3)[;,]/i.test(u.href)) return u.href;
+  } catch (_) { /* not a URL */ }
+  return "";
+}
+
+function link(href, text) {
+  const u = safeURL(href, false);
+  if (!u) return document.createTextNode(text);
+  return el("a", { href: u, rel: "noopener noreferrer nofollow", target: "_blank", text });
+}
+
+// ---- Markdown (a safe subset, rendered to DOM nodes) -------------------------
+
+function inline(text) {
+  const frag = document.createDocumentFragment();
+  const re = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|(?<![\w])_[^_\s][^_]*_(?![\w]))|(\[([^\]]+)\]\(([^)\s]+)\))/g;
+  let last = 0, m;
+  while ((m = re.exec(text)) !== null) {
+    if (m.index > last) frag.append(document.createTextNode(text.slice(last, m.index)));
+    if (m[1]) frag.append(el("code", { text: m[1].slice(1, -1) }));
+    else if (m[2]) frag.append(el("strong", {}, inline(m[2].slice(2, -2))));
+    else if (m[3]) frag.append(el("em", {}, inline(m[3].slice(1, -1))));
+    else if (m[4]) frag.append(link(m[6], m[5]));
+    last = re.lastIndex;
+  }
+  if (last < text.length) frag.append(document.createTextNode(text.slice(last)));
+  return frag;
+}
+
+function markdown(src) {
+  const root = el("div", { class: "md" });
+  const lines = String(src || "").replace(/\r\n?/g, "\n").split("\n");
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    if (/^```/.test(line)) {
+      const body = [];
+      for (i++; i < lines.length && !/^```/.test(lines[i]); i++) body.push(lines[i]);
+      i++;
+      root.append(el("pre", {}, el("code", { text: body.join("\n") })));
+      continue;
+    }
+    const h = /^(#{1,4})\s+(.*)$/.exec(line);
+    if (h) { root.append(el("h" + (h[1].length + 2), {}, inline(h[2]))); i++; continue; }
+    if (/^\s*([-*]|\d+\.)\s+/.test(line)) {
+      const ordered = /^\s*\d+\./.test(line);
+      const list = el(ordered ? "ol" : "ul");
+      while (i < lines.length && /^\s*([-*]|\d+\.)\s+/.test(lines[i])) {
+        list.append(el("li", {}, inline(lines[i].replace(/^\s*([-*]|\d+\.)\s+/, ""))));
+        i++;
+      }
+      root.append(list);
+      continue;
+    }
+    if (line.trim() === "") { i++; continue; }
+    const para = [];
+    while (i < lines.length && lines[i].trim() !== "" && !/^(```|#{1,4}\s|\s*([-*]|\d+\.)\s+)/.test(lines[i])) para.push(lines[i++]);
+    const p = el("p");
+    para.forEach((l, k) => { if (k) p.append(el("br")); p.append(inline(l)); });
+    root.append(p);
+  }
+  return root;
+}
+
+// ---- content blocks ------------------------------------------------------------
+
+function entityCard(block, meta) {
+  const e = meta[META.entity];
+  const title = block.title || block.name || (e && e.id) || block.uri;
+  const card = el("div", { class: "entity", role: "group", "aria-label": "Entity " + title });
+  if (e) card.append(el("span", { class: "kind", text: [e.entity_type, e.bundle !== e.entity_type && e.bundle].filter(Boolean).join(" · ") }));
+  card.append(el("strong", {}, link(block.uri, title)));
+  if (block.description) card.append(el("span", { text: block.description }));
+  if (e && e.status) card.append(el("span", { class: "badge", text: e.status }));
+  return card;
+}
+
+function renderBlock(b) {
+  const meta = (b && b._meta) || {};
+  switch (b && b.type) {
+    case "text": return markdown(b.text);
+    case "image": {
+      const src = safeURL("data:" + b.mimeType + ";base64," + b.data, true);
+      return src ? el("img", { src, alt: (b.annotations && b.annotations.title) || "image from the assistant" }) : el("p", { text: "[image]" });
+    }
+    case "audio": {
+      const src = safeURL("data:" + b.mimeType + ";base64," + b.data, true);
+      return src ? el("audio", { src, controls: true, "aria-label": "audio from the assistant" }) : el("p", { text: "[audio]" });
+    }
+    case "resource_link": return entityCard(b, meta);
+    case "resource": {
+      const r = b.resource || {};
+      const box = el("div", { class: "entity" }, el("span", { class: "kind", text: "resource" }), el("strong", {}, link(r.uri, r.uri || "resource")));
+      if (typeof r.text === "string") box.append(el("pre", { text: r.text }));
+      return box;
+    }
+    default: return el("p", { class: "badge", text: "[unsupported block " + String(b && b.type) + "]" });
+  }
+}
+
+function renderMessage(msg, cls) {
+  const li = el("li", { class: "msg " + cls });
+  li.append(markdown(msg.text));
+  for (const b of msg.content || []) {
+    if (b.type === "text" && b.text === msg.text) continue;
+    const aud = b.annotations && b.annotations.audience;
+    if (aud && !aud.includes("user")) continue;
+    li.append(renderBlock(b));
+  }
+  const meta = msg._meta || {};
+  if (Array.isArray(meta[META.citations]) && meta[META.citations].length) {
+    const ol = el("ol", { class: "citations", "aria-label": "Sources" });
+    for (const c of meta[META.citations]) ol.append(el("li", {}, link(c.url, c.title || c.url)));
+    li.append(ol);
+  }
+  if (Array.isArray(meta[META.suggestions]) && meta[META.suggestions].length) {
+    const box = el("div", { class: "suggestions", role: "group", "aria-label": "Suggested replies" });
+    for (const s of meta[META.suggestions]) box.append(el("button", { type: "button", text: s, onclick: () => sendMessage(String(s)) }));
+    li.append(box);
+  }
+  return li;
+}
+
+function addItem(node) {
+  const list = document.getElementById("messages");
+  list.append(node);
+  node.scrollIntoView({ block: "end" });
+}
+
+// ---- questions ------------------------------------------------------------------
+
+function fieldInput(name, p, id) {
+  const common = { id, name, "aria-describedby": id + "-err " + id + "-hint" };
+  let def;
+  if (p.default !== undefined) def = p.default;
+  if (p.type === "boolean") {
+    return el("input", { ...common, type: "checkbox", checked: def === true });
+  }
+  if (p.type === "array") {
+    const items = p.items || {};
+    const opts = items.anyOf ? items.anyOf.map((o) => [o.const, o.title]) : (items.enum || []).map((v) => [v, v]);
+    const box = el("div", { ...common, role: "group", "data-kind": "multi", "data-min": p.minItems, "data-max": p.maxItems });
+    opts.forEach(([v, t], k) => {
+      const cid = id + "-" + k;
+      box.append(el("label", { for: cid }, el("input", { id: cid, type: "checkbox", value: v, checked: Array.isArray(def) && def.includes(v) }), " " + t));
+    });
+    return box;
+  }
+  if (p.enum || p.oneOf) {
+    const opts = p.oneOf ? p.oneOf.map((o) => [o.const, o.title]) : p.enum.map((v, k) => [v, (p.enumNames && p.enumNames[k]) || v]);
+    const sel = el("select", common, el("option", { value: "", text: "— choose —" }));
+    for (const [v, t] of opts) sel.append(el("option", { value: v, text: t, selected: def === v }));
+    return sel;
+  }
+  if (p.type === "number" || p.type === "integer") {
+    return el("input", { ...common, type: "number", min: p.minimum, max: p.maximum, step: p.type === "integer" ? "1" : "any", value: def });
+  }
+  const type = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" }[p.format] || "text";
+  return el("input", { ...common, type, minlength: p.minLength, maxlength: p.maxLength, value: def });
+}
+
+function readField(input, p) {
+  if (p.type === "boolean") return input.checked;
+  if (p.type === "array") return [...input.querySelectorAll("input:checked")].map((c) => c.value);
+  const v = input.value;
+  if (v === "") return undefined;
+  if (p.type === "number") return Number(v);
+  if (p.type === "integer") return parseInt(v, 10);
+  if (p.format === "date-time") { const d = new Date(v); return isNaN(d) ? v : d.toISOString().replace(/\.\d{3}Z$/, "Z"); }
+  return v;
+}
+
+function setFieldError(card, name, text) {
+  const f = card.querySelector('[data-field="' + CSS.escape(name) + '"]');
+  if (!f) return false;
+  f.querySelector(".error").textContent = text || "";
+  const input = f.querySelector("[name]");
+  if (input) input.setAttribute("aria-invalid", text ? "true" : "false");
+  return true;
+}
+
+// checkField mirrors the server's checks for one field; "" when valid.
+function checkField(input, p, required) {
+  const v = readField(input, p);
+  if (p.type === "array") {
+    if (required && v.length === 0) return "choose at least one";
+    if (p.minItems !== undefined && v.length < p.minItems) return "choose at least " + p.minItems;
+    if (p.maxItems !== undefined && v.length > p.maxItems) return "choose at most " + p.maxItems;
+    return "";
+  }
+  if (v === undefined) return required ? "required" : "";
+  if (input.validity && !input.validity.valid) return input.validationMessage || "not valid";
+  if (typeof v === "string") {
+    if (p.minLength !== undefined && v.length < p.minLength) return "at least " + p.minLength + " characters";
+    if (p.maxLength !== undefined && v.length > p.maxLength) return "at most " + p.maxLength + " characters";
+  }
+  if (typeof v === "number") {
+    if (Number.isNaN(v)) return "must be a number";
+    if (p.minimum !== undefined && v < p.minimum) return "must be at least " + p.minimum;
+    if (p.maximum !== undefined && v > p.maximum) return "must be at most " + p.maximum;
+  }
+  return "";
+}
+
+function settle(card, text) {
+  card.classList.add("settled");
+  card.querySelector(".state").textContent = text;
+  card.querySelectorAll("button, input, select, textarea").forEach((n) => { n.disabled = true; });
+}
+
+function unsettle(card) {
+  card.classList.remove("settled");
+  card.querySelector(".state").textContent = "Please correct the marked fields.";
+  card.querySelectorAll("button, input, select, textarea").forEach((n) => { n.disabled = false; });
+}
+
+function renderQuestion(q) {
+  const meta = q._meta || {};
+  const id = meta[META.elicitationID];
+  if (!id || state.questions.has(id)) return;
+  const tc = meta[META.toolCall];
+  const card = el("li", { class: "msg question", "data-elicitation": id, role: "group", "aria-label": tc ? "Confirmation" : "Question" });
+  card.append(el("p", { class: "state", role: "status", text: "" }));
+  const form = el("form", { novalidate: true });
+  const props = (q.requestedSchema && q.requestedSchema.properties) || {};
+  const required = new Set((q.requestedSchema && q.requestedSchema.required) || []);
+  if (tc) {
+    const ann = tc.annotations || {};
+    card.append(el("h3", { text: ann.title || tc.name }));
+    card.append(markdown(q.message));
+    const badges = el("div", { class: "badges", "aria-label": "Tool annotations" });
+    const flag = (on, label, danger) => on && badges.append(el("span", { class: "badge" + (danger ? " danger" : ""), text: label }));
+    flag(ann.readOnlyHint === true, "read-only");
+    flag(ann.readOnlyHint !== true && ann.destructiveHint !== false, "destructive", true);
+    flag(ann.idempotentHint === true, "idempotent");
+    flag(ann.openWorldHint !== false, "open world");
+    card.append(badges);
+    const dl = el("dl", { class: "args", "aria-label": "Arguments" });
+    for (const [k, v] of Object.entries(tc.arguments || {})) {
+      dl.append(el("dt", { text: k }), el("dd", {}, el("code", { text: typeof v === "string" ? v : JSON.stringify(v) })));
+    }
+    card.append(dl);
+  } else {
+    card.append(markdown(q.message));
+  }
+  let renderable = true;
+  for (const [name, p] of Object.entries(props)) {
+    const fid = "f-" + id + "-" + name;
+    const field = el("div", { class: "field", "data-field": name });
+    let input;
+    try { input = fieldInput(name, p, fid); } catch (_) { renderable = false; continue; }
+    const label = (p.title || name) + (required.has(name) ? " (required)" : "");
+    if (p.type === "boolean") field.append(el("label", { for: fid }, input, " " + label));
+    else if (p.type === "array") field.append(el("span", { id: fid + "-label", text: label }), input);
+    else field.append(el("label", { for: fid, text: label }), input);
+    if (p.type === "array") input.setAttribute("aria-labelledby", fid + "-label");
+    field.append(el("span", { class: "hint", id: fid + "-hint", text: p.description || "" }));
+    field.append(el("span", { class: "error", id: fid + "-err", "aria-live": "polite" }));
+    // Re-check while typing (not on blur: a message appearing or vanishing
+    // on blur moves the buttons under a pointer that is clicking them).
+    const recheck = () => setFieldError(card, name, checkField(input, p, required.has(name)));
+    input.addEventListener("input", recheck);
+    input.addEventListener("change", recheck);
+    form.append(field);
+  }
+  if (!renderable) card.append(el("p", { text: "This form cannot be shown here; answer the restated question above in a message." }));
+  const answer = async (action) => {
+    const content = {};
+    let bad = false;
+    if (action === "accept" || (tc && action === "decline")) {
+      for (const [name, p] of Object.entries(props)) {
+        const input = form.querySelector('[name="' + CSS.escape(name) + '"]');
+        if (!input) continue;
+        const err = action === "accept" ? checkField(input, p, required.has(name)) : "";
+        setFieldError(card, name, err);
+        if (err) { bad = true; continue; }
+        const v = readField(input, p);
+        if (v !== undefined && !(Array.isArray(v) && v.length === 0 && !required.has(name)) && !(tc && v === "")) content[name] = v;
+      }
+    }
+    if (bad) { card.querySelector("[aria-invalid=true]")?.focus(); return; }
+    const body = { action };
+    if (Object.keys(content).length) body.content = content;
+    const resp = await api("POST", "/v1/threads/" + state.thread + "/elicitations/" + encodeURIComponent(id), body);
+    if (resp.status === 202) { settle(card, action === "accept" ? (tc ? "Allowed." : "Answered.") : action === "decline" ? "Declined." : "Cancelled."); return; }
+    const p = await resp.json().catch(() => ({}));
+    if (p.reason === "invalid_content") {
+      unsettle(card);
+      for (const e of p.errors || []) if (!setFieldError(card, e.path.replace(/^content\./, ""), e.rule)) card.querySelector(".state").textContent = e.path + ": " + e.rule;
+      card.querySelector("[aria-invalid=true]")?.focus();
+    } else if (p.reason === "already_consumed") settle(card, "Already answered.");
+    else if (p.reason === "unknown_or_expired") settle(card, "This question expired.");
+    else card.querySelector(".state").textContent = "Not sent: " + (p.detail || p.reason || resp.status);
+  };
+  const actions = el("div", { class: "actions" });
+  if (tc) {
+    actions.append(el("button", { type: "submit", "data-action": "accept", text: "Allow" }));
+    actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
+  } else {
+    actions.append(el("button", { type: "submit", "data-action": "accept", text: "Submit" }));
+    actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
+  }
+  actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
+  form.append(actions);
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); answer("accept"); });
+  card.append(form);
+  state.questions.set(id, card);
+  addItem(card);
+}
+
+// ---- events --------------------------------------------------------------------
+
+function onEvent(ce) {
+  const d = ce.data || {};
+  const status = document.getElementById("status");
+  switch (ce.type) {
+    case T.turnRequested: addItem(renderMessage(d.message || {}, "user")); status.textContent = "Thinking…"; break;
+    case T.turnCompleted: addItem(renderMessage(d.message || {}, "assistant")); status.textContent = "";
+      for (const card of state.questions.values()) if (!card.classList.contains("settled")) settle(card, "Closed.");
+      break;
+    case T.turnPaused: addItem(renderMessage(d.message || {}, "restated")); status.textContent = "Waiting for your answer"; break;
+    case T.turnFailed: addItem(el("li", { class: "msg error", role: "alert", text: "The turn failed: " + (d.detail || d.reason) })); status.textContent = ""; break;
+    case T.turnRejected: addItem(el("li", { class: "msg error", role: "alert", text: "Message refused: " + d.reason + (d.errors ? " — " + d.errors.map((e) => e.path + ": " + e.rule).join("; ") : "") })); status.textContent = ""; break;
+    case T.elicitRequested: renderQuestion(d); break;
+    case T.elicitExpired: for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Expired: this question was not answered in time."); } status.textContent = ""; break;
+    case T.elicitCancelled: for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Withdrawn: " + (d.reason || "no longer needed") + "."); } break;
+    case T.elicitResponded: {
+      const c = state.questions.get(d.elicitationId);
+      if (c && !c.classList.contains("settled")) settle(c, d.action === "accept" ? "Answered." : d.action === "decline" ? "Declined." : "Cancelled.");
+      break;
+    }
+    case T.elicitRejected: {
+      const c = state.questions.get(d.elicitationId);
+      if (c && d.reason === "invalid_content") {
+        unsettle(c);
+        for (const e of d.errors || []) setFieldError(c, e.path.replace(/^content\./, ""), e.rule);
+      }
+      break;
+    }
+    case T.progress: status.textContent = d.message || ("Working… " + (d.total ? Math.round(100 * d.progress / d.total) + "%" : "")); break;
+  }
+  const meta = d.message && d.message._meta;
+  if (meta && meta[META.status]) status.textContent = String(meta[META.status]);
+}
+
+// follow reads the thread's events with fetch (so the token goes in a
+// header, not the URL), parses server-sent events, and reconnects with
+// Last-Event-ID.
+async function follow(thread) {
+  if (state.abort) state.abort.abort();
+  const ctl = new AbortController();
+  state.abort = ctl;
+  state.following = true;
+  try { await followLoop(thread, ctl); } finally { if (state.abort === ctl) state.following = false; }
+}
+
+async function followLoop(thread, ctl) {
+  while (!ctl.signal.aborted) {
+    try {
+      const headers = { Authorization: "Bearer " + state.token };
+      if (state.lastID) headers["Last-Event-ID"] = String(state.lastID);
+      const resp = await fetch("/v1/threads/" + thread + "/events", { headers, signal: ctl.signal });
+      if (resp.status === 401) { signOut(); return; }
+      if (resp.status === 404) return; // not ours, or nothing yet: the first message claims it
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let k;
+        while ((k = buf.indexOf("\n\n")) >= 0) {
+          const chunk = buf.slice(0, k);
+          buf = buf.slice(k + 2);
+          let id = 0, data = "";
+          for (const line of chunk.split("\n")) {
+            if (line.startsWith("id: ")) id = Number(line.slice(4));
+            else if (line.startsWith("data: ")) data += line.slice(6);
+          }
+          if (!data) continue;
+          if (id) state.lastID = id;
+          try { onEvent(JSON.parse(data)); } catch (e) { console.error("bad event", e); }
+        }
+      }
+    } catch (e) {
+      if (ctl.signal.aborted) return;
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+// ---- API and UI ------------------------------------------------------------------
+
+async function api(method, path, body) {
+  const resp = await fetch(path, {
+    method,
+    headers: { Authorization: "Bearer " + state.token, ...(body ? { "Content-Type": "application/json" } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  if (resp.status === 401) signOut();
+  return resp;
+}
+
+async function sendMessage(text) {
+  if (!state.thread) openThread(newThreadID());
+  const resp = await api("POST", "/v1/threads/" + state.thread + "/messages", { text });
+  if (resp.status !== 202) {
+    const p = await resp.json().catch(() => ({}));
+    addItem(el("li", { class: "msg error", role: "alert", text: "Not sent: " + (p.detail || resp.status) }));
+    return false;
+  }
+  if (!state.following) follow(state.thread);
+  loadThreads();
+  return true;
+}
+
+function newThreadID() { return "web-" + crypto.randomUUID(); }
+
+function openThread(id) {
+  state.thread = id;
+  state.lastID = 0;
+  state.questions.clear();
+  document.getElementById("messages").replaceChildren();
+  document.getElementById("thread-title").textContent = id;
+  document.querySelectorAll("#threads button").forEach((b) => b.setAttribute("aria-current", b.dataset.thread === id ? "true" : "false"));
+  history.replaceState(null, "", "#thread=" + encodeURIComponent(id));
+  follow(id);
+}
+
+async function loadThreads() {
+  const resp = await api("GET", "/v1/threads");
+  if (resp.status !== 200) return;
+  const { threads } = await resp.json();
+  const ul = document.getElementById("threads");
+  ul.replaceChildren(...threads.map((t) => el("li", {}, el("button", {
+    type: "button", "data-thread": t.thread, "aria-current": t.thread === state.thread ? "true" : "false",
+    text: t.thread, onclick: () => openThread(t.thread),
+  }))));
+}
+
+function signOut() {
+  sessionStorage.removeItem("parley-token");
+  state.token = "";
+  if (state.abort) state.abort.abort();
+  document.getElementById("app").hidden = true;
+  document.getElementById("login").hidden = false;
+}
+
+function start() {
+  document.getElementById("login").hidden = true;
+  document.getElementById("app").hidden = false;
+  loadThreads();
+  const m = /thread=([^&]+)/.exec(location.hash);
+  openThread(m ? decodeURIComponent(m[1]) : newThreadID());
+  document.getElementById("composer-text").focus();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const m = /token=([^&]+)/.exec(location.hash);
+  if (m) { sessionStorage.setItem("parley-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
+  state.token = sessionStorage.getItem("parley-token") || "";
+  document.getElementById("login-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    state.token = document.getElementById("login-token").value.trim();
+    sessionStorage.setItem("parley-token", state.token);
+    start();
+  });
+  document.getElementById("new-thread").addEventListener("click", () => openThread(newThreadID()));
+  const text = document.getElementById("composer-text");
+  text.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); document.getElementById("composer").requestSubmit(); }
+  });
+  document.getElementById("composer").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const v = text.value.trim();
+    if (!v) return;
+    if (await sendMessage(v)) text.value = "";
+  });
+  if (state.token) start(); else signOut();
+});

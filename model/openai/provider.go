@@ -1,0 +1,384 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	oai "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Provider is a model.Provider for an OpenAI-compatible chat-completions
+// endpoint. It is safe for concurrent use and holds no state between
+// calls.
+type Provider struct {
+	cfg    Config
+	client oai.Client
+	host   string
+}
+
+// New checks cfg and returns a Provider. httpClient may be nil
+// (http.DefaultClient's transport is used).
+func New(cfg Config, httpClient *http.Client) (*Provider, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if httpClient == nil {
+		httpClient = &http.Client{}
+	}
+	opts := []option.RequestOption{
+		option.WithBaseURL(cfg.BaseURL),
+		option.WithHTTPClient(httpClient),
+		// Retries are parley's (classify): the SDK would also retry 408
+		// and 409, and cannot retry a stream cut after its headers.
+		option.WithMaxRetries(0),
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	} else {
+		opts = append(opts, option.WithHeaderDel("Authorization"))
+	}
+	host := ""
+	if u, err := url.Parse(cfg.BaseURL); err == nil {
+		host = u.Hostname()
+	}
+	return &Provider{cfg: cfg, client: oai.NewClient(opts...), host: host}, nil
+}
+
+// Complete sends req (streaming) and returns the answer: text (folded
+// from the streamed chunks) or tool calls with parley's tool names. A
+// failure the turn should end with is a *model.Error.
+func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	s := p.cfg.settings(req.Agent)
+	params, names, err := p.params(req, s)
+	if err != nil {
+		return model.Response{}, err
+	}
+	// The agent's model-call span gets the request side of the GenAI
+	// semantic conventions.
+	span := trace.SpanFromContext(ctx)
+	span.SetAttributes(semconv.GenAIRequestModel(s.Model), attribute.String("server.address", p.host))
+	if s.Temperature != nil {
+		span.SetAttributes(semconv.GenAIRequestTemperature(*s.Temperature))
+	}
+	if s.MaxTokens > 0 {
+		span.SetAttributes(semconv.GenAIRequestMaxTokens(int(s.MaxTokens)))
+	}
+	var lastErr error
+	status, attempts := 0, 0
+	for attempt := 1; ; attempt++ {
+		attempts = attempt
+		resp, err := p.attempt(ctx, params, names, attempt, req.OnDelta)
+		if err == nil {
+			if s.SuggestReplies && len(resp.ToolCalls) == 0 {
+				resp.Text, resp.SuggestedReplies = splitSuggestions(resp.Text)
+				resp.Chunks = []schema.ChatMessage{{Role: schema.RoleAssistant, Text: resp.Text}}
+			}
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return model.Response{}, ctx.Err()
+		}
+		retry, wait, final := classify(err)
+		status = 0
+		if ae := (*oai.Error)(nil); errors.As(err, &ae) {
+			status = ae.StatusCode
+		}
+		if final != nil {
+			final.Attempts = attempt
+			return model.Response{}, final
+		}
+		lastErr = err
+		if !retry || attempt > p.cfg.MaxRetries {
+			break
+		}
+		if wait > p.cfg.MaxRetryDelay {
+			lastErr = fmt.Errorf("%w (the endpoint asked to wait %v, more than the %v allowed)", err, wait.Round(time.Millisecond), p.cfg.MaxRetryDelay)
+			break
+		}
+		wait = max(wait, backoff(attempt, p.cfg.MaxRetryDelay))
+		if req.OnRetry != nil {
+			req.OnRetry(attempt, wait, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return model.Response{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return model.Response{}, &model.Error{Reason: model.ReasonUnavailable, Status: status, Attempts: attempts, Err: lastErr}
+}
+
+// toolCall is a tool call being assembled from stream chunks.
+type toolCall struct {
+	id, name string
+	args     []byte
+}
+
+// attempt makes one streaming HTTP request.
+func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewParams, names nameMap, attempt int, onDelta func(model.Delta)) (model.Response, error) {
+	actx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	stream := p.client.Chat.Completions.NewStreaming(actx, params)
+	defer stream.Close()
+	var (
+		resp     model.Response
+		calls    = map[int64]*toolCall{}
+		finished bool
+		usage    *model.Usage
+	)
+	for stream.Next() {
+		chunk := stream.Current()
+		if resp.Model == "" {
+			resp.Model = chunk.Model
+		}
+		if chunk.JSON.Usage.Valid() {
+			usage = &model.Usage{InputTokens: chunk.Usage.PromptTokens, OutputTokens: chunk.Usage.CompletionTokens}
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Index != 0 {
+				continue // n is 1: only choice 0 exists
+			}
+			// A refusal is the model's answer too (text, per model.Provider).
+			if t := ch.Delta.Content + ch.Delta.Refusal; t != "" {
+				resp.Chunks = append(resp.Chunks, schema.ChatMessage{Role: schema.RoleAssistant, Text: t})
+				if onDelta != nil {
+					onDelta(model.Delta{Attempt: attempt, Text: t})
+				}
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				c := calls[tc.Index]
+				if c == nil {
+					c = &toolCall{}
+					calls[tc.Index] = c
+				}
+				if tc.ID != "" {
+					c.id = tc.ID
+				}
+				if tc.Function.Name != "" {
+					c.name += tc.Function.Name
+				}
+				c.args = append(c.args, tc.Function.Arguments...)
+			}
+			if ch.FinishReason != "" {
+				finished = true
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return model.Response{}, err
+	}
+	if !finished {
+		return model.Response{}, errStreamCut
+	}
+	folded, err := schema.FoldChunks(resp.Chunks...)
+	if err != nil {
+		return model.Response{}, err
+	}
+	resp.Text = folded.Text
+	resp.Usage = usage
+	idx := make([]int64, 0, len(calls))
+	for i := range calls {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		c := calls[i]
+		resp.ToolCalls = append(resp.ToolCalls, schema.ToolCall{ID: c.id, Name: names.parley(c.name), Arguments: arguments(c.args)})
+	}
+	return resp, nil
+}
+
+// arguments returns the model's arguments as JSON: {} when empty, and
+// malformed JSON as a JSON string (so the tool's input-schema check tells
+// the model its arguments are not an object, instead of losing them).
+func arguments(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+// params builds the request body: settings, tools the agent may use, and
+// the (trimmed) conversation.
+func (p *Provider) params(req model.Request, s AgentSettings) (oai.ChatCompletionNewParams, nameMap, error) {
+	names := nameMap{}
+	params := oai.ChatCompletionNewParams{Model: shared.ChatModel(s.Model)}
+	params.StreamOptions.IncludeUsage = oai.Bool(true)
+	if s.Temperature != nil {
+		params.Temperature = oai.Float(*s.Temperature)
+	}
+	if s.MaxTokens > 0 {
+		params.MaxCompletionTokens = oai.Int(s.MaxTokens)
+	}
+	tools := slices.Clone(req.Tools)
+	sort.Slice(tools, func(i, j int) bool { return tools[i].Name < tools[j].Name })
+	toolTokens := 0
+	for _, t := range tools {
+		if s.Tools != nil && !slices.Contains(s.Tools, t.Name) {
+			continue
+		}
+		var schemaObj map[string]any
+		if len(t.InputSchema) > 0 {
+			if err := json.Unmarshal(t.InputSchema, &schemaObj); err != nil {
+				return params, nil, fmt.Errorf("tool %s: inputSchema: %w", t.Name, err)
+			}
+		}
+		fn := shared.FunctionDefinitionParam{Name: names.add(t.Name), Parameters: schemaObj}
+		if t.Description != "" {
+			fn.Description = oai.String(t.Description)
+		}
+		params.Tools = append(params.Tools, oai.ChatCompletionFunctionTool(fn))
+		toolTokens += (len(t.Name) + len(t.Description) + len(t.InputSchema)) / 4
+	}
+	msgs := req.Messages
+	prompt := s.SystemPrompt
+	if s.SuggestReplies {
+		prompt = strings.TrimSpace(prompt + "\n\n" + suggestInstruction)
+	}
+	if prompt != "" {
+		msgs = append([]model.Message{{Role: model.RoleSystem, Text: prompt}}, msgs...)
+	}
+	if s.ContextTokens > 0 {
+		var err error
+		if msgs, err = Trim(msgs, s.ContextTokens-int(s.MaxTokens)-toolTokens); err != nil {
+			return params, nil, err
+		}
+	}
+	for _, m := range msgs {
+		params.Messages = append(params.Messages, message(m, s.Images))
+	}
+	return params, names, nil
+}
+
+// message converts one conversation entry; images says whether the model
+// takes image parts in user messages.
+func message(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
+	switch m.Role {
+	case model.RoleSystem:
+		return oai.SystemMessage(m.Text)
+	case model.RoleAssistant:
+		a := oai.ChatCompletionAssistantMessageParam{}
+		if m.Text != "" || len(m.ToolCalls) == 0 {
+			a.Content.OfString = oai.String(m.Text)
+		}
+		for _, tc := range m.ToolCalls {
+			args := string(tc.Arguments)
+			if args == "" {
+				args = "{}"
+			}
+			a.ToolCalls = append(a.ToolCalls, oai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &oai.ChatCompletionMessageFunctionToolCallParam{ID: tc.ID,
+					Function: oai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: APIName(tc.Name), Arguments: args}}})
+		}
+		return oai.ChatCompletionMessageParamUnion{OfAssistant: &a}
+	case model.RoleTool:
+		return oai.ToolMessage(toolText(m), m.ToolCallID)
+	default:
+		return userMessage(m, images)
+	}
+}
+
+// userMessage is the user's text with the blocks of the message meant for
+// the model: context references (resource links, with the entity they
+// point to) and other blocks described as text, images as image parts when
+// the model takes them.
+func userMessage(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
+	if len(m.Content) == 0 {
+		return oai.UserMessage(m.Text)
+	}
+	var described schema.ContentList
+	var parts []oai.ChatCompletionContentPartUnionParam
+	for _, c := range m.Content {
+		if img, ok := c.(*schema.ImageContent); ok && images && model.ForModel(c) {
+			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{
+				URL: "data:" + img.MIMEType + ";base64," + img.Data}))
+			continue
+		}
+		described = append(described, c)
+	}
+	text := m.Text
+	if ctx := model.ContextText(described, true); ctx != "" {
+		text += "\n\nContext:\n" + ctx
+	}
+	if len(parts) == 0 {
+		return oai.UserMessage(text)
+	}
+	return oai.UserMessage(append([]oai.ChatCompletionContentPartUnionParam{oai.TextContentPart(text)}, parts...))
+}
+
+// toolText is what the model reads of a tool result: the text the agent
+// prepared, plus structuredContent whole (as JSON) when the tool returned
+// one and the text does not already carry it.
+func toolText(m model.Message) string {
+	text := m.Text
+	if m.Result != nil {
+		if ctx := model.ContextText(m.Result.Content, true); ctx != "" {
+			if text != "" {
+				text += "\n"
+			}
+			text += ctx
+		}
+	}
+	if m.Result != nil && m.Result.StructuredContent != nil {
+		if b, err := json.Marshal(m.Result.StructuredContent); err == nil && !containsJSON(text, b) {
+			if text != "" {
+				text += "\n"
+			}
+			text += "structuredContent: " + string(b)
+		}
+	}
+	if text == "" {
+		text = "(no output)"
+	}
+	return text
+}
+
+func containsJSON(text string, b []byte) bool {
+	var a, c any
+	return json.Unmarshal([]byte(text), &a) == nil && json.Unmarshal(b, &c) == nil && fmt.Sprint(a) == fmt.Sprint(c)
+}
+
+// suggestInstruction asks for suggested replies (AgentSettings.SuggestReplies).
+const suggestInstruction = "When you give your final answer (not when calling tools), end it with one last line " +
+	"\"Suggested replies: \" followed by up to 3 short messages the user might send next, separated by \" | \"."
+
+// splitSuggestions removes a trailing "Suggested replies: a | b" line from
+// text and returns the replies (at most 3, blank ones dropped).
+func splitSuggestions(text string) (string, []string) {
+	trimmed := strings.TrimRight(text, " \n")
+	i := strings.LastIndex(trimmed, "\n") + 1
+	line := trimmed[i:]
+	rest, ok := strings.CutPrefix(strings.TrimLeft(line, "*_ "), "Suggested replies:")
+	if !ok {
+		return text, nil
+	}
+	var out []string
+	for _, r := range strings.Split(rest, "|") {
+		if r = strings.Trim(strings.TrimSpace(r), "*_\"`"); r != "" && len(out) < 3 {
+			out = append(out, r)
+		}
+	}
+	return strings.TrimRight(trimmed[:i], " \n"), out
+}

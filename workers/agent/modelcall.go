@@ -1,0 +1,337 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Bounds of streamed text: a message.delta is published when this much
+// text is buffered or deltaInterval has passed since the last one, so a
+// token-by-token stream does not become one event per token.
+const (
+	deltaMaxBytes = 256
+	deltaInterval = 100 * time.Millisecond
+	// progressTimeout bounds the wait for a progress event's ack.
+	progressTimeout = 2 * time.Second
+)
+
+func tracer() trace.Tracer { return otel.Tracer("github.com/parley-dev/parley/workers/agent") }
+
+// callID is parley's identity of the index-th tool call of the run's
+// model call step (from 1): "call_<step-1>_<index>", unique within the run
+// and independent of the ID the model gave it (models may reuse an ID
+// across steps). Everything it keys is scoped by the run ID too: derived
+// event and elicitation IDs, result keys and the tool-executor's ledger.
+func callID(step, index int) string {
+	return fmt.Sprintf("call_%d_%d", step-1, index)
+}
+
+// modelCallID is the ID to use for c in messages sent to the model.
+func (c *CallState) modelCallID() string {
+	if c.ModelCallID != "" {
+		return c.ModelCallID
+	}
+	return c.Call.ID
+}
+
+// modelStep asks the model for the next step: an answer (run.Final) or
+// tool calls (run.Calls). A model error that ends the turn sets run.Failed.
+func (a *Agent) modelStep(ctx context.Context, run *Run) error {
+	tools, err := a.tools.List(ctx)
+	if err != nil {
+		return err
+	}
+	step := run.Step + 1
+	a.progress(ctx, run, events.PhaseModel, 0, "Thinking…", "The model is working on step "+fmt.Sprint(step)+".")
+	ctx, span := tracer().Start(ctx, "chat", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.GenAIOperationNameChat, attribute.String("parley.agent", run.Agent),
+			attribute.String("parley.run_id", run.RunID), attribute.Int("parley.step", step)))
+	defer span.End()
+	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step, generation: uuid.NewString()}
+	retries := 0
+	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: run.Messages, Tools: tools,
+		OnDelta: ds.add,
+		OnRetry: func(attempt int, wait time.Duration, err error) {
+			retries++
+			a.log.WarnContext(ctx, "model call failed; retrying", "run_id", run.RunID, "attempt", attempt, "wait", wait, "error", err)
+			a.progress(ctx, run, events.PhaseRetry, retries, "Model busy, retrying…",
+				fmt.Sprintf("The model did not answer (%v); trying again in %v.", err, wait.Round(time.Millisecond)))
+		}})
+	ds.flush()
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		if me := model.AsError(err); me != nil {
+			span.SetAttributes(semconv.ErrorTypeKey.String(me.Reason))
+			run.Failed = &events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: me.Reason, Detail: "the model call failed: " + me.Error()}
+			return nil
+		}
+		return fmt.Errorf("model call: %w", err)
+	}
+	run.Step = step
+	if resp.Model != "" {
+		span.SetAttributes(semconv.GenAIResponseModel(resp.Model))
+	}
+	if u := resp.Usage; u != nil {
+		span.SetAttributes(semconv.GenAIUsageInputTokens(int(u.InputTokens)), semconv.GenAIUsageOutputTokens(int(u.OutputTokens)))
+		run.Usage = append(run.Usage, events.CallUsage{Step: step, Model: resp.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
+	}
+	if len(resp.ToolCalls) == 0 {
+		run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text})
+		final := schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text}
+		if len(resp.Chunks) > 0 {
+			// The answer is the fold of what was streamed, each chunk's
+			// _meta kept (seed 001 streaming rule).
+			if final, err = schema.FoldChunks(resp.Chunks...); err != nil {
+				run.Failed = &events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: model.ReasonRejected,
+					Detail: "the model's streamed answer cannot be folded: " + err.Error()}
+				return nil
+			}
+			final.Role = schema.RoleAssistant
+		}
+		text, blocks := boundUserBlocks(final.Text, userBlocks(run.Messages))
+		final.Text = text
+		final.Content = append(final.Content, resp.Content...)
+		final.Content = append(final.Content, blocks...)
+		enrichFinal(&final, run.Messages, resp.SuggestedReplies)
+		if len(run.Usage) > 0 {
+			u := events.Usage{Calls: run.Usage}
+			for _, c := range run.Usage {
+				u.InputTokens += c.InputTokens
+				u.OutputTokens += c.OutputTokens
+			}
+			final.Meta = cloneMeta(final.Meta)
+			final.Meta[events.MetaUsage] = u
+			span.SetAttributes(attribute.Int64("parley.turn.usage.input_tokens", u.InputTokens),
+				attribute.Int64("parley.turn.usage.output_tokens", u.OutputTokens))
+		}
+		run.Final = &final
+		return nil
+	}
+	// The model's message keeps the model's IDs (it reads them back); a
+	// missing or repeated ID within the step is replaced by parley's, so
+	// every tool result still pairs with exactly one call.
+	msgCalls := make([]schema.ToolCall, len(resp.ToolCalls))
+	seen := map[string]bool{}
+	for i, tc := range resp.ToolCalls {
+		id := callID(step, i)
+		modelID := tc.ID
+		if modelID == "" || seen[modelID] {
+			modelID = id
+		}
+		seen[modelID] = true
+		msgCalls[i] = tc
+		msgCalls[i].ID = modelID
+		tc.ID = id
+		run.Calls = append(run.Calls, &CallState{Call: tc, ModelCallID: modelID, Status: callNew})
+	}
+	run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: msgCalls})
+	return nil
+}
+
+// deltaStream publishes streamed text as message.delta events, coalescing
+// small pieces (deltaMaxBytes, deltaInterval).
+type deltaStream struct {
+	a    *Agent
+	ctx  context.Context
+	run  *Run
+	step int
+	// generation is random per execution of the model call: a step redone
+	// after a crash streams under a new one (its text may differ), and
+	// every delta's event ID is unique, so nothing needs deduplication.
+	generation string
+	attempt    int
+	seq        int
+	buf        string
+	last       time.Time
+}
+
+func (d *deltaStream) add(delta model.Delta) {
+	if delta.Attempt != d.attempt {
+		d.flush()
+		d.attempt, d.seq = delta.Attempt, 0
+	}
+	d.buf += delta.Text
+	if len(d.buf) >= deltaMaxBytes || time.Since(d.last) >= deltaInterval {
+		d.flush()
+	}
+}
+
+func (d *deltaStream) flush() {
+	if d.buf == "" {
+		return
+	}
+	text := d.buf
+	d.buf, d.last = "", time.Now()
+	run := d.run
+	e, err := events.NewWithID(events.DerivedID("message.delta", d.generation, fmt.Sprint(d.attempt), fmt.Sprint(d.seq)),
+		events.SourceAgent, events.TypeMessageDelta, run.Thread,
+		events.MessageDelta{TurnID: run.TurnID, RunID: run.RunID, Step: d.step, Generation: d.generation, Attempt: d.attempt, Seq: d.seq,
+			Chunk: schema.ChatMessage{Role: schema.RoleAssistant, Text: text}})
+	d.seq++
+	if err == nil {
+		e.SetExtension(events.ExtRunID, run.RunID)
+		e.SetExtension(events.ExtTurnID, run.TurnID)
+		err = d.a.bus.PublishCore(d.ctx, events.ChatSubject(run.Thread, events.ChatMessageDelta), e)
+	}
+	if err != nil {
+		d.a.log.WarnContext(d.ctx, "message.delta not published", "run_id", run.RunID, "error", err)
+	}
+}
+
+// progress publishes an MCP-shaped progress notification for the turn
+// (token: the turn ID) on parley.chat.<thread>.progress, with a short
+// status line in _meta["drupal.org/ai.status_item"] and the phase in
+// _meta["dev.parley/phase"]. Progress is an ordinal that increases through
+// the turn: it is computed from the run's position (step, resumes, phase,
+// n), so it is the same on whichever agent replica publishes it, and so is
+// the event ID: the copy a redelivered event republishes is dropped by the
+// stream's duplicate window. Failure to publish (bounded by
+// progressTimeout) is logged, never fatal: progress is advisory.
+func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, status, message string) {
+	if run.TurnID == "" || run.Thread == "" {
+		return
+	}
+	order := map[string]int{events.PhaseModel: 0, events.PhaseRetry: 1, events.PhaseTool: 2, events.PhaseWaiting: 3}[phase]
+	step := run.Step
+	if phase == events.PhaseModel || phase == events.PhaseRetry {
+		step++ // the call being made
+	}
+	value := float64((((step*16+min(len(run.Resumes), 15))*4+order)*1024 + min(n, 1023)))
+	p := schema.Progress{ProgressToken: schema.StringToken(run.TurnID), Progress: value, Message: message}
+	p.Meta.SetStatusItem(status)
+	p.Meta = cloneMeta(p.Meta)
+	p.Meta[events.MetaPhase] = phase
+	e, err := events.NewWithID(events.DerivedID("progress", run.RunID, fmt.Sprint(value)), events.SourceAgent, events.TypeProgress, run.Thread, p)
+	if err == nil {
+		e.SetExtension(events.ExtRunID, run.RunID)
+		e.SetExtension(events.ExtTurnID, run.TurnID)
+		pctx, cancel := context.WithTimeout(ctx, progressTimeout)
+		_, err = a.bus.Publish(pctx, events.ChatSubject(run.Thread, events.ChatProgress), e)
+		cancel()
+	}
+	if err != nil {
+		a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
+	}
+}
+
+// Kinds of tool progress (see toolProgress).
+const (
+	toolPolicy = iota
+	toolStarted
+	toolFinished
+)
+
+// toolProgress reports a tool call's step: asking the policy services,
+// started, or finished.
+func (a *Agent) toolProgress(ctx context.Context, run *Run, kind int, c *CallState) {
+	idx := 0
+	for i, x := range run.Calls {
+		if x == c {
+			idx = i
+		}
+	}
+	name := c.Call.Name
+	switch kind {
+	case toolPolicy:
+		a.progress(ctx, run, events.PhaseTool, min(idx, 255), "Checking "+name,
+			"Asking the policy services whether "+name+" may run.")
+	case toolStarted:
+		a.progress(ctx, run, events.PhaseTool, 256+min(idx, 255), "Running "+name, name+" started.")
+	case toolFinished:
+		a.progress(ctx, run, events.PhaseTool, 512+min(run.count(callDone)+run.count(callAwaiting), 511), name+" finished",
+			fmt.Sprintf("%s finished (%d of %d tool calls of this step settled).", name, run.count(callDone)+run.count(callAwaiting), len(run.Calls)))
+	}
+}
+
+// waitingProgress reports that the turn waits for the user's answers.
+func (a *Agent) waitingProgress(ctx context.Context, run *Run, questions int) {
+	a.progress(ctx, run, events.PhaseWaiting, 0, "Waiting for your answer",
+		fmt.Sprintf("The turn is paused until %d question(s) are answered.", questions))
+}
+
+// Bounds of what the final message gathers from the turn's tool results.
+const (
+	// maxCitations bounds _meta["drupal.org/ai.citations"]; later ones are
+	// left out.
+	maxCitations = 20
+	// maxStructuredBytes bounds the structuredContent copied to
+	// _meta["drupal.org/ai.structured_content"]; a larger one stays only in
+	// the tool result (the model saw it whole).
+	maxStructuredBytes = 16 << 10
+)
+
+// enrichFinal adds to the final message what the turn's tool results
+// (those after the latest user message) offer the user:
+//
+//   - the sources they cited (their result _meta["drupal.org/ai.citations"])
+//     after any citations of the streamed chunks, each URL once, at most
+//     maxCitations;
+//   - the structuredContent of the latest result that has one, whole, at
+//     _meta["drupal.org/ai.structured_content"] (when at most
+//     maxStructuredBytes of JSON);
+//   - the model's suggested replies at _meta["drupal.org/ai.suggested_replies"].
+func enrichFinal(final *schema.ChatMessage, msgs []model.Message, suggested []string) {
+	start := 0
+	for i, m := range msgs {
+		if m.Role == model.RoleUser {
+			start = i
+		}
+	}
+	cites, _ := final.Meta.Citations()
+	seen := map[string]bool{}
+	for _, c := range cites {
+		seen[c.URL] = true
+	}
+	var structured map[string]any
+	for _, m := range msgs[start:] {
+		if m.Role != model.RoleTool || m.Result == nil {
+			continue
+		}
+		if m.Result.StructuredContent != nil {
+			structured = m.Result.StructuredContent
+		}
+		cs, err := m.Result.Meta.Citations()
+		if err != nil {
+			continue
+		}
+		for _, c := range cs {
+			if !seen[c.URL] && len(cites) < maxCitations && c.Validate() == nil {
+				seen[c.URL] = true
+				cites = append(cites, c)
+			}
+		}
+	}
+	if len(cites) > 0 {
+		final.Meta.SetCitations(cites)
+	}
+	if structured != nil {
+		if b, err := json.Marshal(structured); err == nil && len(b) <= maxStructuredBytes {
+			final.Meta = cloneMeta(final.Meta)
+			final.Meta[schema.MetaStructuredContent] = structured
+		}
+	}
+	var rs []string
+	for _, r := range suggested {
+		if strings.TrimSpace(r) != "" {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) > 0 {
+		final.Meta.SetSuggestedReplies(rs)
+	}
+}
