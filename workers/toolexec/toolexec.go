@@ -559,12 +559,29 @@ func (x *Executor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason err
 }
 
 // PublishProgress publishes p, a progress notification of the running call,
-// as dev.parley.progress on parley.chat.<thread>.progress (core NATS, not
-// stored: a lost notification is only a missed update). Its progressToken
-// is the call's ID, so a client can attach it to the tool call it shows.
+// as dev.parley.progress on parley.chat.<thread>.progress (kept by
+// PARLEY_CHAT like the agent's progress events; published without waiting
+// for the stream: progress is advisory). Its progressToken is the call's
+// ID (the agent's own progress uses the turn ID), and _meta gets
+// "dev.parley/phase": "tool" and a "drupal.org/ai.status_item" line
+// naming the tool, unless the server set them.
 func PublishProgress(ctx context.Context, b *bus.Client, call events.ToolCallRequested, p schema.Progress) error {
 	if call.Thread == "" {
 		return errors.New("progress: the call has no thread")
+	}
+	p.Meta = p.Meta.Clone()
+	if p.Meta == nil {
+		p.Meta = schema.Meta{}
+	}
+	if _, ok := p.Meta[events.MetaPhase]; !ok {
+		p.Meta[events.MetaPhase] = events.PhaseTool
+	}
+	if _, ok := p.Meta[schema.MetaStatusItem]; !ok {
+		status := "Running " + call.Call.Name
+		if p.Message != "" {
+			status += ": " + p.Message
+		}
+		p.Meta[schema.MetaStatusItem] = status
 	}
 	e, err := events.New(events.SourceToolexec, events.TypeProgress, call.Thread, p)
 	if err != nil {
