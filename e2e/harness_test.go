@@ -43,6 +43,10 @@ type options struct {
 	provider model.Provider
 	// noAgent starts no agent (see startAgent in faults_test.go).
 	noAgent bool
+	// sources give the tool-executor tools besides the built-in ones (MCP servers).
+	sources []toolexec.Source
+	// formRevision is the agent's FormRevision; "" means its default.
+	formRevision schema.Revision
 }
 
 // system is a running parley on an embedded server.
@@ -136,7 +140,7 @@ func start(t *testing.T, opts options) *system {
 		g := gate.New(worker("gate"), opts.gate, s.log)
 		wg.Go(func() { _ = g.Run(ctx) })
 	}
-	x, err := toolexec.New(ctx, worker("toolexec"), s.site.Tools(), &toolexec.Options{Logger: s.log})
+	x, err := toolexec.New(ctx, worker("toolexec"), s.site.Tools(), &toolexec.Options{Logger: s.log, Sources: opts.sources})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +158,7 @@ func start(t *testing.T, opts options) *system {
 	}
 	s.model = &countingProvider{Provider: provider}
 	if !opts.noAgent {
-		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
+		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second, FormRevision: opts.formRevision})
 		if err != nil {
 			t.Fatal(err)
 		}

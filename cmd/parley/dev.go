@@ -20,11 +20,12 @@ type devCmd struct {
 	processorFlags
 	agentFlags
 	gateFlags
+	mcpFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *devCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check())
+	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check(), c.mcpFlags.check())
 }
 
 func (c *devCmd) Run(e *env) error {
@@ -45,7 +46,7 @@ func (c *devCmd) Run(e *env) error {
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 	url := srv.ClientURL()
-	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags}
+	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags, mcp: c.mcpFlags}
 	wait, err := startWorkers(e.ctx, url, []string{"gate", "toolexec", "agent", "processor"}, cfg, e)
 	if err != nil {
 		return err

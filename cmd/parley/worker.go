@@ -113,6 +113,7 @@ type roleConfig struct {
 	processor processorFlags
 	agent     agentFlags
 	gate      gateFlags
+	mcp       mcpFlags
 }
 
 // runRole runs one worker role on nc until ctx is cancelled.
@@ -166,7 +167,12 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
-		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log})
+		sources, stopMCP, err := startMCP(ctx, cfg.mcp, log)
+		if err != nil {
+			return err
+		}
+		defer stopMCP()
+		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log, Sources: sources})
 		if err != nil {
 			return err
 		}
@@ -249,13 +255,14 @@ func (c *agentCmd) Run(e *env) error {
 
 type toolexecCmd struct {
 	storeFlags
+	mcpFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
-func (c *toolexecCmd) Validate() error { return c.storeFlags.check() }
+func (c *toolexecCmd) Validate() error { return firstErr(c.storeFlags.check(), c.mcpFlags.check()) }
 
 func (c *toolexecCmd) Run(e *env) error {
-	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags})
+	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags})
 }
 
 type gateCmd struct {

@@ -1,0 +1,353 @@
+package mcpclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nuid"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/toolexec"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
+)
+
+// Bridging a server's elicitation/create (MCP 2025-06-18 and 2025-11-25)
+// to the person, over the bus, without touching the processor or agent:
+//
+//  1. tools/call runs in its own goroutine. When the server asks during the
+//     call, Call returns parley's InputRequiredResult with the server's
+//     question under the key BridgeKey and a requestState naming the
+//     waiting call ("mcp-elicit:<handle>"). The agent pauses the run; the
+//     processor publishes elicitation.requested (same ID rules, TTL and
+//     answer checks as any question).
+//  2. The server's request stays open (bounded by Options.ElicitTimeout,
+//     not by the call timeout, which is suspended while the person
+//     decides).
+//  3. The retry of the call (next round) carries the checked answer: Call
+//     hands it to the waiting request and waits again, for the result or
+//     the next question.
+//
+// The waiting call lives in this process. A retry that reaches another
+// tool-executor replica is retried later (up to UnknownHandleGrace), then
+// answered "outcome unknown": the replica holding the MCP session died
+// while the person was deciding, and parley never re-runs a call that may
+// have had effects.
+
+// BridgeKey is the inputRequests key of a bridged server elicitation.
+const BridgeKey = "elicitation"
+
+// bridgePrefix starts the requestState of a bridged elicitation.
+const bridgePrefix = "mcp-elicit:"
+
+// UnknownHandleGrace is how long a retry naming a waiting call held by
+// another process is retried before it is answered "outcome unknown".
+const UnknownHandleGrace = 30 * time.Second
+
+// MaxPending bounds calls waiting for a person at once per server; a
+// server's elicitation beyond it is declined.
+const MaxPending = 1000
+
+// pendingCall is a tools/call running in the background.
+type pendingCall struct {
+	handle    string
+	questions chan *elicitQ    // from the server's elicitation/create
+	done      chan callOutcome // buffered 1: the call's outcome
+	cancel    context.CancelFunc
+	ctx       context.Context // the call's (toolexec.WatchThread)
+	current   *elicitQ        // the question put to the person, while waiting (guarded by Server.pmu)
+	waiting   atomic.Bool     // a question is with the person
+	stopWatch func()          // ends the thread watch while waiting
+}
+
+type elicitQ struct {
+	params schema.ElicitRequestParams
+	answer chan schema.ElicitResult // buffered 1
+}
+
+type callOutcome struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// Call runs tools/call on the server, bounded by the server's callTimeout
+// (not counting time spent waiting for the person). A JSON-RPC error
+// response (the server refused the call) and a result that is not valid
+// MCP or does not match the tool's outputSchema become isError results
+// naming the problem; a lost connection or timeout is an error (the
+// outcome is unknown, see toolexec). A server's elicitation during the
+// call is returned as an input-required result (see above).
+func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, error) {
+	s := t.s
+	if h, ok := strings.CutPrefix(req.RequestState, bridgePrefix); ok {
+		return t.resume(ctx, h, req)
+	}
+	cs := s.current()
+	if cs == nil {
+		return builtin.Result{}, errNotConnected{s.name}
+	}
+	args := req.Arguments
+	if len(strings.TrimSpace(string(args))) == 0 || string(args) == "null" {
+		args = json.RawMessage(`{}`)
+	}
+	params := &mcp.CallToolParams{Name: t.name, Arguments: args, RequestState: req.RequestState}
+	if len(req.InputResponses) > 0 {
+		if err := convert(req.InputResponses, &params.InputResponses); err != nil {
+			return builtin.Result{}, fmt.Errorf("inputResponses: %w", err)
+		}
+	}
+	// The call outlives this delivery when the server asks the person, so
+	// it gets its own context (with ctx's values: the call, progress).
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopAfter := context.AfterFunc(s.ctx, cancel) // Close ends it too
+	pc := &pendingCall{handle: nuid.Next(), questions: make(chan *elicitQ), done: make(chan callOutcome, 1), cancel: cancel, ctx: callCtx}
+	// Each running call gets a session-unique integer token, mapped back
+	// to the call for progress and elicitation.
+	tok := s.nextToken.Add(1)
+	params.SetProgressToken(tok)
+	call, _ := toolexec.CallFrom(ctx)
+	s.calls.Store(tok, running{ctx: callCtx, call: call, pc: pc})
+	go func() {
+		res, err := cs.CallTool(callCtx, params)
+		s.calls.Delete(tok)
+		pc.done <- callOutcome{res, err}
+		stopAfter()
+		cancel()
+	}()
+	return t.await(ctx, pc)
+}
+
+// await waits for the call's outcome or the server's next question.
+func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, error) {
+	s := t.s
+	timeout := s.cfg.callTimeout()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case o := <-pc.done:
+		return t.finish(o)
+	case q := <-pc.questions:
+		s.pmu.Lock()
+		if s.pending == nil {
+			s.pending = map[string]*pendingCall{}
+		}
+		pc.current = q
+		pc.waiting.Store(true)
+		s.pending[pc.handle] = pc
+		s.pmu.Unlock()
+		t.watch(pc)
+		return builtin.Result{InputRequired: &schema.InputRequiredResult{
+			ResultType:    schema.ResultTypeInputRequired,
+			InputRequests: map[string]schema.InputRequest{BridgeKey: {Method: "elicitation/create", Params: q.params}},
+			RequestState:  bridgePrefix + pc.handle,
+		}}, nil
+	case <-timer.C:
+		pc.cancel() // sends notifications/cancelled
+		<-pc.done
+		return builtin.Result{}, fmt.Errorf("mcp server %q did not answer within %s", s.name, timeout)
+	case <-ctx.Done():
+		pc.cancel()
+		<-pc.done
+		return builtin.Result{}, fmt.Errorf("mcp server %q: call abandoned: %w", s.name, ctx.Err())
+	}
+}
+
+// resume hands the person's answer to the server's waiting request and
+// waits for what the server does next.
+func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (builtin.Result, error) {
+	s := t.s
+	s.pmu.Lock()
+	pc := s.pending[handle]
+	delete(s.pending, handle)
+	if pc == nil {
+		if s.unknown == nil {
+			s.unknown = map[string]time.Time{}
+		}
+		first, seen := s.unknown[handle]
+		if !seen {
+			if len(s.unknown) >= MaxPending {
+				clear(s.unknown)
+			}
+			first = time.Now()
+			s.unknown[handle] = first
+		}
+		s.pmu.Unlock()
+		if time.Since(first) < UnknownHandleGrace {
+			return builtin.Result{}, errElsewhere{bus.RetryLater(fmt.Errorf("mcp server %q: the call waiting for this answer is not held by this tool-executor", s.name), time.Second)}
+		}
+		s.log.Warn("answer for an MCP elicitation whose call is gone; outcome unknown", "handle", handle)
+		return builtin.Result{Call: toolexec.OutcomeUnknown(s.name+"__"+t.name,
+			"the tool-executor holding its MCP session stopped while the server was waiting for an answer")}, nil
+	}
+	q := pc.current
+	pc.current = nil
+	s.pmu.Unlock()
+	pc.stopWatch()
+	ans, ok := req.InputResponses[BridgeKey]
+	if !ok {
+		ans = schema.ElicitResult{Action: schema.ActionCancel}
+	}
+	pc.waiting.Store(false)
+	q.answer <- ans
+	return t.await(ctx, pc)
+}
+
+// watch ends the server's wait when the turn goes on without retrying the
+// call: the agent settles a declined or cancelled input request itself,
+// and a question can expire or be superseded. The server then gets the
+// person's decline or cancel (the last one seen on the thread), or cancel.
+func (t *tool) watch(pc *pendingCall) {
+	s := t.s
+	var mu sync.Mutex
+	last := schema.ActionCancel
+	stop, err := toolexec.WatchThread(pc.ctx, func(e *event.Event) {
+		switch e.Type() {
+		case events.TypeElicitationResponded:
+			if r, err := events.Data[events.ElicitationResponded](e); err == nil &&
+				(r.Action == schema.ActionDecline || r.Action == schema.ActionCancel) {
+				mu.Lock()
+				last = r.Action
+				mu.Unlock()
+			}
+			return
+		case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeElicitationExpired, events.TypeElicitationCancelled:
+		default:
+			return
+		}
+		s.pmu.Lock()
+		if s.pending[pc.handle] != pc {
+			s.pmu.Unlock()
+			return
+		}
+		delete(s.pending, pc.handle)
+		q := pc.current
+		pc.current = nil
+		s.pmu.Unlock()
+		mu.Lock()
+		action := last
+		mu.Unlock()
+		pc.waiting.Store(false)
+		s.log.Info("turn went on without the server's answer; telling the server", "action", action, "event", e.Type())
+		q.answer <- schema.ElicitResult{Action: action}
+	})
+	if err != nil {
+		s.log.Warn("cannot watch the thread of a call waiting for a person", "error", err)
+	}
+	pc.stopWatch = stop
+}
+
+// errElsewhere wraps a retry-later error for a call held by another
+// process: nothing was sent, so the executor may retry it.
+type errElsewhere struct{ err error }
+
+func (e errElsewhere) Error() string    { return e.err.Error() }
+func (e errElsewhere) Unwrap() error    { return e.err }
+func (e errElsewhere) NotStarted() bool { return true }
+
+// finish converts a call's outcome.
+func (t *tool) finish(o callOutcome) (builtin.Result, error) {
+	s := t.s
+	if o.err != nil {
+		var je *jsonrpc.Error
+		if errors.As(o.err, &je) {
+			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("MCP error %d from server %s: %s", je.Code, s.name, je.Message))}, nil
+		}
+		return builtin.Result{}, fmt.Errorf("mcp server %q: %w", s.name, o.err)
+	}
+	res := o.res
+	if res.NeedsInput() {
+		return s.inputRequired(res)
+	}
+	r, err := resultFromSDK(res)
+	if err != nil {
+		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned an invalid tool result: %v", s.name, err))}, nil
+	}
+	if err := r.Validate(&t.def); err != nil {
+		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned a tool result that breaks the MCP rules: %v", s.name, err))}, nil
+	}
+	return builtin.Result{Call: r}, nil
+}
+
+// onElicit takes a server's elicitation/create. With Options.Elicit set
+// it answers directly; otherwise it puts the question to the call's
+// person (see above). The call it belongs to is the server's only running
+// call; with none or several running, it is declined as unattributable.
+func (s *Server) onElicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+	var r running
+	n := 0
+	var ids []string
+	s.calls.Range(func(_, v any) bool {
+		c := v.(running)
+		if c.pc != nil && c.pc.waiting.Load() {
+			return true // its request is with the person already
+		}
+		r = c
+		n++
+		ids = append(ids, r.call.RunID+"/"+r.call.Call.ID)
+		return n < 2
+	})
+	params, err := elicitFromSDK(req.Params)
+	if err != nil {
+		return nil, err
+	}
+	if s.opts.Elicit != nil {
+		res, err := s.opts.Elicit(ctx, s.name, r.call, params)
+		if err != nil {
+			return nil, err
+		}
+		return elicitResultToSDK(res)
+	}
+	if n != 1 || r.pc == nil {
+		s.log.Warn("elicitation/create not attributable to one running call; declined", "running_calls", ids)
+		return &mcp.ElicitResult{Action: string(schema.ActionDecline)}, nil
+	}
+	s.pmu.Lock()
+	full := len(s.pending) >= MaxPending
+	s.pmu.Unlock()
+	if full {
+		s.log.Warn("too many calls waiting for a person; elicitation declined", "max", MaxPending)
+		return &mcp.ElicitResult{Action: string(schema.ActionDecline)}, nil
+	}
+	q := &elicitQ{params: params, answer: make(chan schema.ElicitResult, 1)}
+	select {
+	case r.pc.questions <- q:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.ctx.Done(): // Close
+		return &mcp.ElicitResult{Action: string(schema.ActionCancel)}, nil
+	}
+	timer := time.NewTimer(s.opts.ElicitTimeout)
+	defer timer.Stop()
+	select {
+	case a := <-q.answer:
+		return elicitResultToSDK(a)
+	case <-timer.C:
+		s.pmu.Lock()
+		delete(s.pending, r.pc.handle)
+		s.pmu.Unlock()
+		return &mcp.ElicitResult{Action: string(schema.ActionCancel)}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.ctx.Done(): // Close
+		return &mcp.ElicitResult{Action: string(schema.ActionCancel)}, nil
+	}
+}
+
+// Running returns the number of this server's tool calls in flight,
+// including calls whose server request waits for a person.
+func (s *Server) Running() int {
+	n := 0
+	s.calls.Range(func(_, _ any) bool { n++; return true })
+	return n
+}
