@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -286,4 +287,90 @@ func runSize(run *Run) int {
 func msgSize(m *model.Message) int {
 	b, _ := json.Marshal(m)
 	return len(b)
+}
+
+// MaxModelResultsBytes bounds the whole results one model request loads
+// back from ResultsBucket (the sum of their encoded sizes). Results past
+// it are given to the model as the run record keeps them: the reduced
+// copy, whose text says what was left out.
+const MaxModelResultsBytes = 4 << 20
+
+// modelMessages is the conversation as the model is given it: run.Messages
+// with every tool result of this turn that the run record keeps reduced
+// (MetaResultRef) replaced by the whole result from ResultsBucket, so the
+// model decides on what the tool returned (its structuredContent and
+// content), not on the reduced copy. The text is cut as usual
+// (MaxResultTextBytes). A result that cannot be loaded, or does not fit
+// MaxModelResultsBytes, stays reduced and its text says so; run.Messages
+// itself is not changed.
+func (a *Agent) modelMessages(ctx context.Context, run *Run) []model.Message {
+	turn := 0
+	for i, m := range run.Messages {
+		if m.Role == model.RoleUser {
+			turn = i
+		}
+	}
+	var out []model.Message
+	budget := MaxModelResultsBytes
+	for i := turn; i < len(run.Messages); i++ {
+		m := run.Messages[i]
+		if m.Role != model.RoleTool || m.Result == nil {
+			continue
+		}
+		raw, ok := m.Result.Meta[MetaResultRef]
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = append([]model.Message(nil), run.Messages...)
+		}
+		whole, err := a.loadResult(ctx, raw, &budget)
+		if err != nil {
+			a.log.WarnContext(ctx, "whole tool result not given to the model", "run_id", run.RunID, "tool", m.ToolName, "error", err)
+			out[i].Text = m.Text + fmt.Sprintf("\n[The whole result could not be loaded (%v); only the part above is shown.]", err)
+			continue
+		}
+		// The message text is the reduced copy's text plus what the
+		// agent appended (the user's instructions): keep the latter.
+		rest := ""
+		if short := modelText(m.Result); strings.HasPrefix(m.Text, short) {
+			rest = m.Text[len(short):]
+		}
+		out[i].Text = modelText(whole) + rest
+		out[i].Result = whole
+	}
+	if out == nil {
+		return run.Messages
+	}
+	return out
+}
+
+// loadResult reads the whole result a MetaResultRef value points at,
+// checking its digest, and takes its size from budget.
+func (a *Agent) loadResult(ctx context.Context, raw any, budget *int) (*schema.CallToolResult, error) {
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, fmt.Errorf("reading the reference: %w", err)
+	}
+	var ref ResultRef
+	if err := json.Unmarshal(b, &ref); err != nil || ref.Name == "" {
+		return nil, fmt.Errorf("reading the reference %s: not a result reference", b)
+	}
+	if ref.Size > *budget {
+		return nil, fmt.Errorf("it is %d bytes and the model request may load only %d more bytes of results (limit %d)", ref.Size, *budget, MaxModelResultsBytes)
+	}
+	data, err := a.results.GetBytes(ctx, ref.Name)
+	if err != nil {
+		return nil, fmt.Errorf("object %s/%s: %w", ref.Bucket, ref.Name, err)
+	}
+	sum := sha256.Sum256(data)
+	if d := "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]); ref.Digest != "" && d != ref.Digest {
+		return nil, fmt.Errorf("object %s/%s: digest %s, want %s", ref.Bucket, ref.Name, d, ref.Digest)
+	}
+	var r schema.CallToolResult
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("object %s/%s: %w", ref.Bucket, ref.Name, err)
+	}
+	*budget -= len(data)
+	return &r, nil
 }

@@ -63,7 +63,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	defer span.End()
 	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step, generation: uuid.NewString()}
 	retries := 0
-	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: run.Messages, Tools: tools,
+	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: a.modelMessages(ctx, run), Tools: tools,
 		OnDelta: ds.add,
 		OnRetry: func(attempt int, wait time.Duration, err error) {
 			retries++
