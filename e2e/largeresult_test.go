@@ -68,3 +68,30 @@ func TestDeleteManyDraftsSeesStoredResult(t *testing.T) {
 		t.Fatalf("%d drafts left, want %d", got, 1510-len(page))
 	}
 }
+
+// TestHugePageResultBounded is breaker item 5 (a): a ~750 KB page makes
+// get_entity return a result larger than NATS' maximum payload. The
+// tool-executor reduces it to toolexec.MaxResultBytes instead of failing
+// to record it (retried, dead-lettered, the NATS error shown to the user):
+// the turn completes with the start of the page and a note that it was cut.
+func TestHugePageResultBounded(t *testing.T) {
+	s := start(t, options{})
+	kv, err := s.bus.JetStream().KeyValue(s.ctx, builtin.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := "Huge page starts here. " + strings.Repeat("Lorem ipsum dolor sit amet, <consectetur> \"adipiscing\" elit. ", 750_000/60)
+	b, _ := json.Marshal(builtin.Entity{ID: "page-huge", Type: builtin.TypePage, Status: builtin.StatusPublished, Title: "Huge", Body: body})
+	if _, err := kv.Put(s.ctx, "entity.page-huge", b); err != nil {
+		t.Fatal(err)
+	}
+	s.send("huge", "show me the Huge page")
+	text := s.completed("huge", 1)
+	if !strings.HasPrefix(text, "Here it is.") || !strings.Contains(text, "Huge page starts here.") ||
+		!strings.Contains(text, "Ask the tool for less") || strings.Contains(text, "maximum payload") {
+		t.Fatalf("completed = %.300q … %.300q", text, text[max(0, len(text)-300):])
+	}
+	if n := len(s.rec.matching("huge", events.TypeTurnFailed)); n != 0 {
+		t.Fatalf("%d turn.failed:\n%s", n, s.rec.dump("huge"))
+	}
+}

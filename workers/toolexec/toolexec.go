@@ -471,6 +471,7 @@ func (x *Executor) run(ctx context.Context, key string, rev uint64, in events.To
 		res = events.ToolResult{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round,
 			Result: OutcomeUnknown(in.Call.Name, fmt.Sprintf("failed before returning a result (%v)", err))}
 	}
+	res = x.bound(ctx, in.Call.Name, res) // within MaxResultBytes (limits.go)
 	out, _, _, err := x.record(sctx, key, cur, res)
 	return out, err
 }
