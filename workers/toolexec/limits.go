@@ -134,8 +134,8 @@ func boundResult(r *schema.CallToolResult, limit int) *schema.CallToolResult {
 		note += fmt.Sprintf(" %d content blocks (%d bytes) were left out.", dropped, droppedBytes)
 	}
 	// Cut the text to what is left; JSON escaping can make the encoding
-	// longer than the text, so shrink until the whole result fits.
-	for room := budget; ; room /= 2 {
+	// longer than the text, so shrink by a fifth until the whole result fits.
+	for room := budget; ; room = room * 4 / 5 {
 		out.Content = out.Content[:0]
 		left, shown, total := room, 0, 0
 		for i, c := range r.Content {
