@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -127,6 +130,9 @@ type AttributeError struct {
 	Rule string
 	// Err is the underlying error, if any (e.g. ErrNotCloudEvent).
 	Err error
+	// ID is the event's id when it could be read (decoded and valid), so
+	// a rejection can name the event; "" otherwise.
+	ID string
 }
 
 // Error returns "<header>: <rule>".
@@ -147,20 +153,16 @@ var ErrNotCloudEvent = errors.New("not a CloudEvent")
 // mode, or structured mode when Content-Type starts with
 // "application/cloudevents". A missing or invalid required attribute
 // (specversion, id, source, type) or a malformed optional one fails with an
-// error that names its header, e.g. "ce-source: required"; in binary mode
-// that error is an *AttributeError. Values are checked after
-// percent-decoding: source must be a URI-reference, dataschema a URI, time
-// an RFC 3339 timestamp, datacontenttype a media type.
+// *AttributeError that names it ("ce-source" in binary mode, "source" in
+// structured mode) and carries the event's id when that was readable.
+// Values are checked after percent-decoding: source must be a
+// URI-reference and dataschema a URI (RFC 3986), time an RFC 3339
+// timestamp, datacontenttype a JSON media type (application/json or
+// "+json": parley's events are JSON), and id, source, subject and type
+// must not contain control characters.
 func Decode(h Header, body []byte) (*event.Event, error) {
 	if ct := first(h, headerContentType); strings.HasPrefix(strings.ToLower(ct), "application/cloudevents") {
-		e := event.New()
-		if err := json.Unmarshal(body, &e); err != nil {
-			return nil, fmt.Errorf("structured cloudevent: %w", err)
-		}
-		if err := e.Validate(); err != nil {
-			return nil, fmt.Errorf("structured cloudevent: %w", err)
-		}
-		return &e, nil
+		return decodeStructured(body)
 	}
 	get := func(name string) (string, bool, error) {
 		vs, ok := h[headerPrefix+name]
@@ -184,21 +186,32 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		return nil, attrErr("ce-specversion", "%q is not supported (want %q)", sv, event.CloudEventsVersionV1)
 	}
 	e := event.New()
+	var id string
+	withID := func(err error) error {
+		var ae *AttributeError
+		if errors.As(err, &ae) {
+			ae.ID = id
+		}
+		return err
+	}
+	if v, ok, err := get("id"); err == nil && ok && strings.TrimSpace(v) != "" && checkAttr("ce-id", "id", v) == nil {
+		id = v
+	}
 	for _, name := range []string{"id", "source", "type"} {
 		v, ok, err := get(name)
 		if err != nil {
-			return nil, err
+			return nil, withID(err)
 		}
 		if !ok || v == "" {
-			return nil, attrErr(headerPrefix+name, "required")
+			return nil, withID(attrErr(headerPrefix+name, "required"))
+		}
+		if err := checkAttr(headerPrefix+name, name, v); err != nil {
+			return nil, withID(err)
 		}
 		switch name {
 		case "id":
 			e.SetID(v)
 		case "source":
-			if types.ParseURIRef(v) == nil {
-				return nil, attrErr("ce-source", "%q is not a URI-reference", v)
-			}
 			e.SetSource(v)
 		case "type":
 			e.SetType(v)
@@ -211,31 +224,25 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		}
 		v, err := pctDecode(vs[0])
 		if err != nil {
-			return nil, attrErr(name, "%v", err)
+			return nil, withID(attrErr(name, "%v", err))
+		}
+		if err := checkAttr(name, lname, v); err != nil {
+			return nil, withID(err)
 		}
 		switch lname {
 		case "specversion", "id", "source", "type":
 		case "subject":
 			e.SetSubject(v)
 		case "time":
-			t, err := types.ParseTime(v)
-			if err != nil {
-				return nil, attrErr("ce-time", "%q is not an RFC 3339 timestamp", v)
-			}
+			t, _ := types.ParseTime(v)
 			e.SetTime(t)
 		case "datacontenttype":
-			if _, _, err := mime.ParseMediaType(v); err != nil {
-				return nil, attrErr("ce-datacontenttype", "%q is not a media type (RFC 2045)", v)
-			}
 			e.SetDataContentType(v)
 		case "dataschema":
-			if types.ParseURI(v) == nil {
-				return nil, attrErr("ce-dataschema", "%q is not a URI", v)
-			}
 			e.SetDataSchema(v)
 		default:
 			if !validExtensionName(lname) {
-				return nil, attrErr(name, "extension name must be lowercase a-z and 0-9")
+				return nil, withID(attrErr(name, "extension name must be lowercase a-z and 0-9"))
 			}
 			e.SetExtension(lname, v)
 		}
@@ -244,9 +251,138 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		e.DataEncoded = body
 	}
 	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid cloudevent: %w", err)
+		return nil, withID(sdkAttrErr(headerPrefix, err))
 	}
 	return &e, nil
+}
+
+// decodeStructured reads a structured-mode event (the whole event as a
+// JSON object), checking its string attributes as Decode does; errors name
+// the JSON member ("source") and carry the id when it was readable.
+func decodeStructured(body []byte) (*event.Event, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil || members == nil {
+		return nil, &AttributeError{Header: "event", Rule: "structured cloudevent: must be a JSON object"}
+	}
+	var id string
+	if raw, ok := members["id"]; ok {
+		var v string
+		if json.Unmarshal(raw, &v) == nil && strings.TrimSpace(v) != "" && checkAttr("id", "id", v) == nil {
+			id = v
+		}
+	}
+	for _, name := range []string{"specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"} {
+		raw, ok := members[name]
+		if !ok {
+			switch name {
+			case "specversion", "id", "source", "type":
+				return nil, &AttributeError{Header: name, Rule: "required", ID: id}
+			}
+			continue
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return nil, &AttributeError{Header: name, Rule: "must be a string", ID: id}
+		}
+		if name == "specversion" && v != event.CloudEventsVersionV1 {
+			return nil, &AttributeError{Header: name, Rule: fmt.Sprintf("%q is not supported (want %q)", v, event.CloudEventsVersionV1), ID: id}
+		}
+		if err := checkAttr(name, name, v); err != nil {
+			err.ID = id
+			return nil, err
+		}
+	}
+	e := event.New()
+	if err := json.Unmarshal(body, &e); err != nil {
+		ae := sdkAttrErr("", err)
+		ae.ID = id
+		return nil, ae
+	}
+	if err := e.Validate(); err != nil {
+		ae := sdkAttrErr("", err)
+		ae.ID = id
+		return nil, ae
+	}
+	return &e, nil
+}
+
+// sdkAttrErr turns an SDK error into an *AttributeError: it names the
+// first attribute of an event.ValidationError (prefixed, e.g. "ce-id"),
+// "event" otherwise, and keeps the message on one line.
+func sdkAttrErr(prefix string, err error) *AttributeError {
+	var ve event.ValidationError
+	if errors.As(err, &ve) && len(ve) > 0 {
+		names := make([]string, 0, len(ve))
+		for name := range ve {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return &AttributeError{Header: prefix + names[0], Rule: cleanSDKError(ve[names[0]]), Err: err}
+	}
+	return &AttributeError{Header: "event", Rule: cleanSDKError(err), Err: err}
+}
+
+// cleanSDKError is the SDK's message on one line, without trailing space.
+func cleanSDKError(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// checkAttr checks the decoded value v of attribute name (reported as
+// label); it returns nil for values it has no rule for.
+func checkAttr(label, name, v string) *AttributeError {
+	switch name {
+	case "id", "source", "subject", "type":
+		if i := strings.IndexFunc(v, unicode.IsControl); i >= 0 {
+			return attrErr(label, "must not contain control characters (found %U at byte %d)", []rune(v[i:])[0], i)
+		}
+	}
+	switch name {
+	case "source":
+		if v != "" && !validURIRef(v) {
+			return attrErr(label, "%q is not a URI-reference (RFC 3986)", v)
+		}
+	case "time":
+		if _, err := types.ParseTime(v); err != nil {
+			return attrErr(label, "%q is not an RFC 3339 timestamp", v)
+		}
+	case "datacontenttype":
+		mt, _, err := mime.ParseMediaType(v)
+		if err != nil {
+			return attrErr(label, "%q is not a media type (RFC 2045)", v)
+		}
+		if mt != DataContentTypeJSON && !strings.HasSuffix(mt, "+json") {
+			return attrErr(label, "%q is not JSON: parley events carry application/json (or a +json type)", v)
+		}
+	case "dataschema":
+		if !validURIRef(v) {
+			return attrErr(label, "%q is not a URI (RFC 3986)", v)
+		}
+		if u, err := url.Parse(v); err != nil || !u.IsAbs() {
+			return attrErr(label, "%q is not an absolute URI (RFC 3986: a scheme is required)", v)
+		}
+	}
+	return nil
+}
+
+// validURIRef reports whether s is an RFC 3986 URI-reference: only
+// unreserved, reserved and percent-encoded characters, and parseable.
+func validURIRef(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~:/?#[]@!$&'()*+,;=", c) >= 0:
+		case c == '%':
+			if i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
+				return false
+			}
+			i += 2
+		default:
+			return false
+		}
+	}
+	_, err := url.Parse(s)
+	return err == nil
 }
 
 func first(h Header, k string) string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/go-cmp/cmp"
@@ -180,15 +181,19 @@ func TestPercentEncoding(t *testing.T) {
 
 			// The same through the codec, on a header and an extension.
 			e := fullEvent(t)
+			control := strings.IndexFunc(tt.in, unicode.IsControl) >= 0
 			if tt.in != "" {
 				e.SetSubject(tt.in)
+				if control { // a subject never carries control characters (checked by Decode)
+					e.SetSubject("s")
+				}
 				e.SetExtension("note", tt.in)
 			}
 			h, body, err := Encode(e)
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			if tt.in != "" {
+			if tt.in != "" && !control {
 				if got := h["ce-subject"][0]; got != tt.want {
 					t.Errorf("ce-subject = %q, want %q", got, tt.want)
 				}

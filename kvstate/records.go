@@ -147,8 +147,8 @@ func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uin
 // when that has passed). A live record already there is replaced if it is
 // settled (the previous pause of the turn) or belongs to another turn (the
 // thread moved on from it); a record of the same turn still pending fails
-// with ErrConflict, and an older pause of the same turn (by RunSeq) than
-// the stored one fails with ErrStale. The caller checks that p's turn is the thread's
+// with ErrConflict, and a pause at or below the stored record's RunSeq
+// (of any turn: PARLEY_RUNS order is total) fails with ErrStale. The caller checks that p's turn is the thread's
 // active one and that the pause is not stale.
 func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	p.Format = PausedFormat
@@ -166,9 +166,13 @@ func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
 		return oldRev, nil // a redelivered pause: already stored
 	}
-	if err == nil && old.TurnID == p.TurnID && p.RunSeq != 0 && p.RunSeq <= old.RunSeq {
-		return 0, fmt.Errorf("thread %s: pause at runs sequence %d is older than the stored one (%d): %w",
-			p.Thread, p.RunSeq, old.RunSeq, ErrStale)
+	// PARLEY_RUNS order decides, whatever the turn: a pause read from an
+	// earlier stream position than the stored record's (a processor that
+	// froze past AckWait, say) is stale even when the stored record is a
+	// later turn's, and must not replace it.
+	if err == nil && p.RunSeq != 0 && p.RunSeq <= old.RunSeq {
+		return 0, fmt.Errorf("thread %s: pause at runs sequence %d is not newer than the stored one (%d, turn %s): %w",
+			p.Thread, p.RunSeq, old.RunSeq, old.TurnID, ErrStale)
 	}
 	if err == nil && old.TurnID == p.TurnID && !old.Settled() {
 		return 0, fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)

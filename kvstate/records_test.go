@@ -468,3 +468,32 @@ func TestPausedStoreMutate(t *testing.T) {
 		return errors.Is(err, ErrNotFound)
 	})
 }
+
+// TestPausedStoreStaleAcrossTurns: a pause from an earlier PARLEY_RUNS
+// position never replaces a later one, even of another turn (a processor
+// that froze past AckWait on turn 1's pause must not overwrite turn 2's
+// questions); the later one still replaces the earlier.
+func TestPausedStoreStaleAcrossTurns(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := openPaused(t)
+	p2 := paused("t1", "turn-2", time.Hour, "q2")
+	p2.RunSeq = 12
+	if _, err := s.Save(ctx, p2); err != nil {
+		t.Fatal(err)
+	}
+	p1 := paused("t1", "turn-1", time.Hour, "q1")
+	p1.RunSeq = 10
+	if _, err := s.Save(ctx, p1); !errors.Is(err, ErrStale) {
+		t.Fatalf("Save(turn 1 at seq 10 over turn 2 at seq 12) = %v, want ErrStale", err)
+	}
+	got, _, err := s.Load(ctx, "t1")
+	if err != nil || got.TurnID != "turn-2" || !slices.Equal(got.PendingIDs(), []string{"q2"}) {
+		t.Errorf("Load = %+v, %v, want turn-2 with q2 pending", got, err)
+	}
+	p3 := paused("t1", "turn-3", time.Hour, "q3")
+	p3.RunSeq = 14
+	if _, err := s.Save(ctx, p3); err != nil {
+		t.Fatalf("Save(turn 3 at seq 14) = %v, want it to replace turn 2", err)
+	}
+}

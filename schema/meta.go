@@ -396,7 +396,8 @@ func (e Entity) Validate() error {
 // 5): {"widget": "entity_autocomplete", "target_type": "node", "bundles":
 // ["article"]}. The member "widget" names the widget (Name); every other
 // member is one of its options (Options), kept as JSON values. The older
-// {"type": ...} spelling is read as an alias of "widget"; an "options"
+// {"type": "<name>"} spelling is read as an alias of "widget" when "type"
+// is a string and "widget" is absent (otherwise "type" is an option); an "options"
 // object is read as options too. The property itself stays a primitive,
 // so a client that ignores hints renders a plain field.
 type Widget struct {
@@ -420,7 +421,8 @@ func (w Widget) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads the open shape. The hint must be a JSON object;
-// "widget" (or its alias "type"), when present, must be a string; an
+// "widget", when present, must be a string (a "type" that is not a
+// string, or next to "widget", is kept as an option); an
 // "options" object (the older nested spelling) is merged into Options.
 func (w *Widget) UnmarshalJSON(b []byte) error {
 	var m map[string]any
@@ -428,15 +430,19 @@ func (w *Widget) UnmarshalJSON(b []byte) error {
 		return &ValidationError{Violations: []Violation{{"", "must be an object"}}}
 	}
 	*w = Widget{}
-	for _, k := range []string{"type", "widget"} { // "widget" wins
-		if v, ok := m[k]; ok {
-			s, isString := v.(string)
-			if !isString {
-				return &ValidationError{Violations: []Violation{{k, "must be a string"}}}
-			}
-			w.Name = s
-			delete(m, k)
+	if v, ok := m["widget"]; ok {
+		s, isString := v.(string)
+		if !isString {
+			return &ValidationError{Violations: []Violation{{"widget", "must be a string"}}}
 		}
+		w.Name = s
+		delete(m, "widget")
+	} else if s, isString := m["type"].(string); isString {
+		// The older spelling: "type" names the widget only when it is a
+		// string and "widget" is absent; otherwise it is an option like
+		// any other member (e.g. "type": {"bundle": "article"}).
+		w.Name = s
+		delete(m, "type")
 	}
 	if opts, ok := m["options"].(map[string]any); ok {
 		delete(m, "options")

@@ -233,3 +233,32 @@ func TestSeedShapedWidgetHint(t *testing.T) {
 		t.Errorf("hint for a missing property: %v", err)
 	}
 }
+
+// "type" names the widget only as a string without "widget"; otherwise it
+// is an option, never rejected nor silently dropped.
+func TestWidgetTypeAlias(t *testing.T) {
+	for _, c := range []struct {
+		body    string
+		name    string
+		typeOpt string // JSON of Options["type"], "" if absent
+	}{
+		{`{"type":"textarea"}`, "textarea", ""},
+		{`{"widget":"entity_autocomplete","type":{"bundle":"article"}}`, "entity_autocomplete", `{"bundle":"article"}`},
+		{`{"widget":"entity_autocomplete","type":"node"}`, "entity_autocomplete", `"node"`},
+		{`{"type":{"bundle":"article"}}`, "", `{"bundle":"article"}`},
+	} {
+		var w Widget
+		if err := json.Unmarshal([]byte(c.body), &w); err != nil {
+			t.Errorf("%s: %v", c.body, err)
+			continue
+		}
+		got := ""
+		if v, ok := w.Options["type"]; ok {
+			b, _ := json.Marshal(v)
+			got = string(b)
+		}
+		if w.Name != c.name || got != c.typeOpt {
+			t.Errorf("%s: name %q, type option %s; want %q, %s", c.body, w.Name, got, c.name, c.typeOpt)
+		}
+	}
+}

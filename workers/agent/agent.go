@@ -327,8 +327,7 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 			return
 		}
 		c.Status = callDone
-		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
-			fmt.Sprintf("User declined execution of %s: %s", c.Call.Name, instr))}}
+		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(declinedText(c.Call.Name, instr))}}
 		return
 	}
 	responses := map[string]schema.ElicitResult{}
@@ -442,12 +441,28 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 	}
 }
 
+// declinedText is the tool result of a declined confirmation: the
+// person's instructions after a colon, or a full stop when they gave none
+// (or they were dropped), never a colon followed by nothing.
+func declinedText(tool, instructions string) string {
+	if instructions = strings.TrimSpace(instructions); instructions == "" {
+		return fmt.Sprintf("User declined execution of %s.", tool)
+	}
+	return fmt.Sprintf("User declined execution of %s: %s", tool, instructions)
+}
+
+// unknownTool is the error result of a call to a tool the deployment does
+// not have (or a name that cannot be one), phrased like the other refusals.
+func unknownTool(name string) *schema.CallToolResult {
+	return schema.ErrorResult(fmt.Sprintf("There is no tool named %q here, so nothing was run. Use one of the tools listed.", name))
+}
+
 // decide asks the policy services about c and settles its status:
 // dispatched (to be sent once checkpointed), done (with a result) or
 // awaiting (a confirmation).
 func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	if err := events.ValidToken("tool", c.Call.Name); err != nil {
-		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+fmt.Sprintf("%q", c.Call.Name))
+		c.Status, c.Result = callDone, unknownTool(c.Call.Name)
 		return nil
 	}
 	tool, err := a.tools.Get(ctx, c.Call.Name)
@@ -460,7 +475,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 			c.Status, c.Result = callDone, schema.ErrorResult("Tool "+c.Call.Name+" is no longer available")
 			return nil
 		}
-		c.Status, c.Result = callDone, schema.ErrorResult("Unknown tool "+c.Call.Name)
+		c.Status, c.Result = callDone, unknownTool(c.Call.Name)
 		return nil
 	}
 	if errors.Is(err, kvstate.ErrIncompatible) {

@@ -26,6 +26,7 @@ type pausedStore interface {
 	Load(ctx context.Context, thread string) (*kvstate.PausedTurn, uint64, error)
 	Save(ctx context.Context, p *kvstate.PausedTurn) (uint64, error)
 	Mutate(ctx context.Context, thread string, fn func(p *kvstate.PausedTurn) error) (*kvstate.PausedTurn, error)
+	Delete(ctx context.Context, thread string, rev uint64) error
 	ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, thread string) error) error
 }
 

@@ -50,7 +50,8 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		for _, pe := range in.Elicitations {
 			rec.Elicitations = append(rec.Elicitations, kvstate.Elicitation{PendingElicitation: pe, Status: kvstate.StatusPending})
 		}
-		if _, err := p.paused.Save(ctx, rec); errors.Is(err, kvstate.ErrStale) {
+		rev, err := p.paused.Save(ctx, rec)
+		if errors.Is(err, kvstate.ErrStale) {
 			p.log.InfoContext(ctx, "ignoring a stale pause (a later pause of the turn is stored)", "subject", thread,
 				"turn_id", in.TurnID, "stream_seq", d.StreamSeq)
 			return nil
@@ -64,7 +65,10 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 			return err
 		}
 		if classifyPause(t, in.TurnID, e.ID(), d.StreamSeq) != outcomeRepeat {
-			return nil // the thread moved on meanwhile
+			// The thread moved on meanwhile (the decision above was
+			// taken on an earlier read): the record just stored must
+			// not take answers, or they would be consumed silently.
+			return p.dropStalePause(ctx, thread, rev, d.StreamSeq)
 		}
 	}
 	ids := make([]string, 0, len(in.Elicitations))
@@ -82,6 +86,23 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	return p.publishChat(ctx, thread, events.ChatTurnPaused, events.TypeTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
 		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
+}
+
+// dropStalePause deletes the paused record stored at rev by a pause at
+// PARLEY_RUNS sequence runSeq that the thread turned out not to be on,
+// if it is still that untouched record (every question pending). A record
+// that took answers, or was replaced, is left alone (a later pause of
+// any turn replaces it, by RunSeq).
+func (p *Processor) dropStalePause(ctx context.Context, thread string, rev, runSeq uint64) error {
+	rec, cur, err := p.paused.Load(ctx, thread)
+	if err != nil || cur != rev || rec.RunSeq != runSeq || len(rec.PendingIDs()) != len(rec.Elicitations) {
+		return nil
+	}
+	if err := p.paused.Delete(ctx, thread, rev); err != nil && !errors.Is(err, kvstate.ErrConflict) && !errors.Is(err, kvstate.ErrNotFound) {
+		return fmt.Errorf("deleting a stale paused turn: %w", err)
+	}
+	p.log.InfoContext(ctx, "dropped a stale pause stored after the thread moved on", "subject", thread, "stream_seq", runSeq)
+	return nil
 }
 
 // lastTurnRequested returns the stream sequence of the thread's last

@@ -251,9 +251,12 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 	if errors.As(cause, &ae) {
 		v = schema.Violation{Path: ae.Header, Rule: ae.Rule}
 	}
-	// The event's own ID, as sent (it may be the malformed attribute).
+	// The event's own ID: as decoded when it was readable (binary or
+	// structured mode), else as sent (it may be the malformed attribute).
 	var rawID string
-	if vs := d.Msg.Headers()["ce-id"]; len(vs) > 0 {
+	if ae != nil && ae.ID != "" {
+		rawID = ae.ID
+	} else if vs := d.Msg.Headers()["ce-id"]; len(vs) > 0 {
 		rawID = vs[0]
 	}
 	id := events.DerivedID("rejected.undecodable", d.Subject, fmt.Sprint(d.StreamSeq))

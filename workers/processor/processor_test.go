@@ -119,17 +119,32 @@ func (m *memPaused) Save(_ context.Context, p *kvstate.PausedTurn) (uint64, erro
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p.Format = kvstate.PausedFormat
-	if old, rev, err := m.load(p.Thread); err == nil && old.TurnID == p.TurnID {
+	if old, rev, err := m.load(p.Thread); err == nil {
 		switch {
-		case slices.EqualFunc(old.Elicitations, p.Elicitations, func(a, b kvstate.Elicitation) bool { return a.ID == b.ID }):
+		case old.TurnID == p.TurnID && old.RunID == p.RunID &&
+			slices.EqualFunc(old.Elicitations, p.Elicitations, func(a, b kvstate.Elicitation) bool { return a.ID == b.ID }):
 			return rev, nil
-		case p.RunSeq <= old.RunSeq:
+		case p.RunSeq != 0 && p.RunSeq <= old.RunSeq:
 			return 0, kvstate.ErrStale
-		case !old.Settled():
+		case old.TurnID == p.TurnID && !old.Settled():
 			return 0, kvstate.ErrConflict
 		}
 	}
 	return m.put(p)
+}
+
+func (m *memPaused) Delete(_ context.Context, thread string, rev uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.recs[thread]
+	switch {
+	case !ok:
+		return kvstate.ErrNotFound
+	case r.rev != rev:
+		return kvstate.ErrConflict
+	}
+	delete(m.recs, thread)
+	return nil
 }
 
 func (m *memPaused) Mutate(_ context.Context, thread string, fn func(p *kvstate.PausedTurn) error) (*kvstate.PausedTurn, error) {

@@ -1,0 +1,107 @@
+package processor
+
+import (
+	"context"
+	"testing"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// frozen returns, once, a snapshot of the thread taken earlier: the
+// processor loaded the thread, froze (SIGSTOP) past AckWait, and continues.
+type frozen struct {
+	threadStore
+	snap *kvstate.Thread
+}
+
+func (f *frozen) Load(ctx context.Context, id string) (*kvstate.Thread, uint64, error) {
+	if f.snap != nil {
+		s := f.snap
+		f.snap = nil
+		return s, 1, nil
+	}
+	return f.threadStore.Load(ctx, id)
+}
+
+// frozenReplay drives turn 1 (paused as q1, answered, completed) and turn 2,
+// then lets a processor that read the thread while turn 1 was running
+// apply turn 1's pause late. pauseT2 says whether turn 2 pauses (q2) first;
+// lose drops turn 1's paused record before the late pause (its TTL ran out).
+func frozenReplay(t *testing.T, pauseT2, lose bool) *harness {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, _ := h.p.threads.Load(h.ctx, "t") // turn 1 running: what the frozen processor saw
+	turn := events.DerivedID("turn", "m1")
+	h.pause("m1", "p1", 10, "q1") // handled by another replica
+	h.answer("a1", "q1")
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if pauseT2 {
+		h.pause("m2", "p2", 12, "q2")
+	}
+	if lose {
+		delete(h.paused.recs, "t")
+	}
+	h.p.threads = &frozen{threadStore: h.p.threads, snap: snap}
+	h.pause("m1", "p1", 10, "q1") // the frozen replica continues with p1
+	return h
+}
+
+// rejectedFor returns the reason of the elicitation.rejected of answer id ("" if none).
+func rejectedFor(h *harness, id string) string {
+	for _, e := range h.pub.of(events.TypeElicitationRejected) {
+		d, _ := events.Data[events.ElicitationRejected](e)
+		if d.RespondedEventID == id {
+			return d.Reason
+		}
+	}
+	return ""
+}
+
+// A late pause of an earlier turn never replaces a later turn's paused
+// record, and the later turn's answer resumes it.
+func TestFrozenPauseAcrossTurns(t *testing.T) {
+	h := frozenReplay(t, true, false)
+	rec, _, err := h.paused.Load(h.ctx, "t")
+	if err != nil || rec.Find("q2") == nil {
+		t.Fatalf("the late pause of turn 1 replaced turn 2's paused record: %+v, %v", rec, err)
+	}
+	before := len(h.pub.of(events.TypeRunResumed))
+	h.answer("a2", "q2")
+	if len(h.pub.of(events.TypeRunResumed)) == before {
+		t.Errorf("the answer to q2 did not resume turn 2 (rejected %q)", rejectedFor(h, "a2"))
+	}
+}
+
+// A second answer to an answered question of an ended turn is rejected,
+// never consumed silently, whatever late pause came in between.
+func TestFrozenPauseReanswer(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		pauseT2, lose bool
+		want          string
+	}{
+		{"turn 2 paused", true, false, events.RejectUnknownOrExpired},
+		{"turn 2 running", false, false, events.RejectAlreadyConsumed},
+		{"turn 1 record gone", false, true, events.RejectUnknownOrExpired},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := frozenReplay(t, c.pauseT2, c.lose)
+			n := len(h.pub.of(events.TypeRunResumed))
+			h.answer("a3", "q1")
+			if got := len(h.pub.of(events.TypeRunResumed)); got != n {
+				t.Errorf("a second answer to q1 of an ended turn resumed a run")
+			}
+			if got := rejectedFor(h, "a3"); got != c.want {
+				t.Errorf("second answer to q1: rejected %q, want %q", got, c.want)
+			}
+		})
+	}
+}
