@@ -486,7 +486,7 @@ func notStarted(err error) bool {
 func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e entry, known bool) (events.ToolResult, error) {
 	out := events.ToolResult{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round}
 	if !known {
-		out.Result = schema.ErrorResult("Unknown tool " + in.Call.Name)
+		out.Result = schema.ErrorResult(fmt.Sprintf("There is no tool named %q here, so nothing was run. Use one of the tools listed.", in.Call.Name))
 		return out, nil
 	}
 	start := time.Now()
