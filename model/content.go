@@ -17,19 +17,7 @@ const maxDescribedText = 16 << 10
 // model, blocks whose audience lists "assistant" to the model, and blocks
 // meant only for the user ("user" without "assistant") never reach it.
 func ForModel(c schema.Content) bool {
-	var a *schema.Annotations
-	switch c := c.(type) {
-	case *schema.TextContent:
-		a = c.Annotations
-	case *schema.ImageContent:
-		a = c.Annotations
-	case *schema.AudioContent:
-		a = c.Annotations
-	case *schema.ResourceLink:
-		a = c.Annotations
-	case *schema.EmbeddedResource:
-		a = c.Annotations
-	}
+	a := schema.AnnotationsOf(c)
 	if a == nil || len(a.Audience) == 0 {
 		return true
 	}

@@ -40,6 +40,25 @@ type Content interface {
 	isContent()
 }
 
+// AnnotationsOf returns the annotations of block c (MCP 2025-06-18 schema,
+// Annotations), or nil when it has none or c is not one of the five block
+// kinds.
+func AnnotationsOf(c Content) *Annotations {
+	switch c := c.(type) {
+	case *TextContent:
+		return c.Annotations
+	case *ImageContent:
+		return c.Annotations
+	case *AudioContent:
+		return c.Annotations
+	case *ResourceLink:
+		return c.Annotations
+	case *EmbeddedResource:
+		return c.Annotations
+	}
+	return nil
+}
+
 // TextContent is an MCP text block (MCP 2025-06-18 schema, TextContent):
 // {"type":"text","text":...}. Text is required on the wire (it may be
 // empty).

@@ -699,21 +699,9 @@ func userBlocks(msgs []model.Message) schema.ContentList {
 }
 
 func forUser(c schema.Content) bool {
-	var a *schema.Annotations
-	switch c := c.(type) {
-	case *schema.TextContent:
-		a = c.Annotations
-	case *schema.ImageContent:
-		a = c.Annotations
-	case *schema.AudioContent:
-		a = c.Annotations
-	case *schema.EmbeddedResource:
-		a = c.Annotations
-	case *schema.ResourceLink:
-		if c.Annotations == nil || len(c.Annotations.Audience) == 0 {
-			return true
-		}
-		a = c.Annotations
+	a := schema.AnnotationsOf(c)
+	if _, link := c.(*schema.ResourceLink); link && (a == nil || len(a.Audience) == 0) {
+		return true // an entity card is shown to the user unless it says otherwise
 	}
 	if a == nil {
 		return false
