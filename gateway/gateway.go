@@ -393,12 +393,7 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
 		return
 	}
-	if err := g.owners.claim(r.Context(), thread, user); err != nil {
-		if errors.Is(err, errNotOwner) {
-			g.notFound(w)
-			return
-		}
-		g.unavailable(w, r, err)
+	if !g.owned(w, r, g.owners.claim(r.Context(), thread, user)) {
 		return
 	}
 	e, err := events.New(SourceGateway, events.TypeTurnRequested, thread,
@@ -413,6 +408,21 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 	}
 	w.Header().Set("Location", "/v1/threads/"+thread+"/events")
 	writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "published"})
+}
+
+// owned reports whether the ownership check (claim or check) passed; when it
+// did not, it has answered: 404 for another user's thread (nothing is
+// published), 503 when the ownership bucket could not be read.
+func (g *Gateway) owned(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, errNotOwner):
+		g.notFound(w)
+	default:
+		g.unavailable(w, r, err)
+	}
+	return false
 }
 
 // AnswerRequest is the body of POST /v1/threads/{thread}/elicitations/{id}:
@@ -446,12 +456,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			Errors: []schema.Violation{{Path: "action", Rule: `must be "accept", "decline" or "cancel"`}}})
 		return
 	}
-	if err := g.owners.check(r.Context(), thread, user); err != nil {
-		if errors.Is(err, errNotOwner) {
-			g.notFound(w)
-			return
-		}
-		g.unavailable(w, r, err)
+	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
 		return
 	}
 	e, err := events.New(SourceGateway, events.TypeElicitationResponded, thread, events.ElicitationResponded{
@@ -567,12 +572,7 @@ func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string)
 	if !ok {
 		return
 	}
-	if err := g.owners.check(r.Context(), thread, user); err != nil {
-		if errors.Is(err, errNotOwner) {
-			g.notFound(w)
-			return
-		}
-		g.unavailable(w, r, err)
+	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
 		return
 	}
 	st, err := g.threadState(r.Context(), thread)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -49,12 +48,7 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 			Errors: []schema.Violation{{Path: "Last-Event-ID", Rule: "must be an unsigned integer"}}})
 		return
 	}
-	if err := g.owners.check(r.Context(), thread, user); err != nil {
-		if errors.Is(err, errNotOwner) {
-			g.notFound(w)
-			return
-		}
-		g.unavailable(w, r, err)
+	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
 		return
 	}
 	if !g.openStream(user) {
