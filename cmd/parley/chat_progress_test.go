@@ -3,10 +3,6 @@ package main
 import (
 	"testing"
 	"time"
-
-	"github.com/parley-dev/parley/client"
-	"github.com/parley-dev/parley/internal/natsserver"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // The chat shows the turn's progress as a working indicator.
@@ -24,25 +20,9 @@ func TestChatSaysWhenNothingAnswers(t *testing.T) {
 	old := silenceAfter
 	silenceAfter = 300 * time.Millisecond
 	t.Cleanup(func() { silenceAfter = old })
-	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	// The streams exist (a worker ran once), but no worker runs now.
-	nc, err := client.Connect(srv.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	b, err := bus.New(nc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.EnsureStreams(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	h := startChat(t, srv.ClientURL(), t.Context(), "silent1")
+	url := streamsOnly(t)
+	h := startChat(t, url, t.Context(), "silent1")
 	h.typeLine("hello?")
 	h.waitFor("nothing has answered for 300ms")
 }
