@@ -16,6 +16,7 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Size limits of the agent. Every value that grows with data has one, and
@@ -74,11 +75,33 @@ type ResultRef struct {
 	Digest string `json:"digest"`
 }
 
-// openResults creates or updates the result object store.
+// openResults creates the result object store, or opens it when it exists
+// and updates it when its TTL or replicas differ — create before update,
+// retried under ctx's start-up policy (bus.WithStartupPolicy) like every
+// stream and bucket, so replicas starting at once on a fresh cluster do not
+// race a create-or-update.
 func openResults(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, ttl time.Duration) (jetstream.ObjectStore, error) {
 	cfg := jetstream.ObjectStoreConfig{Bucket: ResultsBucket, TTL: ttl, Storage: storage, Replicas: max(replicas, 1),
 		Description: "parley tool results too large for a run record"}
-	store, err := js.CreateOrUpdateObjectStore(ctx, cfg)
+	var store jetstream.ObjectStore
+	err := bus.Retry(ctx, "ensuring object store "+ResultsBucket, bus.StartupPolicy(ctx, bus.RetryPolicy{}), func(ctx context.Context) error {
+		var err error
+		if store, err = js.CreateObjectStore(ctx, cfg); err == nil || !errors.Is(err, jetstream.ErrBucketExists) {
+			return err
+		}
+		if store, err = js.ObjectStore(ctx, ResultsBucket); err != nil {
+			return bus.NotVisibleYet(err)
+		}
+		st, err := store.Status(ctx)
+		if err != nil {
+			return bus.NotVisibleYet(err)
+		}
+		if st.TTL() == cfg.TTL && st.Replicas() == cfg.Replicas {
+			return nil
+		}
+		store, err = js.UpdateObjectStore(ctx, cfg)
+		return bus.RefusedUpdate(err)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("ensuring object store %s: %w", ResultsBucket, err)
 	}
