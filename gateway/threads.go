@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/kvstate"
 )
 
 // BucketThreads is the gateway's KV bucket of thread ownership. Keys:
@@ -45,18 +47,15 @@ type ownership struct {
 	kv jetstream.KeyValue
 }
 
-// openOwnership creates the bucket, or opens it when another replica did.
+// openOwnership creates the bucket, or opens it when another replica did
+// (kvstate.OpenBucket: create before update, retried under ctx's start-up
+// policy, so gateways starting at once on a fresh cluster all come up).
 func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (*ownership, error) {
-	cfg := jetstream.KeyValueConfig{Bucket: BucketThreads, History: 1, Storage: storage, Replicas: replicas,
-		Description: "parley gateway: which user owns which thread"}
-	kv, err := js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, BucketThreads)
-	}
+	b, err := kvstate.OpenBucket[json.RawMessage](ctx, js, BucketThreads, kvstate.BucketOptions{Storage: storage, Replicas: replicas})
 	if err != nil {
 		return nil, fmt.Errorf("opening bucket %s: %w", BucketThreads, err)
 	}
-	return &ownership{kv: kv}, nil
+	return &ownership{kv: b.KV()}, nil
 }
 
 func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
