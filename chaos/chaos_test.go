@@ -193,10 +193,12 @@ func (c *chaosRun) note(format string, args ...any) {
 	c.timeline = append(c.timeline, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
 }
 
-func TestChaos(t *testing.T) {
-	if testing.Short() {
-		t.Skip("chaos test: skipped with -short")
-	}
+// newChaosRun checks the binaries, logs the workload's seed (-chaos.seed, or
+// the time) followed by hint (a format taking the seed), and makes the run's
+// temporary directory with its logs/ and js/ directories. cancel stops
+// the run's context.
+func newChaosRun(t *testing.T, hint string) (c *chaosRun, tmp string, cancel context.CancelFunc) {
+	t.Helper()
 	if bins.err != nil {
 		t.Fatalf("building binaries: %v", bins.err)
 	}
@@ -204,10 +206,8 @@ func TestChaos(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	t.Logf("seed %d (-chaos.seed %d reproduces the workload; timing differs)", seed, seed)
-	begin := time.Now()
-
-	tmp := t.TempDir()
+	t.Logf("seed %d "+hint, seed, seed)
+	tmp = t.TempDir()
 	logDir := filepath.Join(tmp, "logs")
 	for _, d := range []string{logDir, filepath.Join(tmp, "js")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -215,8 +215,19 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &chaosRun{t: t, ctx: ctx, rnd: &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))},
+	c = &chaosRun{t: t, ctx: ctx, rnd: &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))},
 		logDir: logDir, elicits: map[string]*elicit{}}
+	return c, tmp, cancel
+}
+
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: skipped with -short")
+	}
+	c, tmp, cancel := newChaosRun(t, "(-chaos.seed %d reproduces the workload; timing differs)")
+	ctx := c.ctx
+	begin := time.Now()
+	logDir := c.logDir
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.printLogs()

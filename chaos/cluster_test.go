@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -177,23 +176,10 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test: skipped with -short")
 	}
-	if bins.err != nil {
-		t.Fatalf("building binaries: %v", bins.err)
-	}
-	seed := *flagSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d", seed)
+	c, tmp, cancel := newChaosRun(t, "(-chaos.seed %d reproduces the workload)")
 	begin := time.Now()
-	tmp := t.TempDir()
-	logDir := filepath.Join(tmp, "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &chaosRun{t: t, ctx: ctx, rnd: &lockedRand{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))},
-		logDir: logDir, elicits: map[string]*elicit{}}
+	logDir := c.logDir
+	ctx := c.ctx
 
 	nodes := startCluster(t, filepath.Join(tmp, "js"), logDir)
 	c.srv = nodes[0].natsServer
