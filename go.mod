@@ -18,6 +18,7 @@ require (
 	github.com/nats-io/nuid v1.0.1
 	github.com/openai/openai-go/v3 v3.99.0
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
+	github.com/synadia-io/orbit.go/natsext v0.1.3
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

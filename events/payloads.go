@@ -51,6 +51,8 @@ type DecisionRecord struct {
 	Policy        string `json:"policy,omitempty"`
 	ConfigVersion string `json:"configVersion,omitempty"`
 	Reason        string `json:"reason,omitempty"`
+	// Policies is every policy's answer that went into Decision.
+	Policies []PolicyDecision `json:"policies,omitempty"`
 	// ElicitationID, Action, AnsweredBy and AnsweredAt are set when a
 	// person answered a confirmation.
 	ElicitationID string              `json:"elicitationId,omitempty"`
@@ -254,17 +256,75 @@ const (
 	DecisionUnavailable = "policy_unavailable"
 )
 
-// Decision is the data of dev.parley.tool.pre_execute.decided.
+// Decision is how the agent decided one tool call: the combination of
+// every policy's answer (the rule is in docs/POLICY.md), as kept in run records and
+// paused turns. A policy never sends it; a policy's reply is a
+// PolicyDecision.
 type Decision struct {
 	Decision string `json:"decision"`
 	Reason   string `json:"reason,omitempty"`
-	// Elicitation is the confirmation request, with Decision "confirm".
-	Elicitation *schema.ElicitRequestParams `json:"elicitation,omitempty"`
-	// Policy names the policy service that decided.
+	// Policy names the policy service(s) whose answer decided, joined by
+	// "," when several gave it.
 	Policy string `json:"policy,omitempty"`
-	// ConfigVersion identifies the configuration the decision came from.
+	// ConfigVersion identifies the configuration the decision came from
+	// (the deciding policies' versions, joined by ",").
+	ConfigVersion string `json:"configVersion,omitempty"`
+	// Policies is every policy's answer, in the order they arrived (with a
+	// policy_timeout veto for each expected policy that did not answer).
+	// At most MaxPolicyReplies entries. Empty in records written before
+	// several policies were gathered.
+	Policies []PolicyDecision `json:"policies,omitempty"`
+}
+
+// PolicyDecision is the data of dev.parley.tool.pre_execute.decided: one
+// policy service's answer to a pre-execute request, and nothing else. The
+// contract is closed: a reply with any other member (a confirmation's
+// text, arguments, an elicitation) is malformed and counts as a veto
+// (reason policy_malformed). The agent words every confirmation itself,
+// from the registered tool definition and the exact call.
+type PolicyDecision struct {
+	// Policy names the policy service (e.g. "gate"); required. It is
+	// matched against the agent's expected policies.
+	Policy string `json:"policy"`
+	// Decision is DecisionAllow, DecisionVeto or DecisionConfirm.
+	Decision string `json:"decision"`
+	// Reason explains the decision (shown to the model on a veto); at most
+	// MaxPolicyReasonBytes are kept.
+	Reason string `json:"reason,omitempty"`
+	// ConfigVersion identifies the policy's configuration.
 	ConfigVersion string `json:"configVersion,omitempty"`
 }
+
+// Bounds of gathered policy answers.
+const (
+	// MaxPolicyReplies bounds the replies the agent gathers for one
+	// pre-execute request; it stops listening at the bound (expected
+	// policies that did not answer by then count as policy_timeout).
+	MaxPolicyReplies = 16
+	// MaxPolicyReasonBytes bounds a policy's reason; a longer one is cut.
+	MaxPolicyReasonBytes = 1024
+)
+
+// Reasons the agent and the tool-executor give for decisions no policy
+// made.
+const (
+	// ReasonPolicyTimeout: an expected policy did not answer by the
+	// deadline; for a tool that is not read-only the call is vetoed.
+	ReasonPolicyTimeout = "policy_timeout"
+	// ReasonPolicyMalformed: a policy's reply could not be read as a
+	// PolicyDecision (including one carrying confirmation text or
+	// arguments); it counts as a veto.
+	ReasonPolicyMalformed = "policy_malformed"
+	// ReasonNoDecision: the tool-executor found no decision record for a
+	// call of a tool that is not read-only; it was not run.
+	ReasonNoDecision = "no_decision"
+	// ReasonDecisionMismatch: the decision record names another tool or
+	// other arguments than the call; it was not run.
+	ReasonDecisionMismatch = "decision_mismatch"
+	// ReasonToolSubjectMismatch: a call's tool name differs from the tool
+	// token of its subject; it was not run.
+	ReasonToolSubjectMismatch = "tool_subject_mismatch"
+)
 
 // DeadLetter is the data of dev.parley.dead_lettered, published on
 // parley.dlq.<stream>.<consumer>: why, and the original message.

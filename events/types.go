@@ -54,7 +54,7 @@ const (
 	// TypePreExecuteRequested: agent asks policy services about a call
 	// (request-reply). Data: PreExecuteRequest.
 	TypePreExecuteRequested Type = "dev.parley.tool.pre_execute.requested"
-	// TypePreExecuteDecided: a policy service's answer. Data: Decision.
+	// TypePreExecuteDecided: a policy service's answer. Data: PolicyDecision.
 	TypePreExecuteDecided Type = "dev.parley.tool.pre_execute.decided"
 	// TypeDeadLettered: an event that could not be handled. Data: DeadLetter.
 	TypeDeadLettered Type = "dev.parley.dead_lettered"

@@ -27,7 +27,7 @@ func benchPausedTurn() *PausedTurn {
 		Elicitations: []Elicitation{{
 			PendingElicitation: events.PendingElicitation{ID: "0b9c6f7e-3f1a-5d4e-9a51-2b7c8d9e0f12",
 				Kind: events.KindToolConfirmation, CallID: call.ID, Tool: call.Name, Request: *req,
-				Decision: &events.Decision{Decision: events.DecisionConfirm, Policy: "parley-gate", ConfigVersion: "cfg-0123456789ab", Elicitation: req}},
+				Decision: &events.Decision{Decision: events.DecisionConfirm, Policy: "gate", ConfigVersion: "cfg-0123456789ab", Policies: []events.PolicyDecision{{Policy: "gate", Decision: events.DecisionConfirm, ConfigVersion: "cfg-0123456789ab"}}}},
 			Status: StatusPending,
 		}},
 		Snapshot:    json.RawMessage(`{"format":1,"runId":"6f1e2d3c","messages":[{"role":"user","text":"` + strings.Repeat("delete the drafts ", 150) + `"}],"step":1}`),

@@ -42,12 +42,14 @@ type processorFlags struct {
 
 type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
-	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for a policy service."`
+	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for the policy services."`
+	Policies          []string      `name:"policies" env:"PARLEY_POLICIES" default:"gate" help:"Policy services every tool call waits for (comma-separated names); one that does not answer vetoes a tool that is not read-only."`
 	modelFlags
 }
 
 type gateFlags struct {
 	GateConfig string `name:"gate-config" env:"PARLEY_GATE_CONFIG" type:"existingfile" help:"Gating configuration (JSON); default: confirm every tool that is not read-only, except create_event (never)."`
+	PolicyName string `name:"policy-name" env:"PARLEY_POLICY_NAME" default:"gate" help:"Policy name the gate signs decisions with (agents list it in --policies); replicas with one name share the load."`
 }
 
 // check rejects values no worker can run with (kong reports the error as
@@ -157,7 +159,8 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
-		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout})
+		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
+			Policies: cfg.agent.Policies})
 		if err != nil {
 			return err
 		}
@@ -178,7 +181,11 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		}
 		return x.Run(ctx)
 	case "gate":
-		return gate.New(b, gc, log).Run(ctx)
+		g, err := gate.NewWithOptions(b, gc, &gate.Options{Logger: log, Name: cfg.gate.PolicyName})
+		if err != nil {
+			return err
+		}
+		return g.Run(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", role)
 }

@@ -129,7 +129,7 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 	}
 	run("processor", p.Run)
 
-	if err := waitService(ctx, nc, gate.PolicyName); err != nil {
+	if err := waitService(ctx, nc, gate.ServiceName); err != nil {
 		return nil, err
 	}
 	s.disp, err = newDispatcher(ctx, drv.JetStream(), events.StreamChat, []string{

@@ -33,23 +33,34 @@ type Options struct {
 	// RunTTL bounds how long run checkpoints are kept. Optional. Default: 48h.
 	RunTTL time.Duration
 	// FormRevision is the MCP revision the clients render forms in: every
-	// form from a tool or a policy service is validated for it before it
-	// is asked. Optional. Default: schema.DefaultRevision (2025-06-18).
+	// form from a tool, and every confirmation, is validated for it before
+	// it is asked. Optional. Default: schema.DefaultRevision (2025-06-18).
 	FormRevision schema.Revision
+	// Policies names the policy services every pre-execute request waits
+	// for (each a subject token, at most events.MaxPolicyReplies): the
+	// agent gathers replies until each of them answered or
+	// PreExecuteTimeout passed; one that did not answer vetoes a tool that
+	// is not read-only (policy_timeout). Optional. Default:
+	// DefaultPolicies ("gate").
+	Policies []string
 }
 
 // Agent is the agent worker.
 type Agent struct {
-	bus      *bus.Client
-	runs     *kvstate.Bucket[Run]
-	tools    *kvstate.ToolRegistry
-	results  jetstream.ObjectStore // tool results too large for a run record
-	provider model.Provider
-	opts     Options
-	log      *slog.Logger
+	bus   *bus.Client
+	runs  *kvstate.Bucket[Run]
+	tools *kvstate.ToolRegistry
+	// decisions holds the decision record of every dispatched call that a
+	// policy allowed or a person confirmed (parley_decisions).
+	decisions *kvstate.Decisions
+	results   jetstream.ObjectStore // tool results too large for a run record
+	provider  model.Provider
+	opts      Options
+	log       *slog.Logger
 }
 
-// New opens the agent's buckets (idempotently). provider is required.
+// New opens the agent's buckets (idempotently). provider is required. It
+// fails when opts.Policies names an invalid policy or too many.
 func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Options) (*Agent, error) {
 	if b == nil || provider == nil {
 		panic("agent.New: nil bus or provider")
@@ -73,6 +84,18 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	if o.FormRevision == "" {
 		o.FormRevision = schema.DefaultRevision
 	}
+	if len(o.Policies) == 0 {
+		o.Policies = DefaultPolicies
+	}
+	if len(o.Policies) > events.MaxPolicyReplies {
+		return nil, fmt.Errorf("policies: %d listed, at most %d", len(o.Policies), events.MaxPolicyReplies)
+	}
+	for _, p := range o.Policies {
+		if err := events.ValidToken("policies", p); err != nil {
+			return nil, err
+		}
+	}
+	o.Policies = slices.Clone(o.Policies)
 	js := b.JetStream()
 	runs, err := kvstate.OpenBucket[Run](ctx, js, kvstate.BucketRuns, kvstate.BucketOptions{Storage: b.Storage(), Replicas: b.Replicas(), TTL: o.RunTTL})
 	if err != nil {
@@ -87,7 +110,11 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{bus: b, runs: runs, tools: tools, results: results, provider: provider, opts: o, log: o.Logger}, nil
+	decisions, err := kvstate.OpenDecisions(ctx, js, b.Storage(), b.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	return &Agent{bus: b, runs: runs, tools: tools, decisions: decisions, results: results, provider: provider, opts: o, log: o.Logger}, nil
 }
 
 // Run consumes agent work until ctx is cancelled, then drains and returns nil.
@@ -345,11 +372,16 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 	c.InputResponses = responses
 }
 
+// who names the answerer of a for a decision's reason.
 func who(a events.Answer) string {
-	if a.AnsweredBy != "" {
-		return a.AnsweredBy
+	w := answerer(a)
+	switch {
+	case w == nil:
+		return "the user"
+	case w.OnBehalfOf != "":
+		return w.OnBehalfOf + " (through " + w.Principal + ")"
 	}
-	return "the user"
+	return w.Principal
 }
 
 // advance drives the run as far as it can go without waiting.
@@ -514,12 +546,12 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
 			fmt.Sprintf("Execution of %s was denied: %s", c.Call.Name, c.Decision.Reason))}}
 	case events.DecisionConfirm:
-		req, who := c.Decision.Elicitation, "the policy service"
-		if req == nil {
-			req, who = schema.NewConfirmationRequest(tool, c.Call), "its confirmation form"
-		}
+		// The agent words every confirmation, from the registered
+		// definition and the exact call it will dispatch: a policy only
+		// decides (its reply has no text, see readReply).
+		req := schema.NewConfirmationRequest(tool, c.Call)
 		if err := checkForm(req, a.opts.FormRevision); err != nil {
-			a.refuseForm(ctx, run, c, who, err)
+			a.refuseForm(ctx, run, c, "its confirmation form", err)
 			return nil
 		}
 		id := events.DerivedID("elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), "confirm")
@@ -545,50 +577,11 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	return nil
 }
 
-// preExecute sends the vetoable pre-execute request.
-func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *schema.Tool) (*events.Decision, error) {
-	if err := events.ValidToken("agent", run.Agent); err != nil {
-		return nil, bus.Permanent(err)
-	}
-	req, err := events.NewWithID(events.DerivedID("pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),
-		events.SourceAgent, events.TypePreExecuteRequested, run.Thread,
-		events.PreExecuteRequest{Agent: run.Agent, Thread: run.Thread, RunID: run.RunID, Call: c.Call, Tool: *tool})
-	if err != nil {
-		return nil, err
-	}
-	// A policy service restarting (or the connection recovering) is not a
-	// verdict: ask up to three times before concluding nobody answers.
-	var reply *event.Event
-	for attempt, pause := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 0} {
-		rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
-		reply, err = a.bus.Request(rctx, events.PreExecuteSubject(run.Agent, c.Call.Name), req)
-		cancel()
-		var se *bus.ServiceError
-		if err == nil || errors.As(err, &se) || pause == 0 || ctx.Err() != nil {
-			break
-		}
-		a.log.WarnContext(ctx, "pre-execute request unanswered; asking again", "tool", c.Call.Name,
-			"run_id", run.RunID, "attempt", attempt+1, "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(pause):
-		}
-	}
-	if err != nil {
-		reason := "no policy service answered within " + a.opts.PreExecuteTimeout.String()
-		if bus.IsNoResponders(err) {
-			reason = "no policy service is subscribed"
-		}
-		return &events.Decision{Decision: events.DecisionUnavailable, Reason: reason + ": " + err.Error()}, nil
-	}
-	d, err := events.Data[events.Decision](reply)
-	if err != nil {
-		return &events.Decision{Decision: events.DecisionUnavailable, Reason: "unreadable policy reply: " + err.Error()}, nil
-	}
-	return &d, nil
-}
-
+// dispatch records c's decision (recordDecision), then publishes the call.
 func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
+	if err := a.recordDecision(ctx, run, c); err != nil {
+		return err
+	}
 	in := events.ToolCallRequested{RunID: run.RunID, Thread: run.Thread, Agent: run.Agent, Call: c.Call, Round: c.Round,
 		InputResponses: c.InputResponses, RequestState: c.RequestState}
 	e, err := events.NewWithID(events.DerivedID("tool.call", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),

@@ -32,11 +32,13 @@ type rig struct {
 }
 
 // allowAll is a policy that allows every call.
-func allowAll(events.PreExecuteRequest) events.Decision {
-	return events.Decision{Decision: events.DecisionAllow, Policy: "test", ConfigVersion: "v1"}
+func allowAll(events.PreExecuteRequest) any {
+	return events.PolicyDecision{Decision: events.DecisionAllow, Policy: "test", ConfigVersion: "v1"}
 }
 
-func newRig(t *testing.T, rules string, policy func(events.PreExecuteRequest) events.Decision, tools ...schema.Tool) *rig {
+// newRig starts the rig with one policy service, "test", answering with
+// policy's value as the reply data; the agent expects only "test".
+func newRig(t *testing.T, rules string, policy func(events.PreExecuteRequest) any, tools ...schema.Tool) *rig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -80,7 +82,7 @@ func newRig(t *testing.T, rules string, policy func(events.PreExecuteRequest) ev
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(ctx, b, provider, &Options{PreExecuteTimeout: 2 * time.Second})
+	a, err := New(ctx, b, provider, &Options{PreExecuteTimeout: 2 * time.Second, Policies: []string{"test"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,9 +260,10 @@ func TestRunRecordBounded(t *testing.T) {
 }
 
 // TestInvalidFormsBecomeToolErrors is issue 8 items 5 and 11: a form from
-// a tool (input required) or from a policy service (confirm) that is not a
-// valid elicitation, or is oversize (250 KB), is never asked: the call
-// becomes a tool error the model reads, and the run completes.
+// a tool (input required) that is not a valid elicitation, or is oversize
+// (250 KB), is never asked: the call becomes a tool error the model reads,
+// and the run completes. (A policy sends no form at all: see
+// TestPolicyReplyWithConfirmationTextVetoes.)
 func TestInvalidFormsBecomeToolErrors(t *testing.T) {
 	nested := schema.ElicitRequestParams{Message: "Where?", RequestedSchema: schema.RequestedSchema{Type: "object",
 		Properties: map[string]*schema.PropertySchema{"address": {Type: "object"}}}}
@@ -281,25 +284,6 @@ func TestInvalidFormsBecomeToolErrors(t *testing.T) {
 			done := r.completed()
 			if !strings.Contains(done.Message.Text, "cannot be shown to the user") {
 				t.Errorf("final = %.300q, want the refused form explained", done.Message.Text)
-			}
-		})
-		t.Run("policy/"+name, func(t *testing.T) {
-			confirm := func(events.PreExecuteRequest) events.Decision {
-				f := form
-				return events.Decision{Decision: events.DecisionConfirm, Policy: "test", ConfigVersion: "v1", Elicitation: &f}
-			}
-			r := newRig(t, oneCall("wipe", `{}`), confirm, tool("wipe", false, `{"type":"object"}`))
-			if err := r.request("run4", user("wipe it")); err != nil {
-				t.Fatalf("handling the request: %v", err)
-			}
-			done := r.completed()
-			if !strings.Contains(done.Message.Text, "wipe was not run") || !strings.Contains(done.Message.Text, "policy service") {
-				t.Errorf("final = %.300q, want the refused form explained", done.Message.Text)
-			}
-			for _, d := range done.Decisions {
-				if d.Decision != events.DecisionConfirm {
-					t.Errorf("decision %+v, want the policy's confirm recorded", d)
-				}
 			}
 		})
 	}

@@ -127,17 +127,19 @@ func (c *Config) Version() string {
 	return "cfg-" + hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-// Decide applies the configuration to one pre-execute request.
-func (c *Config) Decide(req events.PreExecuteRequest) events.Decision {
-	return c.decide(req, c.Version())
+// Decide applies the configuration to one pre-execute request, as the
+// policy PolicyName. The answer is a decision only: the agent words any
+// confirmation itself.
+func (c *Config) Decide(req events.PreExecuteRequest) events.PolicyDecision {
+	return c.decide(req, PolicyName, c.Version())
 }
 
-func (c *Config) decide(req events.PreExecuteRequest, version string) events.Decision {
+func (c *Config) decide(req events.PreExecuteRequest, policy, version string) events.PolicyDecision {
 	a, ok := c.Agents[req.Agent]
 	if !ok {
 		a = c.Agents["*"]
 	}
-	d := events.Decision{Policy: PolicyName, ConfigVersion: version}
+	d := events.PolicyDecision{Policy: policy, ConfigVersion: version}
 	mode := a.Tools[req.Call.Name]
 	if mode == "" {
 		mode = ModeByAnnotation
@@ -153,44 +155,82 @@ func (c *Config) decide(req events.PreExecuteRequest, version string) events.Dec
 		d.Decision = events.DecisionAllow
 	case mode == ModeAlways || schema.ConfirmByAnnotation(req.Tool.Annotations):
 		d.Decision = events.DecisionConfirm
-		d.Elicitation = schema.NewConfirmationRequest(&req.Tool, req.Call)
+		d.Reason = "the gating configuration asks a person to confirm " + req.Call.Name
 	default:
 		d.Decision = events.DecisionAllow
 	}
 	return d
 }
 
-// PolicyName is the name the gate signs its decisions with.
-const PolicyName = "parley-gate"
+// PolicyName is the default policy name the gate signs its decisions
+// with: the name agents expect by default (agent --policies).
+const PolicyName = "gate"
+
+// ServiceName is the NATS micro service name of every gate, whatever its
+// policy name ($SRV.PING|INFO|STATS.parley-gate).
+const ServiceName = "parley-gate"
+
+// Options configures a Gate.
+type Options struct {
+	// Logger. Optional. Default: discard.
+	Logger *slog.Logger
+	// Name is the policy name signed on every decision and the queue
+	// group replicas of this policy share; agents list it in their
+	// expected policies. A subject token. Optional. Default: PolicyName.
+	Name string
+}
 
 // Gate is the policy service.
 type Gate struct {
 	bus     *bus.Client
 	cfg     *Config
+	name    string
 	version string // cfg.Version(), computed once
 	log     *slog.Logger
 }
 
-// New returns a gate with cfg (nil: DefaultConfig).
+// New returns the gate named PolicyName with cfg (nil: DefaultConfig).
 func New(b *bus.Client, cfg *Config, logger *slog.Logger) *Gate {
+	g, err := NewWithOptions(b, cfg, &Options{Logger: logger})
+	if err != nil {
+		panic(err) // the default name is valid
+	}
+	return g
+}
+
+// NewWithOptions returns a gate with cfg (nil: DefaultConfig) and opts
+// (nil: defaults). It fails when opts.Name is not a valid subject token.
+func NewWithOptions(b *bus.Client, cfg *Config, opts *Options) (*Gate, error) {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
 	if cfg == nil {
 		cfg = DefaultConfig()
 	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Gate{bus: b, cfg: cfg, version: cfg.Version(), log: logger}
+	if o.Name == "" {
+		o.Name = PolicyName
+	}
+	if err := events.ValidToken("policy name", o.Name); err != nil {
+		return nil, err
+	}
+	return &Gate{bus: b, cfg: cfg, name: o.Name, version: cfg.Version(), log: o.Logger}, nil
 }
 
-// Run serves pre-execute requests until ctx is cancelled.
+// Run serves pre-execute requests until ctx is cancelled. Replicas of one
+// policy share the queue group named after it, so each request gets one
+// answer per policy.
 func (g *Gate) Run(ctx context.Context) error {
-	g.log.Info("gate serving", "config_version", g.version)
+	g.log.Info("gate serving", "policy", g.name, "config_version", g.version)
 	if _, ok := g.cfg.Agents["*"]; !ok {
 		g.log.Warn(`the gating configuration has no "*" entry: agents it does not list get no confirmation at all`)
 	}
 	return g.bus.Serve(ctx, bus.Endpoint{
-		Service: PolicyName, Version: "0.1.0", Name: "pre_execute", Subject: events.SubjectPreExecAll,
-		QueueGroup: "gate", Description: "parley default pre-execute policy: allow, veto or confirm tool calls",
+		Service: ServiceName, Version: "0.2.0", Name: "pre_execute", Subject: events.SubjectPreExecAll,
+		QueueGroup: g.name, Description: "parley pre-execute policy " + g.name + ": allow, veto or confirm tool calls",
 	}, g.decide)
 }
 
@@ -199,7 +239,7 @@ func (g *Gate) decide(ctx context.Context, req *event.Event) (*event.Event, erro
 	if err != nil {
 		return nil, err
 	}
-	d := g.cfg.decide(in, g.version)
+	d := g.cfg.decide(in, g.name, g.version)
 	g.log.InfoContext(ctx, "pre-execute decided", "agent", in.Agent, "tool", in.Call.Name, "decision", d.Decision,
 		"config_version", d.ConfigVersion, "run_id", in.RunID)
 	return events.NewWithID(events.DerivedID("decided", req.ID()), events.SourceGate, events.TypePreExecuteDecided, req.Subject(), d)

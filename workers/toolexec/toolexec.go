@@ -22,6 +22,20 @@
 // its own ledger, see builtin) or a tool whose registered definition says
 // idempotentHint or readOnlyHint true. Any other tool is never run twice:
 // the model gets an isError result saying the outcome is unknown.
+//
+// # Only what was decided
+//
+// Before claiming a call the executor checks it (see authorize): the
+// call's tool name must be the tool token of its subject
+// (parley.tool.call.<tool>), else tool_subject_mismatch; and a tool that is
+// not read-only (readOnlyHint true in its registered definition; an
+// untrusted MCP server's annotations are removed before registration, so
+// they never count) runs only when the agent's decision record for that
+// run, call and round exists in parley_decisions and names the same tool
+// and the same arguments (schema.ArgumentsSHA256), else no_decision or
+// decision_mismatch. A refused call is dead-lettered at once with the
+// reason, and the agent gets an isError result saying it was not run, so
+// the turn goes on instead of waiting.
 package toolexec
 
 import (
@@ -125,6 +139,8 @@ type Executor struct {
 	bus     *bus.Client
 	results *kvstate.Bucket[callRecord]
 	reg     *kvstate.ToolRegistry
+	// decisions is parley_decisions, the agent's decision records.
+	decisions *kvstate.Decisions
 	defs    *kvstate.Bucket[schema.Tool] // parley_tools, for removing tools a source dropped
 	opts    Options
 	log     *slog.Logger
@@ -169,7 +185,11 @@ func New(ctx context.Context, b *bus.Client, tools []builtin.Tool, opts *Options
 	if err != nil {
 		return nil, err
 	}
-	x := &Executor{bus: b, results: results, reg: reg, defs: defs, opts: o, log: o.Logger,
+	decisions, err := kvstate.OpenDecisions(ctx, js, b.Storage(), b.Replicas())
+	if err != nil {
+		return nil, err
+	}
+	x := &Executor{bus: b, results: results, reg: reg, defs: defs, decisions: decisions, opts: o, log: o.Logger,
 		tools: map[string]entry{}, bySource: map[string][]string{}}
 	for _, t := range tools {
 		def := t.Definition()
@@ -314,6 +334,9 @@ func (x *Executor) Handle(ctx context.Context, d *bus.Delivery) error {
 	x.mu.RLock()
 	e, known := x.tools[in.Call.Name]
 	x.mu.RUnlock()
+	if err := x.authorize(ctx, d.Subject, in, e, known); err != nil {
+		return err
+	}
 
 	claim := callRecord{State: stateClaimed, Owner: x.opts.InstanceID,
 		ToolResult: events.ToolResult{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round}}

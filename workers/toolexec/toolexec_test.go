@@ -110,6 +110,33 @@ func delivery(t *testing.T, tool string) *bus.Delivery {
 	return &bus.Delivery{Event: e, Subject: events.ToolCallSubject(tool), NumDelivered: 1}
 }
 
+// decide records the agent's allow decision for d's call, as the agent
+// does before it dispatches a call.
+func (f *fixture) decide(t *testing.T, d *bus.Delivery) *bus.Delivery {
+	t.Helper()
+	in, err := events.Data[events.ToolCallRequested](d.Event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordDecision(t, f.x.decisions, in, in.Call.Name, in.Call.Arguments)
+	return d
+}
+
+// recordDecision records an allow decision for in's dispatch, naming tool
+// and args (the agent's record: the call's own tool and arguments).
+func recordDecision(t testing.TB, s *kvstate.Decisions, in events.ToolCallRequested, tool string, args json.RawMessage) {
+	t.Helper()
+	sum, err := schema.ArgumentsSHA256(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Record(context.Background(), kvstate.CallDecision{Format: kvstate.DecisionFormat, Run: in.RunID, Call: in.Call.ID,
+		Round: in.Round, Tool: tool, ArgumentsSHA256: sum, Decision: events.DecisionAllow,
+		Policies: []events.PolicyDecision{{Policy: "gate", Decision: events.DecisionAllow}}, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixture) result(t *testing.T) events.ToolResult {
 	t.Helper()
 	select {
@@ -137,7 +164,7 @@ func text(r events.ToolResult) string {
 func TestConcurrentDeliveriesRunOnce(t *testing.T) {
 	tool := &countingTool{name: "count", hold: 500 * time.Millisecond} // unannotated: not idempotent
 	f := newFixture(t, Options{Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
-	d := delivery(t, "srv__count")
+	d := f.decide(t, delivery(t, "srv__count"))
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -188,7 +215,7 @@ func staleClaim(t *testing.T, f *fixture, lease time.Duration) {
 func TestStaleClaimNonIdempotentIsOutcomeUnknown(t *testing.T) {
 	tool := &countingTool{name: "count", ann: &schema.ToolAnnotations{IdempotentHint: schema.Bool(false)}}
 	f := newFixture(t, Options{ClaimLease: time.Second, Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
-	d := delivery(t, "srv__count")
+	d := f.decide(t, delivery(t, "srv__count"))
 	// While the claim is fresh, the delivery waits for its holder.
 	key := "r" + events.DerivedID("run-1", "call-1", "0")
 	if _, err := f.x.results.Create(t.Context(), key, callRecord{State: stateClaimed, Owner: "dead",
@@ -225,7 +252,7 @@ func TestStaleClaimIdempotentReruns(t *testing.T) {
 		tool := &countingTool{name: "count", ann: ann}
 		f := newFixture(t, Options{ClaimLease: time.Second, Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
 		staleClaim(t, f, time.Second)
-		if err := f.x.Handle(t.Context(), delivery(t, "srv__count")); err != nil {
+		if err := f.x.Handle(t.Context(), f.decide(t, delivery(t, "srv__count"))); err != nil {
 			t.Fatal(err)
 		}
 		if r := f.result(t); tool.n.Load() != 1 || text(r) != "ran 1" {
@@ -242,7 +269,7 @@ func TestFailureMidCall(t *testing.T) {
 	tool := &countingTool{name: "write", err: lost}
 	idem := &countingTool{name: "read", err: lost, ann: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}}
 	f := newFixture(t, Options{Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool, idem}}}})
-	if err := f.x.Handle(t.Context(), delivery(t, "srv__write")); err != nil {
+	if err := f.x.Handle(t.Context(), f.decide(t, delivery(t, "srv__write"))); err != nil {
 		t.Fatal(err)
 	}
 	if r := f.result(t); !r.Result.IsError || !strings.Contains(text(r), "Outcome unknown") || !strings.Contains(text(r), "connection lost") {
@@ -305,7 +332,7 @@ func BenchmarkHandle(b *testing.B) {
 	if err := bc.EnsureStreams(ctx); err != nil {
 		b.Fatal(err)
 	}
-	tool := &countingTool{name: "noop"}
+	tool := &countingTool{name: "noop", ann: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}}
 	x, err := New(ctx, bc, nil, &Options{Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
 	if err != nil {
 		b.Fatal(err)
@@ -317,7 +344,7 @@ func BenchmarkHandle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := x.Handle(ctx, &bus.Delivery{Event: e, NumDelivered: 1}); err != nil {
+		if err := x.Handle(ctx, &bus.Delivery{Event: e, Subject: events.ToolCallSubject("srv__noop"), NumDelivered: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}

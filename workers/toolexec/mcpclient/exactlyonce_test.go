@@ -55,7 +55,21 @@ func TestConcurrentCallOfMCPToolRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &bus.Delivery{Event: e, NumDelivered: 1}
+	// The agent's decision record for the call (test__count is not
+	// read-only, so the executor runs it only with one).
+	decisions, err := kvstate.OpenDecisions(t.Context(), js, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := schema.ArgumentsSHA256(json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decisions.Record(t.Context(), kvstate.CallDecision{Format: kvstate.DecisionFormat, Run: "run-1", Call: "c1",
+		Tool: "test__count", ArgumentsSHA256: sum, Decision: events.DecisionAllow, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	d := &bus.Delivery{Event: e, Subject: events.ToolCallSubject("test__count"), NumDelivered: 1}
 	var wg sync.WaitGroup
 	var errs [2]error
 	wg.Go(func() { errs[0] = a.Handle(t.Context(), d) })

@@ -1,0 +1,336 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
+)
+
+// DefaultPolicies is the policy set an agent expects by default: the gate.
+var DefaultPolicies = []string{"gate"}
+
+// preExecute asks every policy service about c and combines their answers
+// (see combine). One request goes out on
+// parley.tool.pre_execute.<agent>.<tool>; replies are gathered on one inbox
+// until every expected policy answered, MaxPolicyReplies arrived or
+// PreExecuteTimeout passed. When nobody answers at all (no responders, or
+// silence until the deadline) it asks again, up to three times, before
+// concluding policy_unavailable.
+func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *schema.Tool) (*events.Decision, error) {
+	if err := events.ValidToken("agent", run.Agent); err != nil {
+		return nil, bus.Permanent(err)
+	}
+	req, err := events.NewWithID(events.DerivedID("pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),
+		events.SourceAgent, events.TypePreExecuteRequested, run.Thread,
+		events.PreExecuteRequest{Agent: run.Agent, Thread: run.Thread, RunID: run.RunID, Call: c.Call, Tool: *tool})
+	if err != nil {
+		return nil, err
+	}
+	var (
+		got  []events.PolicyDecision
+		last error
+	)
+	for attempt, pause := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 0} {
+		got = got[:0]
+		answered := map[string]bool{}
+		rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
+		_, last = a.bus.RequestMany(rctx, events.PreExecuteSubject(run.Agent, c.Call.Name), req, events.MaxPolicyReplies,
+			func(r bus.Reply) bool {
+				d := a.readReply(ctx, run, c, r)
+				got = append(got, d)
+				if d.Decision != events.DecisionUnavailable {
+					answered[d.Policy] = true
+				}
+				return !allAnswered(a.opts.Policies, answered)
+			})
+		cancel()
+		if len(got) > 0 || pause == 0 || ctx.Err() != nil {
+			break
+		}
+		if last == nil {
+			last = fmt.Errorf("no policy service answered within %s", a.opts.PreExecuteTimeout)
+		}
+		a.log.WarnContext(ctx, "pre-execute request unanswered; asking again", "tool", c.Call.Name,
+			"run_id", run.RunID, "attempt", attempt+1, "error", last)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // shutting down: not a verdict
+	}
+	d := combine(a.opts.Policies, got, tool.Annotations.ReadOnly(), a.opts.PreExecuteTimeout)
+	if len(got) == 0 {
+		reason := "no policy service answered within " + a.opts.PreExecuteTimeout.String()
+		if bus.IsNoResponders(last) {
+			reason = "no policy service is subscribed"
+		}
+		if last != nil && !bus.IsNoResponders(last) {
+			reason += ": " + last.Error()
+		}
+		d.Reason = reason
+	}
+	recordSpan(ctx, c, d)
+	return &d, nil
+}
+
+// allAnswered reports whether every expected policy has answered.
+func allAnswered(expected []string, answered map[string]bool) bool {
+	for _, p := range expected {
+		if !answered[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// readReply reads one policy reply. The reply contract is closed
+// (events.PolicyDecision): a reply that is unreadable, of another type,
+// without a policy name or decision, or with any other member — such as an
+// elicitation, a message or arguments a policy has no business sending —
+// is malformed and counts as a veto (reason policy_malformed), logged. A
+// micro error reply (the policy failed) counts as that policy being
+// unavailable.
+func (a *Agent) readReply(ctx context.Context, run *Run, c *CallState, r bus.Reply) events.PolicyDecision {
+	if r.Err != nil {
+		var se *bus.ServiceError
+		if errors.As(r.Err, &se) {
+			a.log.ErrorContext(ctx, "a policy service answered with an error", "tool", c.Call.Name, "run_id", run.RunID, "error", r.Err)
+			return events.PolicyDecision{Decision: events.DecisionUnavailable, Reason: cutReason("policy_error: " + r.Err.Error())}
+		}
+	}
+	d, err := decodeReply(r)
+	if err != nil {
+		a.log.ErrorContext(ctx, "malformed policy reply; counted as a veto (fail closed)", "tool", c.Call.Name,
+			"run_id", run.RunID, "policy", d.Policy, "error", err)
+		return events.PolicyDecision{Policy: d.Policy, Decision: events.DecisionVeto,
+			Reason: cutReason(events.ReasonPolicyMalformed + ": " + err.Error())}
+	}
+	d.Reason = cutReason(d.Reason)
+	return d
+}
+
+// decodeReply decodes a reply strictly as an events.PolicyDecision. On
+// error the returned decision carries the policy name when it could be
+// read, so the malformed answer is attributed to its policy.
+func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
+	if r.Err != nil {
+		return events.PolicyDecision{}, r.Err
+	}
+	e := r.Event
+	var named struct {
+		Policy string `json:"policy"`
+	}
+	var d events.PolicyDecision
+	if json.Unmarshal(e.Data(), &named) == nil && events.ValidToken("policy", named.Policy) == nil {
+		d.Policy = named.Policy
+	}
+	if e.Type() != events.TypePreExecuteDecided {
+		return d, fmt.Errorf("type: %q, want %q", e.Type(), events.TypePreExecuteDecided)
+	}
+	dec := json.NewDecoder(bytes.NewReader(e.Data()))
+	dec.DisallowUnknownFields()
+	var in events.PolicyDecision
+	if err := dec.Decode(&in); err != nil {
+		return d, fmt.Errorf("data: %w (a policy answers only policy, decision, reason and configVersion)", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return d, errors.New("data: unexpected data after the JSON object")
+	}
+	if err := events.ValidToken("policy", in.Policy); err != nil {
+		return d, fmt.Errorf("data.%w", err)
+	}
+	switch in.Decision {
+	case events.DecisionAllow, events.DecisionVeto, events.DecisionConfirm:
+	default:
+		return in, fmt.Errorf(`data.decision: %q must be "allow", "veto" or "confirm"`, in.Decision)
+	}
+	return in, nil
+}
+
+// cutReason keeps a reason within events.MaxPolicyReasonBytes (on a rune
+// boundary).
+func cutReason(s string) string {
+	if len(s) <= events.MaxPolicyReasonBytes {
+		return s
+	}
+	cut := events.MaxPolicyReasonBytes - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// combine is the decision rule (docs/POLICY.md). got holds every reply in
+// arrival order; each expected policy that gave no decision is added as a
+// policy_timeout entry: a veto when the tool is not read-only (fail
+// closed), else policy_unavailable (ignored). Then any veto wins; then any
+// confirm; allow only when every answering policy allowed. When no policy
+// gave a decision at all the result is policy_unavailable (the caller
+// runs a read-only tool and fails any other closed, as with no policy).
+func combine(expected []string, got []events.PolicyDecision, readOnly bool, timeout time.Duration) events.Decision {
+	all := slices.Clone(got)
+	decided := map[string]bool{}
+	for _, d := range got {
+		if d.Decision != events.DecisionUnavailable {
+			decided[d.Policy] = true
+		}
+	}
+	if len(decided) == 0 {
+		for _, p := range expected {
+			all = append(all, events.PolicyDecision{Policy: p, Decision: events.DecisionUnavailable,
+				Reason: fmt.Sprintf("%s: no answer within %s", events.ReasonPolicyTimeout, timeout)})
+		}
+		return events.Decision{Decision: events.DecisionUnavailable, Policies: all}
+	}
+	for _, p := range expected {
+		if decided[p] {
+			continue
+		}
+		d := events.PolicyDecision{Policy: p, Decision: events.DecisionVeto,
+			Reason: fmt.Sprintf("%s: policy %s did not answer within %s", events.ReasonPolicyTimeout, p, timeout)}
+		if readOnly {
+			d.Decision = events.DecisionUnavailable
+		}
+		all = append(all, d)
+	}
+	out := events.DecisionAllow
+	for _, d := range all {
+		switch {
+		case d.Decision == events.DecisionVeto:
+			out = events.DecisionVeto
+		case d.Decision == events.DecisionConfirm && out != events.DecisionVeto:
+			out = events.DecisionConfirm
+		}
+	}
+	var names, reasons, versions []string
+	for _, d := range all {
+		if d.Decision != out {
+			continue
+		}
+		names = append(names, d.Policy)
+		if d.Reason != "" {
+			reasons = append(reasons, d.Reason)
+		}
+		if d.ConfigVersion != "" && !slices.Contains(versions, d.ConfigVersion) {
+			versions = append(versions, d.ConfigVersion)
+		}
+	}
+	return events.Decision{Decision: out, Policy: strings.Join(names, ","), Reason: cutReason(strings.Join(reasons, "; ")),
+		ConfigVersion: strings.Join(versions, ","), Policies: all}
+}
+
+// recordSpan adds every policy's answer to the span of ctx, as the event
+// "parley.pre_execute.decided".
+func recordSpan(ctx context.Context, c *CallState, d events.Decision) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	var names, decisions, reasons, versions []string
+	for _, p := range d.Policies {
+		names = append(names, p.Policy)
+		decisions = append(decisions, p.Decision)
+		reasons = append(reasons, p.Reason)
+		versions = append(versions, p.ConfigVersion)
+	}
+	span.AddEvent("parley.pre_execute.decided", trace.WithAttributes(
+		attribute.String("parley.tool.name", c.Call.Name),
+		attribute.String("parley.tool.call_id", c.Call.ID),
+		attribute.String("parley.policy.decision", d.Decision),
+		attribute.StringSlice("parley.policy.names", names),
+		attribute.StringSlice("parley.policy.decisions", decisions),
+		attribute.StringSlice("parley.policy.reasons", reasons),
+		attribute.StringSlice("parley.policy.config_versions", versions),
+	))
+}
+
+// recordDecision writes the decision record of c's next dispatch into
+// parley_decisions, the evidence the tool-executor checks before running a
+// tool that is not read-only: the policies allowed it, or a policy asked
+// and a person accepted. A call with neither (a read-only tool run while
+// no policy answered) gets no record. Recording again on a redelivery is a
+// no-op; a record that differs is logged and left alone (the tool-executor
+// compares the tool and arguments, which cannot differ for one dispatch).
+func (a *Agent) recordDecision(ctx context.Context, run *Run, c *CallState) error {
+	p := c.Policy
+	if p == nil {
+		p = c.Decision
+	}
+	if p == nil {
+		return nil
+	}
+	rec := kvstate.CallDecision{Format: kvstate.DecisionFormat, Run: run.RunID, Call: c.Call.ID, Round: c.Round,
+		Tool: c.Call.Name, Decision: p.Decision, Policies: p.Policies, At: time.Now().UTC()}
+	switch p.Decision {
+	case events.DecisionAllow:
+	case events.DecisionConfirm:
+		if c.Answer == nil || c.Answer.Result.Action != schema.ActionAccept {
+			return nil // not accepted: nothing may run (and nothing is dispatched)
+		}
+		rec.ConfirmedBy = answerer(*c.Answer)
+	default:
+		return nil
+	}
+	if rec.Policies == nil {
+		// A record from before policies were gathered: the one decision.
+		rec.Policies = []events.PolicyDecision{{Policy: p.Policy, Decision: p.Decision, Reason: p.Reason, ConfigVersion: p.ConfigVersion}}
+	}
+	sum, err := schema.ArgumentsSHA256(c.Call.Arguments)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("hashing the arguments of %s: %w", c.Call.ID, err))
+	}
+	rec.ArgumentsSHA256 = sum
+	err = a.decisions.Record(ctx, rec)
+	if errors.Is(err, kvstate.ErrDecisionDiffers) {
+		a.log.ErrorContext(ctx, "a different decision record exists for this dispatch; leaving it", "tool", c.Call.Name,
+			"run_id", run.RunID, "call_id", c.Call.ID, "round", c.Round)
+		return nil
+	}
+	return err
+}
+
+// answerer reads who answered a confirmation. The answer's answeredBy is
+// read from its JSON form, so both shapes parse: a string (a name, before
+// answerers were authenticated) and {principal, onBehalfOf?}. nil when it
+// names nobody.
+func answerer(ans events.Answer) *kvstate.Answerer {
+	raw, err := json.Marshal(ans)
+	if err != nil {
+		return nil
+	}
+	var v struct {
+		AnsweredBy json.RawMessage `json:"answeredBy"`
+	}
+	if json.Unmarshal(raw, &v) != nil || len(v.AnsweredBy) == 0 {
+		return nil
+	}
+	var name string
+	if json.Unmarshal(v.AnsweredBy, &name) == nil {
+		if name == "" {
+			return nil
+		}
+		return &kvstate.Answerer{Principal: name}
+	}
+	var who kvstate.Answerer
+	if json.Unmarshal(v.AnsweredBy, &who) != nil || who.Principal == "" {
+		return nil
+	}
+	return &who
+}
