@@ -40,6 +40,14 @@ func allowAll(events.PreExecuteRequest) any {
 // policy's value as the reply data; the agent expects only "test".
 func newRig(t *testing.T, rules string, policy func(events.PreExecuteRequest) any, tools ...schema.Tool) *rig {
 	t.Helper()
+	return newRigPolicies(t, rules, map[string]func(events.PreExecuteRequest) any{"test": policy}, []string{"test"}, tools...)
+}
+
+// newRigPolicies starts the rig with one policy service per entry of
+// policies (each in its own queue group, as separate policy services
+// are), and an agent that expects the policies named in expected.
+func newRigPolicies(t *testing.T, rules string, policies map[string]func(events.PreExecuteRequest) any, expected []string, tools ...schema.Tool) *rig {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	srv := bustest.NewServer(t)
@@ -60,29 +68,31 @@ func newRig(t *testing.T, rules string, policy func(events.PreExecuteRequest) an
 			t.Fatal(err)
 		}
 	}
-	go func() {
-		_ = b.Serve(ctx, bus.Endpoint{Service: "test-policy", Version: "0.0.1", Name: "pre_execute",
-			Subject: events.SubjectPreExecAll}, func(_ context.Context, req *event.Event) (*event.Event, error) {
-			in, err := events.Data[events.PreExecuteRequest](req)
-			if err != nil {
-				return nil, err
+	for name, policy := range policies {
+		go func() {
+			_ = b.Serve(ctx, bus.Endpoint{Service: "test-policy-" + name, Version: "0.0.1", Name: "pre_execute",
+				Subject: events.SubjectPreExecAll, QueueGroup: name}, func(_ context.Context, req *event.Event) (*event.Event, error) {
+				in, err := events.Data[events.PreExecuteRequest](req)
+				if err != nil {
+					return nil, err
+				}
+				return events.New("/test/policy", events.TypePreExecuteDecided, req.Subject(), policy(in))
+			})
+		}()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := nc.Request("$SRV.PING.test-policy-"+name, nil, 100*time.Millisecond); err == nil {
+				break
 			}
-			return events.New("/test/policy", events.TypePreExecuteDecided, req.Subject(), policy(in))
-		})
-	}()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := nc.Request("$SRV.PING.test-policy", nil, 100*time.Millisecond); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("test policy service did not come up within 5s")
+			if time.Now().After(deadline) {
+				t.Fatalf("test policy service %s did not come up within 5s", name)
+			}
 		}
 	}
 	provider, err := model.NewScripted([]byte(rules))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(ctx, b, provider, &Options{PreExecuteTimeout: 2 * time.Second, Policies: []string{"test"}})
+	a, err := New(ctx, b, provider, &Options{PreExecuteTimeout: 2 * time.Second, Policies: expected})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func (r *Run) resumed(eventID string) bool {
 func (c *CallState) record() events.DecisionRecord {
 	r := events.DecisionRecord{CallID: c.Call.ID, Tool: c.Call.Name}
 	if d := c.Policy; d != nil {
-		r.Decision, r.Policy, r.ConfigVersion, r.Reason = d.Decision, d.Policy, d.ConfigVersion, d.Reason
+		r.Decision, r.Policy, r.ConfigVersion, r.Reason, r.Policies = d.Decision, d.Policy, d.ConfigVersion, d.Reason, d.Policies
 	}
 	if a := c.Answer; a != nil {
 		r.ElicitationID, r.Action, r.AnsweredBy, r.AnsweredAt = a.ElicitationID, a.Result.Action, a.AnsweredBy, a.AnsweredAt

@@ -141,9 +141,9 @@ type Executor struct {
 	reg     *kvstate.ToolRegistry
 	// decisions is parley_decisions, the agent's decision records.
 	decisions *kvstate.Decisions
-	defs    *kvstate.Bucket[schema.Tool] // parley_tools, for removing tools a source dropped
-	opts    Options
-	log     *slog.Logger
+	defs      *kvstate.Bucket[schema.Tool] // parley_tools, for removing tools a source dropped
+	opts      Options
+	log       *slog.Logger
 
 	mu    sync.RWMutex
 	tools map[string]entry
