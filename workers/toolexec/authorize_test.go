@@ -161,14 +161,18 @@ func TestForgedCallsAreNotRun(t *testing.T) {
 		decide                func(in events.ToolCallRequested)
 	}{
 		{"delete on the list_entities subject", events.ToolCallSubject("list_entities"), events.ReasonToolSubjectMismatch,
-			func(in events.ToolCallRequested) { recordDecision(t, r.x.decisions, in, in.Call.Name, in.Call.Arguments) }},
+			func(in events.ToolCallRequested) {
+				recordDecision(t, r.x.decisions, in, in.Call.Name, in.Call.Arguments)
+			}},
 		{"delete with no decision record", events.ToolCallSubject(del.Name), events.ReasonNoDecision, nil},
 		{"delete decided for other arguments", events.ToolCallSubject(del.Name), events.ReasonDecisionMismatch,
 			func(in events.ToolCallRequested) {
 				recordDecision(t, r.x.decisions, in, in.Call.Name, json.RawMessage(`{"ids":["nothing-real"]}`))
 			}},
 		{"delete decided as another tool", events.ToolCallSubject(del.Name), events.ReasonDecisionMismatch,
-			func(in events.ToolCallRequested) { recordDecision(t, r.x.decisions, in, "list_entities", in.Call.Arguments) }},
+			func(in events.ToolCallRequested) {
+				recordDecision(t, r.x.decisions, in, "list_entities", in.Call.Arguments)
+			}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			callID := "call-" + strings.ReplaceAll(tt.name, " ", "-")
