@@ -18,7 +18,7 @@ func TestDecisionsRecordIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := CallDecision{Run: "run-1", Call: "call_0_0", Round: 1, Tool: "delete_entities", ArgumentsSHA256: "ab",
+	d := CallDecision{Format: DecisionFormat, Run: "run-1", Call: "call_0_0", Round: 1, Tool: "delete_entities", ArgumentsSHA256: "ab",
 		Decision: events.DecisionConfirm, Policies: []events.PolicyDecision{{Policy: "gate", Decision: events.DecisionConfirm}},
 		ConfirmedBy: &Answerer{Principal: "gateway", OnBehalfOf: "alice"}, At: time.Now()}
 	if err := s.Record(t.Context(), d); err != nil {
