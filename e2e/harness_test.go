@@ -47,6 +47,9 @@ type options struct {
 	sources []toolexec.Source
 	// formRevision is the agent's FormRevision; "" means its default.
 	formRevision schema.Revision
+	// policies are further gates, by policy name, which the agent expects
+	// next to the gate.
+	policies map[string]*gate.Config
 }
 
 // system is a running parley on an embedded server.
@@ -140,6 +143,15 @@ func start(t *testing.T, opts options) *system {
 		g := gate.New(worker("gate"), opts.gate, s.log)
 		wg.Go(func() { _ = g.Run(ctx) })
 	}
+	expected := []string{gate.PolicyName}
+	for name, cfg := range opts.policies {
+		g, err := gate.NewWithOptions(worker("policy-"+name), cfg, &gate.Options{Logger: s.log, Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = g.Run(ctx) })
+		expected = append(expected, name)
+	}
 	x, err := toolexec.New(ctx, worker("toolexec"), s.site.Tools(), &toolexec.Options{Logger: s.log, Sources: opts.sources})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +170,8 @@ func start(t *testing.T, opts options) *system {
 	}
 	s.model = &countingProvider{Provider: provider}
 	if !opts.noAgent {
-		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second, FormRevision: opts.formRevision})
+		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second, FormRevision: opts.formRevision,
+			Policies: expected})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/gate"
+)
+
+// Two policy services answer every pre-execute request: the gate asks for
+// confirmation of the delete, a compliance gate denies it. The veto wins:
+// nobody is asked, nothing is deleted, and turn.completed records both
+// policies' answers (issue 9 item 3, "two policy services").
+func TestTwoPoliciesVetoWins(t *testing.T) {
+	compliance, err := gate.ParseConfig([]byte(`{"agents":{"*":{"tools":{"delete_entities":"deny"},
+	  "deny_reasons":{"delete_entities":"deletes need a change ticket"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, options{policies: map[string]*gate.Config{"compliance": compliance}})
+	s.send("pol1", deleteDrafts)
+	text := s.completed("pol1", 1)
+	if !strings.Contains(text, "Execution of delete_entities was denied: deletes need a change ticket") {
+		t.Fatalf("completed = %q, want compliance's veto", text)
+	}
+	if n := s.drafts(); n != 10 || len(s.ledger()) != 0 {
+		t.Fatalf("vetoed delete ran: drafts %d, ledger %v", n, s.ledger())
+	}
+	if n := len(s.rec.matching("pol1", events.TypeElicitationRequested)); n != 0 {
+		t.Fatalf("a vetoed call asked the user %d times", n)
+	}
+	tc, err := events.Data[events.TurnCompleted](s.rec.matching("pol1", events.TypeTurnCompleted)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var del *events.DecisionRecord
+	for i, d := range tc.Decisions {
+		if d.Tool == "delete_entities" {
+			del = &tc.Decisions[i]
+		}
+	}
+	if del == nil || del.Decision != events.DecisionVeto || del.Policy != "compliance" {
+		t.Fatalf("decisions %+v, want compliance's veto of delete_entities", tc.Decisions)
+	}
+	got := map[string]string{}
+	for _, p := range del.Policies {
+		got[p.Policy] = p.Decision
+	}
+	if len(got) != 2 || got["gate"] != events.DecisionConfirm || got["compliance"] != events.DecisionVeto {
+		t.Fatalf("policies %+v, want the gate's confirm and compliance's veto", del.Policies)
+	}
+}
+
+// The normal confirm flow still deletes, and leaves the decision record
+// the tool-executor checked: the confirmed tool and arguments, every
+// policy's answer and who confirmed (issue 9 item 4).
+func TestConfirmedDeleteLeavesDecisionRecord(t *testing.T) {
+	s := start(t, options{})
+	s.send("pol2", deleteDrafts)
+	id, q := s.question("pol2", 1)
+	tc, ok := q.Meta[schema.MetaToolCall].(map[string]any)
+	if !ok || tc["name"] != "delete_entities" || !strings.Contains(q.Message, "Delete") {
+		t.Fatalf("confirmation %q with %v, want the registry's wording for delete_entities", q.Message, q.Meta[schema.MetaToolCall])
+	}
+	s.answer("pol2", id, schema.ActionAccept, nil)
+	s.completed("pol2", 1)
+	if n := s.drafts(); n != 0 {
+		t.Fatalf("drafts = %d after the confirmed delete, want 0", n)
+	}
+	_, js := s.srv.JetStream(t)
+	kv, err := js.KeyValue(s.ctx, kvstate.BucketDecisions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeys(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisions, err := kvstate.OpenDecisions(s.ctx, js, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for k := range keys.Keys() {
+		parts := strings.Split(k, ".")
+		if len(parts) != 3 {
+			t.Fatalf("decision key %q, want <run>.<call>.<round>", k)
+		}
+		rec, err := decisions.Get(s.ctx, parts[0], parts[1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Tool != "delete_entities" {
+			continue
+		}
+		found = true
+		args, _ := json.Marshal(tc["arguments"])
+		if sum, _ := schema.ArgumentsSHA256(args); rec.ArgumentsSHA256 != sum {
+			t.Errorf("decision record hashes %s, the confirmed arguments %s hash %s", rec.ArgumentsSHA256, args, sum)
+		}
+		if rec.Decision != events.DecisionConfirm || rec.ConfirmedBy == nil || rec.ConfirmedBy.Principal == "" ||
+			len(rec.Policies) != 1 || rec.Policies[0].Policy != gate.PolicyName {
+			t.Errorf("decision record %+v", rec)
+		}
+	}
+	if !found {
+		t.Fatal("no decision record for the confirmed delete")
+	}
+}
