@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
@@ -109,5 +113,48 @@ func TestConfirmedDeleteLeavesDecisionRecord(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no decision record for the confirmed delete")
+	}
+}
+
+// Every policy's answer is on the agent's span, as the event
+// parley.pre_execute.decided (issue 9 item 3, "record every policy's
+// decision").
+func TestPolicyDecisionsOnSpan(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(prev) })
+
+	compliance, err := gate.ParseConfig([]byte(`{"agents":{"*":{"tools":{"delete_entities":"deny"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, options{policies: map[string]*gate.Config{"compliance": compliance}})
+	s.send("pol3", deleteDrafts)
+	s.completed("pol3", 1)
+	var found bool
+	for _, sp := range spans.Ended() {
+		for _, ev := range sp.Events() {
+			if ev.Name != "parley.pre_execute.decided" {
+				continue
+			}
+			attrs := map[string]string{}
+			for _, kv := range ev.Attributes {
+				attrs[string(kv.Key)] = kv.Value.Emit()
+			}
+			if attrs["parley.tool.name"] != "delete_entities" {
+				continue
+			}
+			found = true
+			if attrs["parley.policy.decision"] != events.DecisionVeto ||
+				!strings.Contains(attrs["parley.policy.names"], "gate") || !strings.Contains(attrs["parley.policy.names"], "compliance") ||
+				!strings.Contains(attrs["parley.policy.decisions"], "confirm") || !strings.Contains(attrs["parley.policy.decisions"], "veto") {
+				t.Errorf("span event attributes %v, want both policies' answers and the veto", attrs)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no parley.pre_execute.decided span event for delete_entities among %d spans", len(spans.Ended()))
 	}
 }
