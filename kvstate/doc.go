@@ -2,8 +2,9 @@
 // paused turns (bucket parley_paused, key = thread ID, per-key TTL, History
 // 1, LimitMarkerTTL so every watcher sees expiry), threads (parley_threads,
 // key = thread ID, revision-checked updates), agent run checkpoints
-// (parley_runs, key = run ID) and tool results (parley_tool_results, key =
-// run and call). Buckets are created idempotently.
+// (parley_runs, key = run ID), tool results (parley_tool_results, key =
+// run and call) and decision records (parley_decisions, key =
+// <run>.<call>.<round>, see CallDecision). Buckets are created idempotently.
 //
 // Library errors are translated at this boundary: ErrNotFound, ErrConflict
 // (a revision-checked write lost a race) and ErrIncompatible (a stored

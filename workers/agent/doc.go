@@ -8,5 +8,9 @@
 // Consumes (durable "agent" on PARLEY_AGENT): parley.agent.run.requested,
 // parley.agent.run.resumed, parley.tool.result.<run>.
 // Produces: parley.tool.call.<tool>, parley.agent.run.completed|paused|failed.
-// Requests: parley.tool.pre_execute.<agent>.<tool> (policy services).
+// Requests: parley.tool.pre_execute.<agent>.<tool> (policy services; every
+// reply is gathered until the expected policies answered, and combined:
+// any veto wins, then any confirm — docs/POLICY.md).
+// Writes: parley_decisions (key <run>.<call>.<round>), the decision record
+// of every call before it is dispatched, which the tool-executor checks.
 package agent

@@ -1,9 +1,12 @@
 // Package gate is parley's default pre-execute policy service (the seeds'
 // ToolConfirmationSubscriber): it answers requests on
 // parley.tool.pre_execute.<agent>.<tool> with allow, veto or confirm, from
-// the gating configuration (design section 4). It is a NATS micro service
-// ("parley-gate", queue group "gate"), so replicas share the load and other
-// policy services can listen next to it.
+// the gating configuration (design section 4). The answer is a decision
+// only (events.PolicyDecision): the agent words every confirmation itself.
+// It is a NATS micro service ("parley-gate", queue group = its policy name,
+// "gate" by default), so replicas share the load and other policy
+// services (other names) answer next to it; agents wait for the policies
+// they expect (docs/POLICY.md).
 package gate
 
 import (
