@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -69,6 +70,16 @@ func TestConfirmedDeleteLeavesDecisionRecord(t *testing.T) {
 	tc, ok := q.Meta[schema.MetaToolCall].(map[string]any)
 	if !ok || tc["name"] != "delete_entities" || !strings.Contains(q.Message, "Delete") {
 		t.Fatalf("confirmation %q with %v, want the registry's wording for delete_entities", q.Message, q.Meta[schema.MetaToolCall])
+	}
+	// The prose restatement shows the same tool and arguments.
+	paused, err := events.Data[events.TurnPaused](s.rec.await(t, 10*time.Second, "pol2", events.TypeTurnPaused, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown, _ := json.Marshal(tc["arguments"])
+	if !strings.Contains(paused.Message.Text, q.Message) || !strings.Contains(paused.Message.Text, "Tool: delete_entities") ||
+		!strings.Contains(paused.Message.Text, "Arguments: "+string(shown)) {
+		t.Errorf("prose %q does not restate the confirmation (%q, arguments %s)", paused.Message.Text, q.Message, shown)
 	}
 	s.answer("pol2", id, schema.ActionAccept, nil)
 	s.completed("pol2", 1)
