@@ -62,11 +62,8 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 		if len(got) > 0 || pause == 0 || ctx.Err() != nil {
 			break
 		}
-		if last == nil {
-			last = fmt.Errorf("no policy service answered within %s", a.opts.PreExecuteTimeout)
-		}
 		a.log.WarnContext(ctx, "pre-execute request unanswered; asking again", "tool", c.Call.Name,
-			"run_id", run.RunID, "attempt", attempt+1, "error", last)
+			"run_id", run.RunID, "attempt", attempt+1, "timeout", a.opts.PreExecuteTimeout, "error", last)
 		select {
 		case <-ctx.Done():
 		case <-time.After(pause):
@@ -77,14 +74,14 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 	}
 	d := combine(a.opts.Policies, got, tool.Annotations.ReadOnly(), a.opts.PreExecuteTimeout)
 	if len(got) == 0 {
-		reason := "no policy service answered within " + a.opts.PreExecuteTimeout.String()
-		if bus.IsNoResponders(last) {
-			reason = "no policy service is subscribed"
+		switch {
+		case bus.IsNoResponders(last):
+			d.Reason = "no policy service is subscribed"
+		case last != nil:
+			d.Reason = "no policy service answered: " + last.Error()
+		default:
+			d.Reason = "no policy service answered within " + a.opts.PreExecuteTimeout.String()
 		}
-		if last != nil && !bus.IsNoResponders(last) {
-			reason += ": " + last.Error()
-		}
-		d.Reason = reason
 	}
 	recordSpan(ctx, c, d)
 	return &d, nil
