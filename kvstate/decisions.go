@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
 )
 
 // BucketDecisions is the bucket of decision records: the evidence the
@@ -46,6 +47,11 @@ type CallDecision struct {
 	Tool string `json:"tool"`
 	// ArgumentsSHA256 is schema.ArgumentsSHA256 of the call's arguments.
 	ArgumentsSHA256 string `json:"argumentsSHA256"`
+	// Annotations are those of the registered definition the policies
+	// decided on (nil: none). The tool-executor refuses the call when they
+	// claim read-only or non-destructive and its own definition does not:
+	// the decision was made on a definition that was not the executor's.
+	Annotations *schema.ToolAnnotations `json:"annotations,omitempty"`
 	// Decision is events.DecisionAllow (every policy allowed) or
 	// events.DecisionConfirm (a policy asked, and a person accepted).
 	Decision string `json:"decision"`
@@ -67,6 +73,10 @@ func (d CallDecision) Same(o CallDecision) bool {
 		return false
 	}
 	if d.ConfirmedBy != nil && *d.ConfirmedBy != *o.ConfirmedBy {
+		return false
+	}
+	if a, b := d.Annotations, o.Annotations; a.ReadOnly() != b.ReadOnly() || a.Destructive() != b.Destructive() ||
+		a.Idempotent() != b.Idempotent() {
 		return false
 	}
 	for i := range d.Policies {

@@ -540,7 +540,10 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	}
 	switch c.Decision.Decision {
 	case events.DecisionAllow:
+		// The decision record goes in before the checkpoint marks the
+		// call dispatched, so every dispatched call has its record.
 		c.Status = callDispatched
+		return a.recordDecision(ctx, run, c, tool.Annotations)
 	case events.DecisionVeto:
 		c.Status = callDone
 		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
@@ -577,11 +580,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	return nil
 }
 
-// dispatch records c's decision (recordDecision), then publishes the call.
 func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
-	if err := a.recordDecision(ctx, run, c); err != nil {
-		return err
-	}
 	in := events.ToolCallRequested{RunID: run.RunID, Thread: run.Thread, Agent: run.Agent, Call: c.Call, Round: c.Round,
 		InputResponses: c.InputResponses, RequestState: c.RequestState}
 	e, err := events.NewWithID(events.DerivedID("tool.call", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),

@@ -261,11 +261,13 @@ func recordSpan(ctx context.Context, c *CallState, d events.Decision) {
 // recordDecision writes the decision record of c's next dispatch into
 // parley_decisions, the evidence the tool-executor checks before running a
 // tool that is not read-only: the policies allowed it, or a policy asked
-// and a person accepted. A call with neither (a read-only tool run while
-// no policy answered) gets no record. Recording again on a redelivery is a
-// no-op; a record that differs is logged and left alone (the tool-executor
-// compares the tool and arguments, which cannot differ for one dispatch).
-func (a *Agent) recordDecision(ctx context.Context, run *Run, c *CallState) error {
+// and a person accepted. ann are the annotations of the registered
+// definition the call was decided on. A call with neither (a read-only
+// tool run while no policy answered) gets no record. Recording again on a
+// redelivery is a no-op; a record that differs is logged and left alone
+// (the tool-executor compares the tool and arguments, which cannot differ
+// for one dispatch).
+func (a *Agent) recordDecision(ctx context.Context, run *Run, c *CallState, ann *schema.ToolAnnotations) error {
 	p := c.Policy
 	if p == nil {
 		p = c.Decision
@@ -274,7 +276,7 @@ func (a *Agent) recordDecision(ctx context.Context, run *Run, c *CallState) erro
 		return nil
 	}
 	rec := kvstate.CallDecision{Format: kvstate.DecisionFormat, Run: run.RunID, Call: c.Call.ID, Round: c.Round,
-		Tool: c.Call.Name, Decision: p.Decision, Policies: p.Policies, At: time.Now().UTC()}
+		Tool: c.Call.Name, Decision: p.Decision, Policies: p.Policies, Annotations: ann, At: time.Now().UTC()}
 	switch p.Decision {
 	case events.DecisionAllow:
 	case events.DecisionConfirm:

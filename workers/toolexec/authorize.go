@@ -52,6 +52,13 @@ func (x *Executor) authorize(ctx context.Context, subject string, in events.Tool
 	default:
 		return mismatch("the record's decision is %q, not allow or confirm", rec.Decision)
 	}
+	// The policies decided on the registry's definition; this executor runs
+	// its own. A registry entry rewritten to look harmless (readOnlyHint
+	// true, destructiveHint false) shows here as a difference.
+	if mine := e.def.Annotations; rec.Annotations.ReadOnly() && !mine.ReadOnly() ||
+		!rec.Annotations.Destructive() && mine.Destructive() {
+		return mismatch("%s was decided as read-only or non-destructive, which its definition here does not say", in.Call.Name)
+	}
 	sum, err := schema.ArgumentsSHA256(in.Call.Arguments)
 	if err != nil {
 		return mismatch("the call's arguments cannot be hashed (%v)", err)

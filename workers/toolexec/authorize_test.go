@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/bus/bustest"
@@ -172,6 +173,18 @@ func TestForgedCallsAreNotRun(t *testing.T) {
 		{"delete decided as another tool", events.ToolCallSubject(del.Name), events.ReasonDecisionMismatch,
 			func(in events.ToolCallRequested) {
 				recordDecision(t, r.x.decisions, in, "list_entities", in.Call.Arguments)
+			}},
+		// The registry entry was rewritten to say read-only, so the
+		// policies allowed the delete unconfirmed: the executor's own
+		// definition says otherwise.
+		{"delete decided on a definition claiming read-only", events.ToolCallSubject(del.Name), events.ReasonDecisionMismatch,
+			func(in events.ToolCallRequested) {
+				sum, _ := schema.ArgumentsSHA256(in.Call.Arguments)
+				if err := r.x.decisions.Record(t.Context(), kvstate.CallDecision{Format: kvstate.DecisionFormat, Run: in.RunID,
+					Call: in.Call.ID, Tool: in.Call.Name, ArgumentsSHA256: sum, Decision: events.DecisionAllow,
+					Annotations: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}, At: time.Now()}); err != nil {
+					t.Fatal(err)
+				}
 			}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
