@@ -249,3 +249,39 @@ func TestAnswererShapes(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeReplyStrict: a reply is a bare PolicyDecision; everything else
+// is malformed, with the rule named, and attributed to its policy when the
+// name is readable.
+func TestDecodeReplyStrict(t *testing.T) {
+	for _, tt := range []struct {
+		name, typ, data, rule, policy string
+	}{
+		{"ok", string(events.TypePreExecuteDecided), `{"policy":"gate","decision":"allow","configVersion":"v"}`, "", "gate"},
+		{"elicitation", string(events.TypePreExecuteDecided), `{"policy":"gate","decision":"confirm","elicitation":{"message":"List?"}}`, `unknown field "elicitation"`, "gate"},
+		{"arguments", string(events.TypePreExecuteDecided), `{"policy":"gate","decision":"allow","arguments":{}}`, `unknown field "arguments"`, "gate"},
+		{"no policy", string(events.TypePreExecuteDecided), `{"decision":"allow"}`, "data.policy: required", ""},
+		{"bad decision", string(events.TypePreExecuteDecided), `{"policy":"gate","decision":"maybe"}`, `data.decision: "maybe"`, "gate"},
+		{"other type", string(events.TypeToolCallRequested), `{"policy":"gate","decision":"allow"}`, "type:", "gate"},
+		{"not JSON", string(events.TypePreExecuteDecided), `allow`, "data:", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := events.New("/test", events.Type(tt.typ), "t1", json.RawMessage(tt.data))
+			if err != nil {
+				// Not JSON cannot be built as a JSON event: build it raw.
+				e, _ = events.New("/test", events.Type(tt.typ), "t1", map[string]any{})
+				_ = e.SetData("application/json", []byte(tt.data))
+			}
+			d, err := decodeReply(bus.Reply{Event: e})
+			switch {
+			case tt.rule == "" && err != nil:
+				t.Fatalf("decodeReply: %v", err)
+			case tt.rule != "" && (err == nil || !strings.Contains(err.Error(), tt.rule)):
+				t.Fatalf("decodeReply error %v, want %q", err, tt.rule)
+			}
+			if d.Policy != tt.policy {
+				t.Errorf("attributed to %q, want %q", d.Policy, tt.policy)
+			}
+		})
+	}
+}

@@ -350,6 +350,39 @@ func BenchmarkHandle(b *testing.B) {
 	}
 }
 
+// BenchmarkHandleDecided is BenchmarkHandle for a tool that is not
+// read-only: each call also reads and checks its decision record.
+func BenchmarkHandleDecided(b *testing.B) {
+	srv := bustest.NewServer(b)
+	bc, err := bus.New(srv.Connect(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	if err := bc.EnsureStreams(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tool := &countingTool{name: "noop"}
+	x, err := New(ctx, bc, nil, &Options{Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		in := events.ToolCallRequested{RunID: "run", Thread: "th", Call: schema.ToolCall{ID: "c" + strconv.Itoa(i), Name: "srv__noop"}}
+		b.StopTimer()
+		recordDecision(b, x.decisions, in, in.Call.Name, in.Call.Arguments)
+		b.StartTimer()
+		e, err := events.New(events.SourceAgent, events.TypeToolCallRequested, "th", in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := x.Handle(ctx, &bus.Delivery{Event: e, Subject: events.ToolCallSubject("srv__noop"), NumDelivered: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // hugeTool has a definition larger than the registry accepts.
 type hugeTool struct{ countingTool }
 
