@@ -43,7 +43,20 @@ type processorFlags struct {
 type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for a policy service."`
+	ModelCallTimeout  time.Duration `name:"model-call-timeout" env:"PARLEY_MODEL_CALL_TIMEOUT" default:"10m" help:"How long one model call, all its attempts and retry waits included, may take; after it the turn fails with reason model_timeout."`
 	modelFlags
+}
+
+// toolexecFlags configure the tool-executor's bounds.
+type toolexecFlags struct {
+	ToolTimeout time.Duration `name:"tool-timeout" env:"PARLEY_TOOL_TIMEOUT" default:"2m" help:"How long one tool call may run; after it the call is abandoned and the model gets an error result saying so."`
+}
+
+func (t toolexecFlags) check() error {
+	if t.ToolTimeout <= 0 {
+		return fmt.Errorf("--tool-timeout must be positive, got %v", t.ToolTimeout)
+	}
+	return nil
 }
 
 type gateFlags struct {
@@ -94,6 +107,9 @@ func (a agentFlags) check() error {
 	if a.PreExecuteTimeout <= 0 {
 		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
 	}
+	if a.ModelCallTimeout <= 0 {
+		return fmt.Errorf("--model-call-timeout must be positive, got %v", a.ModelCallTimeout)
+	}
 	return a.modelFlags.check()
 }
 
@@ -114,6 +130,7 @@ type roleConfig struct {
 	agent     agentFlags
 	gate      gateFlags
 	mcp       mcpFlags
+	toolexec  toolexecFlags
 }
 
 // runRole runs one worker role on nc until ctx is cancelled.
@@ -157,7 +174,8 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
-		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout})
+		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
+			ModelTimeout: cfg.agent.ModelCallTimeout})
 		if err != nil {
 			return err
 		}
@@ -172,7 +190,8 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 			return err
 		}
 		defer stopMCP()
-		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log, Sources: sources})
+		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log, Sources: sources,
+			CallTimeout: cfg.toolexec.ToolTimeout})
 		if err != nil {
 			return err
 		}
@@ -256,13 +275,16 @@ func (c *agentCmd) Run(e *env) error {
 type toolexecCmd struct {
 	storeFlags
 	mcpFlags
+	toolexecFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
-func (c *toolexecCmd) Validate() error { return firstErr(c.storeFlags.check(), c.mcpFlags.check()) }
+func (c *toolexecCmd) Validate() error {
+	return firstErr(c.storeFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check())
+}
 
 func (c *toolexecCmd) Run(e *env) error {
-	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags})
+	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags})
 }
 
 type gateCmd struct {

@@ -26,6 +26,11 @@ type Options struct {
 	Logger *slog.Logger
 	// PreExecuteTimeout bounds one pre-execute request. Optional. Default: 2s.
 	PreExecuteTimeout time.Duration
+	// ModelTimeout bounds one model call, its retries included. A call
+	// still running after it ends the run with run.failed (and the turn
+	// with turn.failed) reason ReasonModelTimeout. Optional. Default:
+	// DefaultModelTimeout.
+	ModelTimeout time.Duration
 	// MaxSteps bounds model calls per run. Optional. Default: 16.
 	MaxSteps int
 	// Concurrency is the number of events handled at once. Optional. Default: 8.
@@ -37,6 +42,27 @@ type Options struct {
 	// is asked. Optional. Default: schema.DefaultRevision (2025-06-18).
 	FormRevision schema.Revision
 }
+
+// DefaultModelTimeout is Options.ModelTimeout's default: 10 minutes, room
+// for a provider's own attempts (model/openai: 4 attempts of up to 2
+// minutes each, and its waits between them).
+const DefaultModelTimeout = 10 * time.Minute
+
+// ReasonModelTimeout is the run.failed (and turn.failed) reason of a run
+// whose model call did not finish within Options.ModelTimeout.
+const ReasonModelTimeout = "model_timeout"
+
+// handlerTimeout bounds one event's handling: one model call, the
+// pre-execute requests of a step's calls (each asked up to three times),
+// and a minute for the KV writes and publishes.
+func (a *Agent) handlerTimeout() time.Duration {
+	return a.opts.ModelTimeout + time.Duration(maxCallsPerStep)*(3*a.opts.PreExecuteTimeout+time.Second) + time.Minute
+}
+
+// maxCallsPerStep is the number of tool calls of one model step the
+// handler deadline allows pre-execute requests for; a step with more
+// calls still runs, its later requests sharing the same deadline.
+const maxCallsPerStep = 16
 
 // Agent is the agent worker.
 type Agent struct {
@@ -63,6 +89,9 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	}
 	if o.PreExecuteTimeout <= 0 {
 		o.PreExecuteTimeout = 2 * time.Second
+	}
+	if o.ModelTimeout <= 0 {
+		o.ModelTimeout = DefaultModelTimeout
 	}
 	if o.MaxSteps <= 0 {
 		o.MaxSteps = 16
@@ -94,7 +123,7 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 func (a *Agent) Run(ctx context.Context) error {
 	return a.bus.Consume(ctx, bus.ConsumerSpec{
 		Stream: events.StreamAgent, Durable: "agent", Concurrency: a.opts.Concurrency,
-		OnDeadLetter: a.onDeadLetter,
+		Compensate: a.onDeadLetter, HandlerTimeout: a.handlerTimeout(),
 	}, a.Handle)
 }
 
@@ -123,23 +152,25 @@ func (a *Agent) Handle(ctx context.Context, d *bus.Delivery) error {
 	return bus.Permanent(fmt.Errorf("type: %q is not handled by the agent", d.Event.Type()))
 }
 
-// onDeadLetter fails the run, so the thread is not left waiting.
-func (a *Agent) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
+// onDeadLetter fails the run, so the thread is not left waiting. A failed
+// publish is returned: the bus retries it with backoff (see
+// bus.ConsumerSpec.Compensate).
+func (a *Agent) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) error {
 	if d.Event == nil {
-		return
+		return nil
 	}
 	var ids struct {
 		RunID  string `json:"runId"`
 		TurnID string `json:"turnId"`
 	}
 	if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.RunID == "" {
-		return
+		return nil
 	}
 	run, _, err := a.runs.Get(ctx, ids.RunID)
 	if err != nil {
 		run = Run{RunID: ids.RunID, TurnID: ids.TurnID, Thread: d.Event.Subject()}
 	}
-	_ = a.publishFailed(ctx, &run, "dead_lettered", "the agent could not handle "+d.Event.Type()+": "+reason.Error())
+	return a.publishFailed(ctx, &run, "dead_lettered", "the agent could not handle "+d.Event.Type()+": "+reason.Error())
 }
 
 func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
