@@ -452,10 +452,26 @@ var ErrNoChange = errors.New("kvstate: no change")
 // only change t. If fn returns ErrNoChange nothing is written and Mutate
 // returns the loaded thread and nil; any other error is returned as is.
 func (s *ThreadStore) Mutate(ctx context.Context, id string, fn func(t *Thread) error) (*Thread, error) {
+	return s.mutate(ctx, id, nil, 0, fn)
+}
+
+// MutateAt is Mutate starting from t as Load returned it at rev, which
+// saves the first read when the caller has just loaded the thread: fn is
+// applied to t itself first (t is changed), and a revision conflict
+// reloads as Mutate does.
+func (s *ThreadStore) MutateAt(ctx context.Context, t *Thread, rev uint64, fn func(t *Thread) error) (*Thread, error) {
+	return s.mutate(ctx, t.ID, t, rev, fn)
+}
+
+func (s *ThreadStore) mutate(ctx context.Context, id string, loaded *Thread, loadedRev uint64, fn func(t *Thread) error) (*Thread, error) {
 	for range 20 {
-		t, rev, err := s.Load(ctx, id)
-		if err != nil {
-			return nil, err
+		t, rev := loaded, loadedRev
+		loaded = nil
+		if t == nil {
+			var err error
+			if t, rev, err = s.Load(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 		if err := fn(t); err != nil {
 			if errors.Is(err, ErrNoChange) {

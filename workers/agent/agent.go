@@ -173,26 +173,31 @@ func (a *Agent) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error)
 	return a.publishFailed(ctx, &run, "dead_lettered", "the agent could not handle "+d.Event.Type()+": "+reason.Error())
 }
 
+// onRequested starts the run in memory, without reading or writing its
+// record first: the record is created by the first checkpoint advance
+// needs (before a tool call is dispatched). If that create finds a record,
+// this is a redelivery of a run that went on: the in-memory start is
+// dropped (nothing was dispatched from it) and the run continues from its
+// checkpoint.
 func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
 	if in.RunID == "" || in.Thread == "" {
 		return bus.Permanent(errors.New("runId and thread: required"))
 	}
-	run, rev, err := a.runs.Get(ctx, in.RunID)
-	if errors.Is(err, kvstate.ErrNotFound) {
-		run = Run{Format: RunFormat, RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent,
-			Messages: fromChat(in.Messages)}
-		a.fit(ctx, &run)
-		if rev, err = a.runs.Create(ctx, in.RunID, run, 0); errors.Is(err, kvstate.ErrConflict) {
-			return fmt.Errorf("run %s created concurrently: %w", in.RunID, err)
-		}
+	run := Run{Format: RunFormat, RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent,
+		Messages: fromChat(in.Messages)}
+	a.fit(ctx, &run)
+	err := a.advance(ctx, &run, 0, true)
+	if !errors.Is(err, kvstate.ErrConflict) {
+		return err
 	}
+	cur, rev, err := a.runs.Get(ctx, in.RunID)
 	if err != nil {
 		return err
 	}
-	if err := a.redispatch(ctx, &run); err != nil {
+	if err := a.redispatch(ctx, &cur); err != nil {
 		return err
 	}
-	return a.advance(ctx, &run, rev)
+	return a.advance(ctx, &cur, rev, false)
 }
 
 func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
@@ -209,7 +214,7 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 			// Already applied (a redelivery). Drive the run on from its
 			// checkpoint all the same: the agent that applied it may have
 			// died before taking the next step, and nothing else would.
-			return a.advance(ctx, &run, rev)
+			return a.advance(ctx, &run, rev, false)
 		}
 		switch {
 		case in.InputRequired != nil:
@@ -227,16 +232,17 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		default:
 			c.Status, c.Result = callDone, schema.ErrorResult("the tool returned no result")
 		}
-		a.fit(ctx, &run)
-		nrev, err := a.runs.Update(ctx, run.RunID, run, rev, 0)
+		a.toolProgress(ctx, &run, toolFinished, c)
+		// The result is written with the run's next checkpoint (advance):
+		// at once when other results are still awaited, else after the
+		// next model step. A conflict there means another delivery
+		// changed the run meanwhile (nothing was dispatched from this
+		// one): read it again.
+		err = a.advance(ctx, &run, rev, true)
 		if errors.Is(err, kvstate.ErrConflict) && attempt < 20 {
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		a.toolProgress(ctx, &run, toolFinished, c)
-		return a.advance(ctx, &run, nrev)
+		return err
 	}
 }
 
@@ -272,7 +278,7 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 		if err := a.redispatch(ctx, &run); err != nil {
 			return err
 		}
-		return a.advance(ctx, &run, rev)
+		return a.advance(ctx, &run, rev, false)
 	case err != nil && !errors.Is(err, kvstate.ErrNotFound):
 		return err
 	}
@@ -309,16 +315,13 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 	}
 	snap.Resumes = append(snap.Resumes, e.ID())
 	a.fit(ctx, snap)
-	var nrev uint64
 	if errors.Is(err, kvstate.ErrNotFound) {
-		nrev, err = a.runs.Create(ctx, snap.RunID, *snap, 0)
-	} else {
-		nrev, err = a.runs.Update(ctx, snap.RunID, *snap, rev, 0)
+		rev = 0 // the first checkpoint creates the record
 	}
-	if err != nil {
-		return err
-	}
-	return a.advance(ctx, snap, nrev)
+	// Written with the next checkpoint (before a call is dispatched);
+	// a conflict there fails this delivery, and its redelivery finds
+	// the resume applied.
+	return a.advance(ctx, snap, rev, true)
 }
 
 // applyAnswers settles a call from the user's answers (design section 4).
@@ -383,20 +386,44 @@ func who(a events.Answer) string {
 	return "the user"
 }
 
-// advance drives the run as far as it can go without waiting.
-func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
+// advance drives the run as far as it can go without waiting. rev is the
+// revision of the run's record (0: there is none yet), dirty whether run
+// holds changes the record lacks.
+//
+// The record is written only where a crash would otherwise lose or repeat
+// something: before tool calls are dispatched (a result arriving at once,
+// on another replica, must find its call marked dispatched; a redelivery
+// must not dispatch calls of a model step redone differently) and when the
+// run stops to wait for results. A model step, a policy decision or a
+// fold of results is written with the next such checkpoint, not on its
+// own: a crash before it only repeats that work. A run that ends (answer
+// or failure) or pauses is not written at all: the outcome event carries
+// it (run.paused its snapshot), a redelivery repeats the last step and its
+// outcome has the same derived event ID (dropped as a duplicate), and the
+// processor applies one outcome per turn. A create that finds a record,
+// or an update that lost a race, is returned as kvstate.ErrConflict.
+func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (err error) {
 	defer func() {
-		if errors.Is(err, errRunTooLarge) { // fit failed the run and saved it
+		if errors.Is(err, errRunTooLarge) { // fit failed the run
 			err = a.publishFailed(ctx, run, run.Failed.Reason, run.Failed.Detail)
 		}
 	}()
 	save := func() error {
+		if !dirty {
+			return nil
+		}
 		tooLarge := a.fit(ctx, run)
-		nrev, err := a.runs.Update(ctx, run.RunID, *run, rev, 0)
+		var nrev uint64
+		var err error
+		if rev == 0 {
+			nrev, err = a.runs.Create(ctx, run.RunID, *run, 0)
+		} else {
+			nrev, err = a.runs.Update(ctx, run.RunID, *run, rev, 0)
+		}
 		if err != nil {
 			return fmt.Errorf("checkpointing run %s: %w", run.RunID, err)
 		}
-		rev = nrev
+		rev, dirty = nrev, false
 		if tooLarge {
 			return errRunTooLarge
 		}
@@ -412,17 +439,12 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 		if len(run.Calls) == 0 {
 			if run.Step >= a.opts.MaxSteps {
 				run.Failed = &events.RunFailed{Reason: "max_steps", Detail: fmt.Sprintf("the agent stopped after %d model calls", run.Step)}
-				if err := save(); err != nil {
-					return err
-				}
 				continue
 			}
 			if err := a.modelStep(ctx, run); err != nil {
 				return err
 			}
-			if err := save(); err != nil {
-				return err
-			}
+			dirty = true
 			continue
 		}
 		var toSend []*CallState
@@ -431,27 +453,30 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 				if err := a.decide(ctx, run, c); err != nil {
 					return err
 				}
+				dirty = true
 				if c.Status == callDispatched {
 					toSend = append(toSend, c)
 				}
 			}
 		}
-		// Checkpoint before dispatching, so a result arriving at once
-		// (on another replica) finds its call marked dispatched.
-		if err := save(); err != nil {
-			return err
-		}
-		for _, c := range toSend {
-			if err := a.dispatch(ctx, run, c); err != nil {
+		if run.count(callDispatched) > 0 {
+			// Checkpoint before dispatching, and before waiting.
+			if err := save(); err != nil {
 				return err
 			}
-			a.toolProgress(ctx, run, toolStarted, c)
-		}
-		if run.count(callDispatched) > 0 {
+			for _, c := range toSend {
+				if err := a.dispatch(ctx, run, c); err != nil {
+					return err
+				}
+				a.toolProgress(ctx, run, toolStarted, c)
+			}
 			return nil // wait for tool results
 		}
 		if run.count(callAwaiting) > 0 {
-			return a.publishPaused(ctx, run, save)
+			if a.fit(ctx, run) {
+				return errRunTooLarge
+			}
+			return a.publishPaused(ctx, run)
 		}
 		// Every call has exactly one result: feed them to the model.
 		for _, c := range run.Calls {
@@ -466,9 +491,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 				ToolName: c.Call.Name, Text: text, Result: c.Result})
 		}
 		run.Calls = nil
-		if err := save(); err != nil {
-			return err
-		}
+		dirty = true
 	}
 }
 
@@ -496,7 +519,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		c.Status, c.Result = callDone, unknownTool(c.Call.Name)
 		return nil
 	}
-	tool, err := a.tools.Get(ctx, c.Call.Name)
+	tool, err := a.tools.Lookup(ctx, c.Call.Name)
 	if errors.Is(err, kvstate.ErrNotFound) {
 		if c.Answer != nil {
 			// A person confirmed a tool this deployment no longer has:
@@ -646,7 +669,7 @@ func (a *Agent) redispatch(ctx context.Context, run *Run) error {
 	return nil
 }
 
-func (a *Agent) publishPaused(ctx context.Context, run *Run, save func() error) error {
+func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 	var pend []events.PendingElicitation
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {

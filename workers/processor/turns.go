@@ -281,13 +281,21 @@ func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID stri
 	})
 }
 
+// finishTurnAt is finishTurn from the thread t just loaded at rev (one
+// read fewer); t is changed.
+func (p *Processor) finishTurnAt(ctx context.Context, t *kvstate.Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*kvstate.Thread, error) {
+	return p.threads.MutateAt(ctx, t, rev, func(t *kvstate.Thread) error {
+		return applyEnd(t, turnID, eventID, runSeq, reply)
+	})
+}
+
 func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in events.RunCompleted) error {
 	e := d.Event
 	thread := e.Subject()
 	if in.TurnID == "" {
 		return bus.Permanent(errors.New("data.turnId: required"))
 	}
-	t, _, err := p.threads.Load(ctx, thread)
+	t, rev, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -306,7 +314,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
-	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), d.StreamSeq, &msg)
+	t, err = p.finishTurnAt(ctx, t, rev, in.TurnID, e.ID(), d.StreamSeq, &msg)
 	if err != nil {
 		return err
 	}
