@@ -261,7 +261,9 @@ func (d *deltaStream) flush() {
 // n), so it is the same on whichever agent replica publishes it, and so is
 // the event ID: the copy a redelivered event republishes is dropped by the
 // stream's duplicate window. Failure to publish (bounded by
-// progressTimeout) is logged, never fatal: progress is advisory.
+// progressTimeout) is logged, never fatal: progress is advisory. It is
+// published without waiting for its acknowledgement (bus.PublishAsync:
+// stored in publish order), so it does not hold up the turn.
 func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, status, message string) {
 	if run.TurnID == "" || run.Thread == "" {
 		return
@@ -280,9 +282,10 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		pctx, cancel := context.WithTimeout(ctx, progressTimeout)
-		_, err = a.bus.Publish(pctx, events.ChatSubject(run.Thread, events.ChatProgress), e)
-		cancel()
+		a.bus.PublishAsync(ctx, events.ChatSubject(run.Thread, events.ChatProgress), e, progressTimeout, func(err error) {
+			a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
+		})
+		return
 	}
 	if err != nil {
 		a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)

@@ -3,9 +3,13 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/parley-dev/parley/events"
 )
@@ -155,5 +159,54 @@ func TestConsumeCompensationNotDiscarded(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Consume: %v", err)
+	}
+}
+
+// PublishAsync stores events in call order, deduplicated by event ID, and
+// reports a refusal to onErr.
+func TestPublishAsyncOrderAndDedup(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	subject := events.ChatSubject("async-thread", events.ChatProgress)
+	var evs []*event.Event
+	for i := range 5 {
+		ev, err := events.NewWithID(fmt.Sprint("p", i), "/test", events.TypeProgress, "async-thread", map[string]int{"n": i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	fail := func(err error) { t.Errorf("onErr: %v", err) }
+	for _, ev := range evs {
+		e.c.PublishAsync(t.Context(), subject, ev, 5*time.Second, fail)
+	}
+	e.c.PublishAsync(t.Context(), subject, evs[2], 5*time.Second, fail) // a copy: dropped
+	if _, err := e.c.Publish(t.Context(), subject, runRequested(t, "after")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.js.Stream(t.Context(), events.StreamChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := uint64(1); ; seq++ {
+		m, err := s.GetMsg(t.Context(), seq)
+		if err != nil {
+			break
+		}
+		got = append(got, m.Header.Get("Nats-Msg-Id"))
+	}
+	if want := []string{"p0", "p1", "p2", "p3", "p4"}; len(got) != 6 || strings.Join(got[:5], ",") != strings.Join(want, ",") {
+		t.Errorf("stored %v, want %v then the synchronous publish", got, want)
+	}
+	refused := make(chan error, 1)
+	e.c.PublishAsync(t.Context(), "parley.nowhere.stored", evs[0], time.Second, func(err error) { refused <- err })
+	select {
+	case err := <-refused:
+		if err == nil {
+			t.Error("onErr(nil)")
+		}
+	case <-time.After(3 * time.Second):
+		t.Error("a publish no stream takes was not reported")
 	}
 }
