@@ -152,16 +152,23 @@ func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uin
 // active one and that the pause is not stale.
 func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	p.Format = PausedFormat
-	rev, err := s.b.CreateUntil(ctx, p.Thread, *p, p.ExpiresAt)
+	// One write for a new key; one read more (the last entry, markers
+	// included) when the thread paused before.
+	rev, err := s.b.createUntilStrict(ctx, p.Thread, *p, p.ExpiresAt)
 	if !errors.Is(err, ErrConflict) {
 		return rev, err
 	}
-	old, oldRev, err := s.Load(ctx, p.Thread)
+	oldV, oldRev, live, err := s.b.latest(ctx, p.Thread)
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return s.b.CreateUntil(ctx, p.Thread, *p, p.ExpiresAt)
+	case err == nil && !live:
+		// Deleted or expired (a marker), or gone since: replace at its revision.
+		return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
 	case err != nil && !errors.Is(err, ErrIncompatible):
 		return 0, err
+	}
+	old := &oldV
+	if err == nil && old.Format != PausedFormat {
+		err = fmt.Errorf("paused turn of %s has format %d, want %d: %w", p.Thread, old.Format, PausedFormat, ErrIncompatible)
 	}
 	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
 		return oldRev, nil // a redelivered pause: already stored
