@@ -271,6 +271,15 @@ func (a *Agent) awaitInput(run *Run, c *CallState, ir *schema.InputRequiredResul
 }
 
 func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResumed) error {
+	if snap, err := decodeSnapshot(in.Snapshot); err == nil && !snap.Checkpointed {
+		// Paused before its first checkpoint: there is no record to read,
+		// unless this is a redelivery and the resumed run wrote one (the
+		// create below then conflicts, and the record decides).
+		err := a.resume(ctx, e, in, snap, 0)
+		if !errors.Is(err, kvstate.ErrConflict) {
+			return err
+		}
+	}
 	run, rev, err := a.runs.Get(ctx, in.RunID)
 	switch {
 	case err == nil && run.resumed(e.ID()):
@@ -279,7 +288,9 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 			return err
 		}
 		return a.advance(ctx, &run, rev, false)
-	case err != nil && !errors.Is(err, kvstate.ErrNotFound):
+	case errors.Is(err, kvstate.ErrNotFound):
+		rev = 0 // the first checkpoint creates the record
+	case err != nil:
 		return err
 	}
 	snap, serr := decodeSnapshot(in.Snapshot)
@@ -288,6 +299,15 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 		return a.publishFailed(ctx, &r, events.RejectStateIncompatible,
 			"the paused run cannot be resumed by this version of the agent: "+serr.Error())
 	}
+	return a.resume(ctx, e, in, snap, rev)
+}
+
+// resume applies the answers of in to the paused run snap and drives it
+// on; rev is the revision of the run's record (0: none). The resume is
+// written with the next checkpoint (before a call is dispatched); a
+// conflict there (kvstate.ErrConflict) fails this delivery, and its
+// redelivery finds the resume applied.
+func (a *Agent) resume(ctx context.Context, e *event.Event, in events.RunResumed, snap *Run, rev uint64) error {
 	answers := map[string]events.Answer{}
 	for _, ans := range in.Answers {
 		answers[ans.ElicitationID] = ans
@@ -315,12 +335,6 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 	}
 	snap.Resumes = append(snap.Resumes, e.ID())
 	a.fit(ctx, snap)
-	if errors.Is(err, kvstate.ErrNotFound) {
-		rev = 0 // the first checkpoint creates the record
-	}
-	// Written with the next checkpoint (before a call is dispatched);
-	// a conflict there fails this delivery, and its redelivery finds
-	// the resume applied.
 	return a.advance(ctx, snap, rev, true)
 }
 
@@ -413,6 +427,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 			return nil
 		}
 		tooLarge := a.fit(ctx, run)
+		run.Checkpointed = true
 		var nrev uint64
 		var err error
 		if rev == 0 {

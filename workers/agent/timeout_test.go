@@ -2,12 +2,16 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // hungProvider never answers and ignores its context.
@@ -53,5 +57,50 @@ func TestHandlerTimeoutCoversCalls(t *testing.T) {
 	a := &Agent{opts: Options{ModelTimeout: time.Minute, PreExecuteTimeout: 2 * time.Second}}
 	if got, min := a.handlerTimeout(), time.Minute+16*3*2*time.Second; got <= min {
 		t.Errorf("handlerTimeout = %v, want above %v", got, min)
+	}
+}
+
+// A run paused before its first checkpoint is resumed without reading its
+// record; the resume creates it before the call is dispatched, and a
+// redelivered run.resumed finds the resume applied and dispatches nothing
+// new.
+func TestResumeWithoutCheckpoint(t *testing.T) {
+	confirm := func(events.PreExecuteRequest) events.Decision {
+		return events.Decision{Decision: events.DecisionConfirm, Policy: "test", ConfigVersion: "v1"}
+	}
+	r := newRig(t, oneCall("w", `{}`), confirm, tool("w", false, `{"type":"object"}`))
+	if err := r.request("run-p", user("write it")); err != nil {
+		t.Fatal(err)
+	}
+	e := r.outcome()
+	if e.Type() != events.TypeRunPaused {
+		t.Fatalf("outcome %s, want run.paused", e.Type())
+	}
+	p, err := events.Data[events.RunPaused](e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.a.runs.Get(r.ctx, "run-p"); !errors.Is(err, kvstate.ErrNotFound) {
+		t.Fatalf("run record before the resume: %v, want none (paused before any checkpoint)", err)
+	}
+	res, err := events.New("/test/processor", events.TypeRunResumed, "t1", events.RunResumed{RunID: "run-p", TurnID: "turn-run-p",
+		Thread: "t1", Agent: "default", Snapshot: p.Snapshot, Answers: []events.Answer{{ElicitationID: p.Elicitations[0].ID,
+			Result: schema.ElicitResult{Action: schema.ActionAccept, Content: map[string]any{}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &bus.Delivery{Event: res, Subject: events.SubjectRunResumed, NumDelivered: 1}
+	if err := r.a.Handle(r.ctx, d); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	run, rev, err := r.a.runs.Get(r.ctx, "run-p")
+	if err != nil || !run.resumed(res.ID()) || run.Calls[0].Status != callDispatched || !run.Checkpointed {
+		t.Fatalf("record after the resume: %+v, %v; want the call dispatched and the resume recorded", run, err)
+	}
+	if err := r.a.Handle(r.ctx, d); err != nil {
+		t.Fatalf("redelivered resume: %v", err)
+	}
+	if _, rev2, _ := r.a.runs.Get(r.ctx, "run-p"); rev2 != rev {
+		t.Errorf("a redelivered resume rewrote the record (revision %d → %d)", rev, rev2)
 	}
 }
