@@ -54,7 +54,7 @@ type toolexecFlags struct {
 
 func (t toolexecFlags) check() error {
 	if t.ToolTimeout < 0 { // 0: the executor's default
-		return fmt.Errorf("--tool-timeout must be positive, got %v", t.ToolTimeout)
+		return fmt.Errorf("--tool-timeout must not be negative, got %v", t.ToolTimeout)
 	}
 	return nil
 }
@@ -108,7 +108,7 @@ func (a agentFlags) check() error {
 		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
 	}
 	if a.ModelCallTimeout < 0 { // 0: the agent's default
-		return fmt.Errorf("--model-call-timeout must be positive, got %v", a.ModelCallTimeout)
+		return fmt.Errorf("--model-call-timeout must not be negative, got %v", a.ModelCallTimeout)
 	}
 	return a.modelFlags.check()
 }
