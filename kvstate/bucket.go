@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,9 @@ type Bucket[T any] struct {
 	js     jetstream.JetStream
 	name   string
 	perKey bool
+
+	streamMu sync.Mutex
+	stream   jetstream.Stream // the bucket's stream, for latest (opened on first use)
 }
 
 // markerTTL is how long an expiry marker lives (the server's minimum is 1s).
@@ -238,6 +242,62 @@ func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64
 		return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
 	}
 	return b.Update(ctx, key, v, rev, ttl)
+}
+
+// createUntilStrict is CreateUntil in one write: it fails with
+// ErrConflict when the key has any entry, a live value or a delete, purge
+// or expiry marker (kv.Create reads the key after a failed create to tell
+// them apart; a caller that reads it anyway uses latest instead).
+func (b *Bucket[T]) createUntilStrict(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
+	ttl, err := TTLUntil(expiresAt, time.Now())
+	if err != nil {
+		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
+	}
+	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data},
+		jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithMsgTTL(roundTTL(ttl)))
+	if isWrongLastSequence(err) {
+		return 0, ErrConflict
+	}
+	if err != nil {
+		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
+	}
+	return ack.Sequence, nil
+}
+
+// latest reads the key's last entry, markers included: its revision (0:
+// the key has no entry), whether it is a live value, and the value (an
+// error wrapping ErrIncompatible, with the revision, when it cannot be
+// decoded). One direct get, like Get.
+func (b *Bucket[T]) latest(ctx context.Context, key string) (v T, rev uint64, live bool, err error) {
+	b.streamMu.Lock()
+	st := b.stream
+	if st == nil {
+		if st, err = b.js.Stream(ctx, "KV_"+b.name); err != nil {
+			b.streamMu.Unlock()
+			return v, 0, false, fmt.Errorf("reading %s/%s: %w", b.name, key, err)
+		}
+		b.stream = st
+	}
+	b.streamMu.Unlock()
+	m, err := st.GetLastMsgForSubject(ctx, "$KV."+b.name+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return v, 0, false, nil
+	}
+	if err != nil {
+		return v, 0, false, fmt.Errorf("reading %s/%s: %w", b.name, key, err)
+	}
+	switch {
+	case m.Header.Get("KV-Operation") != "", m.Header.Get("Nats-Marker-Reason") != "":
+		return v, m.Sequence, false, nil // deleted, purged or expired
+	}
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		return v, m.Sequence, true, fmt.Errorf("decoding %s/%s: %w (%w)", b.name, key, err, ErrIncompatible)
+	}
+	return v, m.Sequence, true, nil
 }
 
 // Put stores v under key unconditionally.

@@ -152,16 +152,23 @@ func (s *PausedStore) Load(ctx context.Context, thread string) (*PausedTurn, uin
 // active one and that the pause is not stale.
 func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	p.Format = PausedFormat
-	rev, err := s.b.CreateUntil(ctx, p.Thread, *p, p.ExpiresAt)
+	// One write for a new key; one read more (the last entry, markers
+	// included) when the thread paused before.
+	rev, err := s.b.createUntilStrict(ctx, p.Thread, *p, p.ExpiresAt)
 	if !errors.Is(err, ErrConflict) {
 		return rev, err
 	}
-	old, oldRev, err := s.Load(ctx, p.Thread)
+	oldV, oldRev, live, err := s.b.latest(ctx, p.Thread)
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return s.b.CreateUntil(ctx, p.Thread, *p, p.ExpiresAt)
+	case err == nil && !live:
+		// Deleted or expired (a marker), or gone since: replace at its revision.
+		return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
 	case err != nil && !errors.Is(err, ErrIncompatible):
 		return 0, err
+	}
+	old := &oldV
+	if err == nil && old.Format != PausedFormat {
+		err = fmt.Errorf("paused turn of %s has format %d, want %d: %w", p.Thread, old.Format, PausedFormat, ErrIncompatible)
 	}
 	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
 		return oldRev, nil // a redelivered pause: already stored
@@ -452,10 +459,26 @@ var ErrNoChange = errors.New("kvstate: no change")
 // only change t. If fn returns ErrNoChange nothing is written and Mutate
 // returns the loaded thread and nil; any other error is returned as is.
 func (s *ThreadStore) Mutate(ctx context.Context, id string, fn func(t *Thread) error) (*Thread, error) {
+	return s.mutate(ctx, id, nil, 0, fn)
+}
+
+// MutateAt is Mutate starting from t as Load returned it at rev, which
+// saves the first read when the caller has just loaded the thread: fn is
+// applied to t itself first (t is changed), and a revision conflict
+// reloads as Mutate does.
+func (s *ThreadStore) MutateAt(ctx context.Context, t *Thread, rev uint64, fn func(t *Thread) error) (*Thread, error) {
+	return s.mutate(ctx, t.ID, t, rev, fn)
+}
+
+func (s *ThreadStore) mutate(ctx context.Context, id string, loaded *Thread, loadedRev uint64, fn func(t *Thread) error) (*Thread, error) {
 	for range 20 {
-		t, rev, err := s.Load(ctx, id)
-		if err != nil {
-			return nil, err
+		t, rev := loaded, loadedRev
+		loaded = nil
+		if t == nil {
+			var err error
+			if t, rev, err = s.Load(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 		if err := fn(t); err != nil {
 			if errors.Is(err, ErrNoChange) {

@@ -497,3 +497,32 @@ func TestPausedStoreStaleAcrossTurns(t *testing.T) {
 		t.Fatalf("Save(turn 3 at seq 14) = %v, want it to replace turn 2", err)
 	}
 }
+
+// MutateAt applies fn to the thread the caller loaded when its revision is
+// still current, and reloads (fn sees the other writer's change) when it
+// is not.
+func TestThreadStoreMutateAt(t *testing.T) {
+	s := openThreads(t)
+	ctx := t.Context()
+	if _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.State = ThreadRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	th, rev, err := s.Load(ctx, "th")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	got, err := s.MutateAt(ctx, th, rev, func(th *Thread) error { calls++; th.TurnID = "t1"; return nil })
+	if err != nil || calls != 1 || got.TurnID != "t1" {
+		t.Fatalf("MutateAt at the current revision: %v, %d calls, turn %q; want nil, 1, t1", err, calls, got.TurnID)
+	}
+	stale := *th
+	if _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.StartedBy = "other"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	calls = 0
+	got, err = s.MutateAt(ctx, &stale, rev, func(th *Thread) error { calls++; th.TurnID = "t2"; return nil })
+	if err != nil || calls != 2 || got.TurnID != "t2" || got.StartedBy != "other" {
+		t.Fatalf("MutateAt at a stale revision: %v, %d calls, %+v; want a reload keeping the other write", err, calls, got)
+	}
+}

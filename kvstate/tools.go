@@ -95,6 +95,25 @@ func (r *ToolRegistry) Get(ctx context.Context, name string) (*schema.Tool, erro
 	return &t, nil
 }
 
+// Lookup is Get served from List's cached answer while it is fresh (up to
+// two seconds old, as List's): the agent asks for the definition of each
+// tool call right after listing the tools for the model step. A name the
+// fresh cache lacks (registered since, or unreadable), or no fresh cache,
+// is read with Get, with Get's errors. Callers must not modify the result.
+func (r *ToolRegistry) Lookup(ctx context.Context, name string) (*schema.Tool, error) {
+	r.mu.Lock()
+	if len(r.cached) > 0 && time.Since(r.cachedAt) < listTTL {
+		i := sort.Search(len(r.cached), func(i int) bool { return r.cached[i].Name >= name })
+		if i < len(r.cached) && r.cached[i].Name == name {
+			t := &r.cached[i]
+			r.mu.Unlock()
+			return t, nil
+		}
+	}
+	r.mu.Unlock()
+	return r.Get(ctx, name)
+}
+
 // decode reads one stored definition tolerantly, logging what it ignored.
 func (r *ToolRegistry) decode(ctx context.Context, key string, data []byte) (schema.Tool, error) {
 	t, ignored, err := schema.DecodeToolTolerant(data)

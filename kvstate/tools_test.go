@@ -68,3 +68,37 @@ func TestToolRegistryUnreadableDefinition(t *testing.T) {
 		t.Errorf("List names = %s, want lookup,wipe", got)
 	}
 }
+
+// Lookup answers from List's fresh cache without reading the bucket (a
+// definition deleted since is still served, for up to listTTL), and reads
+// a name the cache lacks.
+func TestToolRegistryLookupUsesListCache(t *testing.T) {
+	ctx := t.Context()
+	reg, err := OpenTools(ctx, newJS(t), jetstream.MemoryStorage, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := schema.Tool{Name: "a", InputSchema: json.RawMessage(`{"type":"object"}`)}
+	if err := reg.Register(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.b.kv.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reg.Lookup(ctx, "a"); err != nil || got.Name != "a" {
+		t.Errorf("Lookup(a) from the cache = %v, %v; want the cached definition", got, err)
+	}
+	b := schema.Tool{Name: "b", InputSchema: json.RawMessage(`{"type":"object"}`)}
+	if err := reg.Register(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reg.Lookup(ctx, "b"); err != nil || got.Name != "b" {
+		t.Errorf("Lookup(b), registered after the listing = %v, %v; want it read from the bucket", got, err)
+	}
+	if _, err := reg.Lookup(ctx, "c"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup(c) = %v, want ErrNotFound", err)
+	}
+}

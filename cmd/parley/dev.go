@@ -21,11 +21,12 @@ type devCmd struct {
 	agentFlags
 	gateFlags
 	mcpFlags
+	toolexecFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *devCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check(), c.mcpFlags.check())
+	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check())
 }
 
 func (c *devCmd) Run(e *env) error {
@@ -46,7 +47,7 @@ func (c *devCmd) Run(e *env) error {
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 	url := srv.ClientURL()
-	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags, mcp: c.mcpFlags}
+	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags}
 	wait, err := startWorkers(e.ctx, url, []string{"gate", "toolexec", "agent", "processor"}, cfg, e)
 	if err != nil {
 		return err

@@ -44,7 +44,20 @@ type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for the policy services."`
 	Policies          []string      `name:"policies" env:"PARLEY_POLICIES" default:"gate" help:"Policy services every tool call waits for (comma-separated names); one that does not answer vetoes a tool that is not read-only."`
+	ModelCallTimeout  time.Duration `name:"model-call-timeout" env:"PARLEY_MODEL_CALL_TIMEOUT" default:"10m" help:"How long one model call, all its attempts and retry waits included, may take; after it the turn fails with reason model_timeout."`
 	modelFlags
+}
+
+// toolexecFlags configure the tool-executor's bounds.
+type toolexecFlags struct {
+	ToolTimeout time.Duration `name:"tool-timeout" env:"PARLEY_TOOL_TIMEOUT" default:"2m" help:"How long one tool call may run; after it the call is abandoned and the model gets an error result saying so."`
+}
+
+func (t toolexecFlags) check() error {
+	if t.ToolTimeout < 0 { // 0: the executor's default
+		return fmt.Errorf("--tool-timeout must not be negative, got %v", t.ToolTimeout)
+	}
+	return nil
 }
 
 type gateFlags struct {
@@ -96,6 +109,9 @@ func (a agentFlags) check() error {
 	if a.PreExecuteTimeout <= 0 {
 		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
 	}
+	if a.ModelCallTimeout < 0 { // 0: the agent's default
+		return fmt.Errorf("--model-call-timeout must not be negative, got %v", a.ModelCallTimeout)
+	}
 	return a.modelFlags.check()
 }
 
@@ -116,6 +132,7 @@ type roleConfig struct {
 	agent     agentFlags
 	gate      gateFlags
 	mcp       mcpFlags
+	toolexec  toolexecFlags
 }
 
 // runRole runs one worker role on nc until ctx is cancelled.
@@ -160,7 +177,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 			return err
 		}
 		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
-			Policies: cfg.agent.Policies})
+			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout})
 		if err != nil {
 			return err
 		}
@@ -175,7 +192,8 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 			return err
 		}
 		defer stopMCP()
-		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log, Sources: sources})
+		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log, Sources: sources,
+			CallTimeout: cfg.toolexec.ToolTimeout})
 		if err != nil {
 			return err
 		}
@@ -263,13 +281,16 @@ func (c *agentCmd) Run(e *env) error {
 type toolexecCmd struct {
 	storeFlags
 	mcpFlags
+	toolexecFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
-func (c *toolexecCmd) Validate() error { return firstErr(c.storeFlags.check(), c.mcpFlags.check()) }
+func (c *toolexecCmd) Validate() error {
+	return firstErr(c.storeFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check())
+}
 
 func (c *toolexecCmd) Run(e *env) error {
-	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags})
+	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags})
 }
 
 type gateCmd struct {

@@ -87,18 +87,24 @@ func (o *Options) defaults() error {
 
 // Report is the outcome of Run. Times are milliseconds, rates per second.
 type Report struct {
-	Floor   FloorFigures   `json:"floor"`
-	Turn    TurnFigures    `json:"turn"`
-	Confirm ConfirmFigures `json:"confirm"`
-	Veto    VetoFigures    `json:"veto"`
-	Held    HeldFigures    `json:"held"`
+	Floor FloorFigures `json:"floor"`
+	// FloorMin is the minimal floor: the 6-hop, 1 request-reply, 3
+	// KV-write chain a turn needs at the least (floormin.go).
+	FloorMin FloorMinFigures `json:"floor_min"`
+	Turn     TurnFigures     `json:"turn"`
+	Confirm  ConfirmFigures  `json:"confirm"`
+	Veto     VetoFigures     `json:"veto"`
+	Held     HeldFigures     `json:"held"`
 	// Ratios are parley ÷ floor for each figure (latency: above 1 is
-	// slower; rates: below 1 is slower).
+	// slower; rates: below 1 is slower); the keys starting "min_" are
+	// parley ÷ the minimal floor.
 	Ratios map[string]float64 `json:"ratios"`
 	// Ops counts what one turn and one confirm cycle cost on the bus, as
 	// seen by a subscriber on ">" during a probe.
-	Ops     OpCounts `json:"ops"`
-	Machine Machine  `json:"machine"`
+	Ops OpCounts `json:"ops"`
+	// OpsFloorMin counts the same for the minimal floor.
+	OpsFloorMin OpCounts `json:"ops_floor_min"`
+	Machine     Machine  `json:"machine"`
 }
 
 // FloorFigures are the raw nats.go program's figures.
@@ -110,6 +116,18 @@ type FloorFigures struct {
 	ResumeP99  float64 `json:"resume_p99_ms"`
 	CyclesPerS float64 `json:"cycles_per_s"`
 	Samples    int     `json:"samples"`
+}
+
+// FloorMinFigures are the minimal floor's figures, measured as parley's
+// are (latency at concurrency 1, rates at Options.Concurrency).
+type FloorMinFigures struct {
+	TurnP50           float64 `json:"turn_p50_ms"`
+	TurnP99           float64 `json:"turn_p99_ms"`
+	TurnsPerS         float64 `json:"turns_per_s"`
+	ConfirmResumeP50  float64 `json:"confirm_resume_p50_ms"`
+	ConfirmResumeP99  float64 `json:"confirm_resume_p99_ms"`
+	ConfirmCyclesPerS float64 `json:"confirm_cycles_per_s"`
+	Samples           int     `json:"samples"`
 }
 
 // TurnFigures are full turns with one read-only tool call.
@@ -158,8 +176,20 @@ type HeldFigures struct {
 
 // OpCounts are bus operations per turn by kind.
 type OpCounts struct {
+	// Turn and Confirm count the operations of one read turn and one
+	// confirm cycle by kind (js_publish, js_deliver, ack, kv_get,
+	// kv_write, stream_msg_get, request_reply, ...) and in all ("total").
 	Turn    map[string]int `json:"turn"`
 	Confirm map[string]int `json:"confirm_cycle"`
+	// TurnDetail and ConfirmDetail count them by kind and target: "kv_get
+	// parley_threads", "js_publish agent.run.requested", "ack
+	// PARLEY_AGENT/agent".
+	TurnDetail    map[string]int `json:"turn_detail,omitempty"`
+	ConfirmDetail map[string]int `json:"confirm_cycle_detail,omitempty"`
+	// TurnTrace and ConfirmTrace are the same operations in the order the
+	// probe saw them.
+	TurnTrace    []string `json:"turn_trace,omitempty"`
+	ConfirmTrace []string `json:"confirm_cycle_trace,omitempty"`
 }
 
 // Machine describes where the figures were measured.
@@ -215,6 +245,13 @@ func (r *Report) computeRatios() {
 		"veto_p99":             ratio(r.Veto.P99, r.Veto.RawP99),
 		"held_resume_p50":      ratio(r.Held.ResumeP50, r.Held.BaselineResumeP50),
 		"held_resume_p99":      ratio(r.Held.ResumeP99, r.Held.BaselineResumeP99),
+
+		"min_turn_p50":             ratio(r.Turn.P50, r.FloorMin.TurnP50),
+		"min_turn_p99":             ratio(r.Turn.P99, r.FloorMin.TurnP99),
+		"min_turns_per_s":          ratio(r.Turn.TurnsPerS, r.FloorMin.TurnsPerS),
+		"min_confirm_resume_p50":   ratio(r.Confirm.ResumeP50, r.FloorMin.ConfirmResumeP50),
+		"min_confirm_resume_p99":   ratio(r.Confirm.ResumeP99, r.FloorMin.ConfirmResumeP99),
+		"min_confirm_cycles_per_s": ratio(r.Confirm.CyclesPerS, r.FloorMin.ConfirmCyclesPerS),
 	}
 }
 
@@ -222,46 +259,54 @@ func (r *Report) computeRatios() {
 // beside it, and the ratio parley ÷ floor.
 func WriteTable(w io.Writer, r *Report) error {
 	type row struct {
-		name, parley, floor, ratio string
+		name, parley, floor, ratio, min, minRatio string
 	}
 	f3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
 	f0 := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 	x := func(k string) string { return fmt.Sprintf("%.2f×", r.Ratios[k]) }
 	c := r.Turn.Concurrency
+	fm := r.FloorMin
 	rows := []row{
-		{"turn latency p50 (ms), c=1", f3(r.Turn.P50), f3(r.Floor.TurnP50), x("turn_p50")},
-		{"turn latency p99 (ms), c=1", f3(r.Turn.P99), f3(r.Floor.TurnP99), x("turn_p99")},
-		{fmt.Sprintf("turns/s, c=%d", c), f0(r.Turn.TurnsPerS), f0(r.Floor.TurnsPerS), x("turns_per_s")},
-		{"confirm resume p50 (ms), c=1", f3(r.Confirm.ResumeP50), f3(r.Floor.ResumeP50), x("confirm_resume_p50")},
-		{"confirm resume p99 (ms), c=1", f3(r.Confirm.ResumeP99), f3(r.Floor.ResumeP99), x("confirm_resume_p99")},
-		{fmt.Sprintf("confirm cycles/s, c=%d", c), f0(r.Confirm.CyclesPerS), f0(r.Floor.CyclesPerS), x("confirm_cycles_per_s")},
-		{"veto request-reply p50 (ms)", f3(r.Veto.P50), f3(r.Veto.RawP50) + " raw", x("veto_p50")},
-		{"veto request-reply p99 (ms)", f3(r.Veto.P99), f3(r.Veto.RawP99) + " raw", x("veto_p99")},
+		{"turn latency p50 (ms), c=1", f3(r.Turn.P50), f3(r.Floor.TurnP50), x("turn_p50"), f3(fm.TurnP50), x("min_turn_p50")},
+		{"turn latency p99 (ms), c=1", f3(r.Turn.P99), f3(r.Floor.TurnP99), x("turn_p99"), f3(fm.TurnP99), x("min_turn_p99")},
+		{fmt.Sprintf("turns/s, c=%d", c), f0(r.Turn.TurnsPerS), f0(r.Floor.TurnsPerS), x("turns_per_s"), f0(fm.TurnsPerS), x("min_turns_per_s")},
+		{"confirm resume p50 (ms), c=1", f3(r.Confirm.ResumeP50), f3(r.Floor.ResumeP50), x("confirm_resume_p50"), f3(fm.ConfirmResumeP50), x("min_confirm_resume_p50")},
+		{"confirm resume p99 (ms), c=1", f3(r.Confirm.ResumeP99), f3(r.Floor.ResumeP99), x("confirm_resume_p99"), f3(fm.ConfirmResumeP99), x("min_confirm_resume_p99")},
+		{fmt.Sprintf("confirm cycles/s, c=%d", c), f0(r.Confirm.CyclesPerS), f0(r.Floor.CyclesPerS), x("confirm_cycles_per_s"), f0(fm.ConfirmCyclesPerS), x("min_confirm_cycles_per_s")},
+		{"bus messages per read turn", fmt.Sprint(r.Ops.Turn["total"]), "", "", fmt.Sprint(r.OpsFloorMin.Turn["total"]), ""},
+		{"bus messages per confirm cycle", fmt.Sprint(r.Ops.Confirm["total"]), "", "", fmt.Sprint(r.OpsFloorMin.Confirm["total"]), ""},
+		{"veto request-reply p50 (ms)", f3(r.Veto.P50), f3(r.Veto.RawP50) + " raw", x("veto_p50"), "", ""},
+		{"veto request-reply p99 (ms)", f3(r.Veto.P99), f3(r.Veto.RawP99) + " raw", x("veto_p99"), "", ""},
 		{fmt.Sprintf("resume p50 (ms), %d held", r.Held.Paused), f3(r.Held.ResumeP50),
-			f3(r.Held.BaselineResumeP50) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p50")},
+			f3(r.Held.BaselineResumeP50) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p50"), "", ""},
 		{fmt.Sprintf("resume p99 (ms), %d held", r.Held.Paused), f3(r.Held.ResumeP99),
-			f3(r.Held.BaselineResumeP99) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p99")},
-		{"KV bytes per paused turn", f0(r.Held.KVBytesPerPausedTurn), "", ""},
+			f3(r.Held.BaselineResumeP99) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p99"), "", ""},
+		{"KV bytes per paused turn", f0(r.Held.KVBytesPerPausedTurn), "", "", "", ""},
 	}
-	head := row{"figure", "parley", "floor", "ratio"}
-	wd := [4]int{}
+	head := row{"figure", "parley", "floor", "ratio", "floor_min", "ratio"}
+	wd := [6]int{}
 	for _, rr := range append([]row{head}, rows...) {
-		for i, s := range []string{rr.name, rr.parley, rr.floor, rr.ratio} {
+		for i, s := range []string{rr.name, rr.parley, rr.floor, rr.ratio, rr.min, rr.minRatio} {
 			wd[i] = max(wd[i], len([]rune(s)))
 		}
 	}
 	var b strings.Builder
 	line := func(rr row) {
-		fmt.Fprintf(&b, "| %-*s | %*s | %*s | %*s |\n", wd[0], rr.name, wd[1], rr.parley, wd[2], rr.floor, wd[3], rr.ratio)
+		fmt.Fprintf(&b, "| %-*s | %*s | %*s | %*s | %*s | %*s |\n", wd[0], rr.name, wd[1], rr.parley, wd[2], rr.floor,
+			wd[3], rr.ratio, wd[4], rr.min, wd[5], rr.minRatio)
 	}
 	line(head)
-	fmt.Fprintf(&b, "|%s|%s:|%s:|%s:|\n", strings.Repeat("-", wd[0]+2), strings.Repeat("-", wd[1]+1),
-		strings.Repeat("-", wd[2]+1), strings.Repeat("-", wd[3]+1))
+	fmt.Fprintf(&b, "|%s|", strings.Repeat("-", wd[0]+2))
+	for _, w := range wd[1:] {
+		fmt.Fprintf(&b, "%s:|", strings.Repeat("-", w+1))
+	}
+	b.WriteString("\n")
 	for _, rr := range rows {
 		line(rr)
 	}
 	m := r.Machine
-	fmt.Fprintf(&b, "\nratio = parley ÷ floor (latency: above 1 is slower; rates: below 1 is slower). "+
+	fmt.Fprintf(&b, "\nratio = parley ÷ floor (latency: above 1 is slower; rates: below 1 is slower); floor replays "+
+		"parley's own operation mix, floor_min is the minimal chain (6 hops, 1 request-reply, 3 KV writes). "+
 		"%d CPUs (%s), %s, %s, %s storage, %s per phase, %.0fs in all.\n",
 		m.CPUs, m.CPU, m.Go, m.Server, m.Storage, m.Duration, m.ElapsedS)
 	_, err := io.WriteString(w, b.String())
@@ -307,12 +352,21 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer fl.stop()
+	fm, err := startMinFloor(ctx, env, &opts, sizes)
+	if err != nil {
+		return nil, err
+	}
+	defer fm.stop()
+	if _, rep.OpsFloorMin, err = probeOps(ctx, env, fm, "probe-min"); err != nil {
+		return nil, fmt.Errorf("probing the minimal floor: %w", err)
+	}
 
 	steps := []struct {
 		name string
 		fn   func() error
 	}{
 		{"floor", func() error { return floorPhase(ctx, fl, &opts, &rep.Floor) }},
+		{"floor_min", func() error { return floorMinPhase(ctx, fm, &opts, &rep.FloorMin) }},
 		{"turn", func() error { return turnPhase(ctx, sys, &opts, &rep.Turn) }},
 		{"confirm", func() error { return confirmPhase(ctx, sys, &opts, &rep.Confirm) }},
 		{"veto", func() error { return vetoPhase(ctx, sys, &opts, &rep.Veto) }},

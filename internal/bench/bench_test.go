@@ -26,10 +26,11 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"floor":   {"turn_p50_ms", "turn_p99_ms", "turns_per_s"},
-		"turn":    {"p50_ms", "p99_ms", "turns_per_s"},
-		"confirm": {"resume_p50_ms", "resume_p99_ms", "cycles_per_s"},
-		"veto":    {"p50_ms", "p99_ms", "raw_p50_ms", "raw_p99_ms"},
+		"floor":     {"turn_p50_ms", "turn_p99_ms", "turns_per_s"},
+		"floor_min": {"turn_p50_ms", "turn_p99_ms", "turns_per_s", "confirm_resume_p50_ms", "confirm_cycles_per_s"},
+		"turn":      {"p50_ms", "p99_ms", "turns_per_s"},
+		"confirm":   {"resume_p50_ms", "resume_p99_ms", "cycles_per_s"},
+		"veto":      {"p50_ms", "p99_ms", "raw_p50_ms", "raw_p99_ms"},
 		"held": {"paused", "resume_p50_ms", "resume_p99_ms", "baseline_resume_p50_ms", "baseline_resume_p99_ms",
 			"kv_bytes_per_paused_turn"},
 	}
@@ -41,6 +42,40 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	// The minimal floor is the chain the issue defines: 6 JetStream
+	// publishes, 1 request-reply and 3 KV writes per read turn.
+	for kind, n := range map[string]int{"js_publish": 6, "request_reply": 1, "kv_write": 3, "kv_get": 0} {
+		if got := rep.OpsFloorMin.Turn[kind]; got != n {
+			t.Errorf("minimal floor read turn: %d %s, want %d (%v)", got, kind, n, rep.OpsFloorMin.TurnTrace)
+		}
+	}
+	// What one read turn costs parley on its buckets (issue 10 item 6):
+	// the agent writes its run record once (the checkpoint before the
+	// tool call) and reads it once (on the result), reads no tool
+	// definition (the listing's cache), and the processor reads the
+	// thread once per handler. A confirm cycle stores the paused record
+	// with a failed create and one read and one update (the thread paused
+	// before), and records the answer with one read and one write; the
+	// agent reads its record only on the tool result (a run paused before
+	// its first checkpoint is resumed without reading it).
+	for k, most := range map[string]int{
+		"kv_write parley_runs": 1, "kv_get parley_runs": 1, "kv_get parley_tools": 0, "kv_get parley_threads": 2,
+	} {
+		if got := rep.Ops.TurnDetail[k]; got > most {
+			t.Errorf("read turn: %d × %s, want at most %d (%v)", got, k, most, rep.Ops.TurnTrace)
+		}
+	}
+	for k, most := range map[string]int{"kv_get parley_paused": 2, "kv_write parley_paused": 3, "kv_write parley_runs": 1,
+		"kv_get parley_runs": 1} {
+		if got := rep.Ops.ConfirmDetail[k]; got > most {
+			t.Errorf("confirm cycle: %d × %s, want at most %d (%v)", got, k, most, rep.Ops.ConfirmTrace)
+		}
+	}
+	for _, k := range []string{"min_turn_p50", "min_turns_per_s", "min_confirm_resume_p50", "min_confirm_cycles_per_s"} {
+		if rep.Ratios[k] <= 0 {
+			t.Errorf("ratio %s = %v, want positive", k, rep.Ratios[k])
+		}
+	}
 	if rep.Held.Paused != 200 {
 		t.Errorf("held.paused = %d, want 200", rep.Held.Paused)
 	}
@@ -48,7 +83,7 @@ func TestSmoke(t *testing.T) {
 	if err := WriteTable(&b, rep); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(b.String(), "turns/s") {
+	if !strings.Contains(b.String(), "turns/s") || !strings.Contains(b.String(), "floor_min") {
 		t.Errorf("table lacks the turns/s row:\n%s", b.String())
 	}
 }

@@ -174,6 +174,23 @@ func floorPhase(ctx context.Context, f *floor, opts *Options, out *FloorFigures)
 	return nil
 }
 
+// floorMinPhase measures the minimal floor as floorPhase does the floor.
+func floorMinPhase(ctx context.Context, m *minFloor, opts *Options, out *FloorMinFigures) error {
+	if err := warm(ctx, m, m.env, "floormin", opts); err != nil {
+		return err
+	}
+	var n1, n2 int
+	var err error
+	if out.TurnP50, out.TurnP99, out.TurnsPerS, n1, err = turnFigures(ctx, m, m.env, "minturn", opts); err != nil {
+		return err
+	}
+	if out.ConfirmResumeP50, out.ConfirmResumeP99, out.ConfirmCyclesPerS, n2, err = confirmFigures(ctx, m, m.env, "minconfirm", opts); err != nil {
+		return err
+	}
+	out.Samples = n1 + n2
+	return nil
+}
+
 func turnPhase(ctx context.Context, s *system, opts *Options, out *TurnFigures) error {
 	if err := warm(ctx, s, s.env, "parley", opts); err != nil {
 		return err

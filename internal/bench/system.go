@@ -253,13 +253,25 @@ func confirmCycle(ctx context.Context, t target, thread string) (time.Duration, 
 // thread, as most turns are) while a subscriber on ">" counts the bus
 // messages they cause and the size of each kind, for the floor.
 func (s *system) probe(ctx context.Context) (*floorSizes, OpCounts, error) {
-	nc, err := s.env.connect("probe")
+	sizes, ops, err := probeOps(ctx, s.env, s, "probe")
+	if err != nil {
+		return nil, ops, err
+	}
+	return newFloorSizes(sizes), ops, nil
+}
+
+// probeOps runs a read turn and a confirm cycle on t (each the second on
+// its thread) while a subscriber on ">" counts the bus messages they
+// cause, and returns the sizes of each class of message and the counts.
+func probeOps(ctx context.Context, env *benchEnv, t target, name string) (map[string][]int, OpCounts, error) {
+	nc, err := env.connect(name)
 	if err != nil {
 		return nil, OpCounts{}, err
 	}
 	defer nc.Close()
 	var mu sync.Mutex
-	var counts map[string]int
+	var counts, detail map[string]int
+	var trace []string
 	sizes := map[string][]int{}
 	inboxes := map[string]bool{}
 	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
@@ -282,6 +294,9 @@ func (s *system) probe(ctx context.Context) (*floorSizes, OpCounts, error) {
 		counts[kind]++
 		if kind != "advisory" {
 			counts["total"]++
+			target := opTarget(kind, class, subj)
+			detail[kind+" "+target]++
+			trace = append(trace, kind+" "+target)
 		}
 		if class != "" {
 			sizes[class] = append(sizes[class], size)
@@ -297,36 +312,36 @@ func (s *system) probe(ctx context.Context) (*floorSizes, OpCounts, error) {
 	if err := nc.Flush(); err != nil {
 		return nil, OpCounts{}, err
 	}
-	count := func(f func() error) (map[string]int, error) {
+	count := func(f func() error) (map[string]int, map[string]int, []string, error) {
 		time.Sleep(50 * time.Millisecond) // let the previous turn's stragglers pass
 		mu.Lock()
-		counts = map[string]int{}
+		counts, detail, trace = map[string]int{}, map[string]int{}, nil
 		mu.Unlock()
 		err := f()
 		time.Sleep(50 * time.Millisecond)
 		mu.Lock()
 		defer mu.Unlock()
-		c := counts
+		c, d, t := counts, detail, trace
 		counts = nil
-		return c, err
+		return c, d, t, err
 	}
 	var ops OpCounts
-	rt, ct := s.env.runID+"-probe-r", s.env.runID+"-probe-c"
-	if _, err := readTurn(ctx, s, rt); err != nil {
+	rt, ct := env.runID+"-"+name+"-r", env.runID+"-"+name+"-c"
+	if _, err := readTurn(ctx, t, rt); err != nil {
 		return nil, ops, err
 	}
-	if ops.Turn, err = count(func() error { _, err := readTurn(ctx, s, rt); return err }); err != nil {
+	if ops.Turn, ops.TurnDetail, ops.TurnTrace, err = count(func() error { _, err := readTurn(ctx, t, rt); return err }); err != nil {
 		return nil, ops, err
 	}
-	if _, err := confirmCycle(ctx, s, ct); err != nil {
+	if _, err := confirmCycle(ctx, t, ct); err != nil {
 		return nil, ops, err
 	}
-	if ops.Confirm, err = count(func() error { _, err := confirmCycle(ctx, s, ct); return err }); err != nil {
+	if ops.Confirm, ops.ConfirmDetail, ops.ConfirmTrace, err = count(func() error { _, err := confirmCycle(ctx, t, ct); return err }); err != nil {
 		return nil, ops, err
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return newFloorSizes(sizes), ops, nil
+	return sizes, ops, nil
 }
 
 // classify names the kind of bus operation a message on subj (with reply
@@ -337,8 +352,10 @@ func classify(subj, reply string) (kind, class string) {
 		return "js_deliver", ""
 	case strings.HasPrefix(subj, "$JS.EVENT."):
 		return "advisory", ""
-	case strings.HasPrefix(subj, "parley.tool.pre_execute."):
+	case strings.HasPrefix(subj, "parley.tool.pre_execute."), strings.HasPrefix(subj, minPrefix+".pre_execute."):
 		return "request_reply", "pre_execute"
+	case strings.HasPrefix(subj, minPrefix+"."):
+		return "js_publish", strings.TrimPrefix(subj, minPrefix+".")
 	case strings.HasPrefix(subj, "parley.chat."):
 		_, suffix, _ := events.ParseChatSubject(subj)
 		return "js_publish", "chat." + suffix
@@ -369,6 +386,31 @@ func classify(subj, reply string) (kind, class string) {
 		return "flow_control", ""
 	}
 	return "", ""
+}
+
+// opTarget names what an operation of kind acts on: the bucket of a KV
+// get or write, the stream of a delivery or ack, the size class (event
+// kind) of a publish.
+func opTarget(kind, class, subj string) string {
+	switch kind {
+	case "kv_get":
+		// $JS.API.DIRECT.GET.KV_<bucket>.$KV.<bucket>.<key>
+		rest := strings.TrimPrefix(subj, "$JS.API.DIRECT.GET.")
+		stream, _, _ := strings.Cut(rest, ".")
+		return strings.TrimPrefix(stream, "KV_")
+	case "kv_write":
+		return strings.TrimPrefix(class, "kv.")
+	case "js_deliver", "ack", "stream_msg_get", "pull_request", "consumer_create", "consumer_delete":
+		// $JS.ACK.<stream>.<consumer>...; $JS.API.STREAM.MSG.GET.<stream>
+		parts := strings.Split(subj, ".")
+		switch {
+		case strings.HasPrefix(subj, "$JS.ACK.") && len(parts) > 3:
+			return parts[2] + "/" + parts[3]
+		case len(parts) > 0:
+			return parts[len(parts)-1]
+		}
+	}
+	return class
 }
 
 // headerSize is the wire size of a NATS header block.

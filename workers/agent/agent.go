@@ -26,6 +26,11 @@ type Options struct {
 	Logger *slog.Logger
 	// PreExecuteTimeout bounds one pre-execute request. Optional. Default: 2s.
 	PreExecuteTimeout time.Duration
+	// ModelTimeout bounds one model call, its retries included. A call
+	// still running after it ends the run with run.failed (and the turn
+	// with turn.failed) reason ReasonModelTimeout. Optional. Default:
+	// DefaultModelTimeout.
+	ModelTimeout time.Duration
 	// MaxSteps bounds model calls per run. Optional. Default: 16.
 	MaxSteps int
 	// Concurrency is the number of events handled at once. Optional. Default: 8.
@@ -44,6 +49,27 @@ type Options struct {
 	// DefaultPolicies ("gate").
 	Policies []string
 }
+
+// DefaultModelTimeout is Options.ModelTimeout's default: 10 minutes, room
+// for a provider's own attempts (model/openai: 4 attempts of up to 2
+// minutes each, and its waits between them).
+const DefaultModelTimeout = 10 * time.Minute
+
+// ReasonModelTimeout is the run.failed (and turn.failed) reason of a run
+// whose model call did not finish within Options.ModelTimeout.
+const ReasonModelTimeout = "model_timeout"
+
+// handlerTimeout bounds one event's handling: one model call, the
+// pre-execute requests of a step's calls (each asked up to three times),
+// and a minute for the KV writes and publishes.
+func (a *Agent) handlerTimeout() time.Duration {
+	return a.opts.ModelTimeout + time.Duration(maxCallsPerStep)*(3*a.opts.PreExecuteTimeout+time.Second) + time.Minute
+}
+
+// maxCallsPerStep is the number of tool calls of one model step the
+// handler deadline allows pre-execute requests for; a step with more
+// calls still runs, its later requests sharing the same deadline.
+const maxCallsPerStep = 16
 
 // Agent is the agent worker.
 type Agent struct {
@@ -74,6 +100,9 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	}
 	if o.PreExecuteTimeout <= 0 {
 		o.PreExecuteTimeout = 2 * time.Second
+	}
+	if o.ModelTimeout <= 0 {
+		o.ModelTimeout = DefaultModelTimeout
 	}
 	if o.MaxSteps <= 0 {
 		o.MaxSteps = 16
@@ -121,7 +150,7 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 func (a *Agent) Run(ctx context.Context) error {
 	return a.bus.Consume(ctx, bus.ConsumerSpec{
 		Stream: events.StreamAgent, Durable: "agent", Concurrency: a.opts.Concurrency,
-		OnDeadLetter: a.onDeadLetter,
+		Compensate: a.onDeadLetter, HandlerTimeout: a.handlerTimeout(),
 	}, a.Handle)
 }
 
@@ -150,45 +179,52 @@ func (a *Agent) Handle(ctx context.Context, d *bus.Delivery) error {
 	return bus.Permanent(fmt.Errorf("type: %q is not handled by the agent", d.Event.Type()))
 }
 
-// onDeadLetter fails the run, so the thread is not left waiting.
-func (a *Agent) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
+// onDeadLetter fails the run, so the thread is not left waiting. A failed
+// publish is returned: the bus retries it with backoff (see
+// bus.ConsumerSpec.Compensate).
+func (a *Agent) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) error {
 	if d.Event == nil {
-		return
+		return nil
 	}
 	var ids struct {
 		RunID  string `json:"runId"`
 		TurnID string `json:"turnId"`
 	}
 	if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.RunID == "" {
-		return
+		return nil
 	}
 	run, _, err := a.runs.Get(ctx, ids.RunID)
 	if err != nil {
 		run = Run{RunID: ids.RunID, TurnID: ids.TurnID, Thread: d.Event.Subject()}
 	}
-	_ = a.publishFailed(ctx, &run, "dead_lettered", "the agent could not handle "+d.Event.Type()+": "+reason.Error())
+	return a.publishFailed(ctx, &run, "dead_lettered", "the agent could not handle "+d.Event.Type()+": "+reason.Error())
 }
 
+// onRequested starts the run in memory, without reading or writing its
+// record first: the record is created by the first checkpoint advance
+// needs (before a tool call is dispatched). If that create finds a record,
+// this is a redelivery of a run that went on: the in-memory start is
+// dropped (nothing was dispatched from it) and the run continues from its
+// checkpoint.
 func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
 	if in.RunID == "" || in.Thread == "" {
 		return bus.Permanent(errors.New("runId and thread: required"))
 	}
-	run, rev, err := a.runs.Get(ctx, in.RunID)
-	if errors.Is(err, kvstate.ErrNotFound) {
-		run = Run{Format: RunFormat, RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent,
-			Messages: fromChat(in.Messages)}
-		a.fit(ctx, &run)
-		if rev, err = a.runs.Create(ctx, in.RunID, run, 0); errors.Is(err, kvstate.ErrConflict) {
-			return fmt.Errorf("run %s created concurrently: %w", in.RunID, err)
-		}
+	run := Run{Format: RunFormat, RunID: in.RunID, TurnID: in.TurnID, Thread: in.Thread, Agent: in.Agent,
+		Messages: fromChat(in.Messages)}
+	a.fit(ctx, &run)
+	err := a.advance(ctx, &run, 0, true)
+	if !errors.Is(err, kvstate.ErrConflict) {
+		return err
 	}
+	cur, rev, err := a.runs.Get(ctx, in.RunID)
 	if err != nil {
 		return err
 	}
-	if err := a.redispatch(ctx, &run); err != nil {
+	if err := a.redispatch(ctx, &cur); err != nil {
 		return err
 	}
-	return a.advance(ctx, &run, rev)
+	return a.advance(ctx, &cur, rev, false)
 }
 
 func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
@@ -205,7 +241,7 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 			// Already applied (a redelivery). Drive the run on from its
 			// checkpoint all the same: the agent that applied it may have
 			// died before taking the next step, and nothing else would.
-			return a.advance(ctx, &run, rev)
+			return a.advance(ctx, &run, rev, false)
 		}
 		switch {
 		case in.InputRequired != nil:
@@ -223,16 +259,17 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		default:
 			c.Status, c.Result = callDone, schema.ErrorResult("the tool returned no result")
 		}
-		a.fit(ctx, &run)
-		nrev, err := a.runs.Update(ctx, run.RunID, run, rev, 0)
+		a.toolProgress(ctx, &run, toolFinished, c)
+		// The result is written with the run's next checkpoint (advance):
+		// at once when other results are still awaited, else after the
+		// next model step. A conflict there means another delivery
+		// changed the run meanwhile (nothing was dispatched from this
+		// one): read it again.
+		err = a.advance(ctx, &run, rev, true)
 		if errors.Is(err, kvstate.ErrConflict) && attempt < 20 {
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		a.toolProgress(ctx, &run, toolFinished, c)
-		return a.advance(ctx, &run, nrev)
+		return err
 	}
 }
 
@@ -261,6 +298,15 @@ func (a *Agent) awaitInput(run *Run, c *CallState, ir *schema.InputRequiredResul
 }
 
 func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResumed) error {
+	if snap, err := decodeSnapshot(in.Snapshot); err == nil && !snap.Checkpointed {
+		// Paused before its first checkpoint: there is no record to read,
+		// unless this is a redelivery and the resumed run wrote one (the
+		// create below then conflicts, and the record decides).
+		err := a.resume(ctx, e, in, snap, 0)
+		if !errors.Is(err, kvstate.ErrConflict) {
+			return err
+		}
+	}
 	run, rev, err := a.runs.Get(ctx, in.RunID)
 	switch {
 	case err == nil && run.resumed(e.ID()):
@@ -268,8 +314,10 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 		if err := a.redispatch(ctx, &run); err != nil {
 			return err
 		}
-		return a.advance(ctx, &run, rev)
-	case err != nil && !errors.Is(err, kvstate.ErrNotFound):
+		return a.advance(ctx, &run, rev, false)
+	case errors.Is(err, kvstate.ErrNotFound):
+		rev = 0 // the first checkpoint creates the record
+	case err != nil:
 		return err
 	}
 	snap, serr := decodeSnapshot(in.Snapshot)
@@ -278,6 +326,15 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 		return a.publishFailed(ctx, &r, events.RejectStateIncompatible,
 			"the paused run cannot be resumed by this version of the agent: "+serr.Error())
 	}
+	return a.resume(ctx, e, in, snap, rev)
+}
+
+// resume applies the answers of in to the paused run snap and drives it
+// on; rev is the revision of the run's record (0: none). The resume is
+// written with the next checkpoint (before a call is dispatched); a
+// conflict there (kvstate.ErrConflict) fails this delivery, and its
+// redelivery finds the resume applied.
+func (a *Agent) resume(ctx context.Context, e *event.Event, in events.RunResumed, snap *Run, rev uint64) error {
 	answers := map[string]events.Answer{}
 	for _, ans := range in.Answers {
 		answers[ans.ElicitationID] = ans
@@ -305,16 +362,7 @@ func (a *Agent) onResumed(ctx context.Context, e *event.Event, in events.RunResu
 	}
 	snap.Resumes = append(snap.Resumes, e.ID())
 	a.fit(ctx, snap)
-	var nrev uint64
-	if errors.Is(err, kvstate.ErrNotFound) {
-		nrev, err = a.runs.Create(ctx, snap.RunID, *snap, 0)
-	} else {
-		nrev, err = a.runs.Update(ctx, snap.RunID, *snap, rev, 0)
-	}
-	if err != nil {
-		return err
-	}
-	return a.advance(ctx, snap, nrev)
+	return a.advance(ctx, snap, rev, true)
 }
 
 // applyAnswers settles a call from the user's answers (design section 4).
@@ -384,20 +432,45 @@ func who(a events.Answer) string {
 	return w.Principal
 }
 
-// advance drives the run as far as it can go without waiting.
-func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
+// advance drives the run as far as it can go without waiting. rev is the
+// revision of the run's record (0: there is none yet), dirty whether run
+// holds changes the record lacks.
+//
+// The record is written only where a crash would otherwise lose or repeat
+// something: before tool calls are dispatched (a result arriving at once,
+// on another replica, must find its call marked dispatched; a redelivery
+// must not dispatch calls of a model step redone differently) and when the
+// run stops to wait for results. A model step, a policy decision or a
+// fold of results is written with the next such checkpoint, not on its
+// own: a crash before it only repeats that work. A run that ends (answer
+// or failure) or pauses is not written at all: the outcome event carries
+// it (run.paused its snapshot), a redelivery repeats the last step and its
+// outcome has the same derived event ID (dropped as a duplicate), and the
+// processor applies one outcome per turn. A create that finds a record,
+// or an update that lost a race, is returned as kvstate.ErrConflict.
+func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (err error) {
 	defer func() {
-		if errors.Is(err, errRunTooLarge) { // fit failed the run and saved it
+		if errors.Is(err, errRunTooLarge) { // fit failed the run
 			err = a.publishFailed(ctx, run, run.Failed.Reason, run.Failed.Detail)
 		}
 	}()
 	save := func() error {
+		if !dirty {
+			return nil
+		}
 		tooLarge := a.fit(ctx, run)
-		nrev, err := a.runs.Update(ctx, run.RunID, *run, rev, 0)
+		run.Checkpointed = true
+		var nrev uint64
+		var err error
+		if rev == 0 {
+			nrev, err = a.runs.Create(ctx, run.RunID, *run, 0)
+		} else {
+			nrev, err = a.runs.Update(ctx, run.RunID, *run, rev, 0)
+		}
 		if err != nil {
 			return fmt.Errorf("checkpointing run %s: %w", run.RunID, err)
 		}
-		rev = nrev
+		rev, dirty = nrev, false
 		if tooLarge {
 			return errRunTooLarge
 		}
@@ -413,17 +486,12 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 		if len(run.Calls) == 0 {
 			if run.Step >= a.opts.MaxSteps {
 				run.Failed = &events.RunFailed{Reason: "max_steps", Detail: fmt.Sprintf("the agent stopped after %d model calls", run.Step)}
-				if err := save(); err != nil {
-					return err
-				}
 				continue
 			}
 			if err := a.modelStep(ctx, run); err != nil {
 				return err
 			}
-			if err := save(); err != nil {
-				return err
-			}
+			dirty = true
 			continue
 		}
 		var toSend []*CallState
@@ -432,27 +500,30 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 				if err := a.decide(ctx, run, c); err != nil {
 					return err
 				}
+				dirty = true
 				if c.Status == callDispatched {
 					toSend = append(toSend, c)
 				}
 			}
 		}
-		// Checkpoint before dispatching, so a result arriving at once
-		// (on another replica) finds its call marked dispatched.
-		if err := save(); err != nil {
-			return err
-		}
-		for _, c := range toSend {
-			if err := a.dispatch(ctx, run, c); err != nil {
+		if run.count(callDispatched) > 0 {
+			// Checkpoint before dispatching, and before waiting.
+			if err := save(); err != nil {
 				return err
 			}
-			a.toolProgress(ctx, run, toolStarted, c)
-		}
-		if run.count(callDispatched) > 0 {
+			for _, c := range toSend {
+				if err := a.dispatch(ctx, run, c); err != nil {
+					return err
+				}
+				a.toolProgress(ctx, run, toolStarted, c)
+			}
 			return nil // wait for tool results
 		}
 		if run.count(callAwaiting) > 0 {
-			return a.publishPaused(ctx, run, save)
+			if a.fit(ctx, run) {
+				return errRunTooLarge
+			}
+			return a.publishPaused(ctx, run)
 		}
 		// Every call has exactly one result: feed them to the model.
 		for _, c := range run.Calls {
@@ -467,9 +538,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64) (err error) {
 				ToolName: c.Call.Name, Text: text, Result: c.Result})
 		}
 		run.Calls = nil
-		if err := save(); err != nil {
-			return err
-		}
+		dirty = true
 	}
 }
 
@@ -497,7 +566,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		c.Status, c.Result = callDone, unknownTool(c.Call.Name)
 		return nil
 	}
-	tool, err := a.tools.Get(ctx, c.Call.Name)
+	tool, err := a.tools.Lookup(ctx, c.Call.Name)
 	if errors.Is(err, kvstate.ErrNotFound) {
 		if c.Answer != nil {
 			// A person confirmed a tool this deployment no longer has:
@@ -607,7 +676,7 @@ func (a *Agent) redispatch(ctx context.Context, run *Run) error {
 	return nil
 }
 
-func (a *Agent) publishPaused(ctx context.Context, run *Run, save func() error) error {
+func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 	var pend []events.PendingElicitation
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {

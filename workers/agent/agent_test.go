@@ -184,8 +184,14 @@ func tool(name string, readOnly bool, inputSchema string) schema.Tool {
 // reads the text cut with a note, the run record keeps a reduced copy with
 // a reference, the whole result is in the object store, and the run
 // completes with a bounded final message.
+//
+// The run record is written before tool calls are dispatched (a finished
+// run is not written again), so the model calls a second tool after the
+// large result: the checkpoint before that call holds the result.
 func TestLargeToolResultStaysOutOfTheRunRecord(t *testing.T) {
-	r := newRig(t, oneCall("dump", `{}`), allowAll, tool("dump", true, `{"type":"object"}`))
+	rules := `{"rules":[{"name":"r","match":".","steps":[{"tool_calls":[{"name":"dump","arguments":{}}]},` +
+		`{"tool_calls":[{"name":"more","arguments":{}}]},{"text":"{{(index .Results 0).Text}}"}]}],"fallback":"?"}`
+	r := newRig(t, rules, allowAll, tool("dump", true, `{"type":"object"}`), tool("more", true, `{"type":"object"}`))
 	if err := r.request("run1", user("dump it")); err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +206,9 @@ func TestLargeToolResultStaysOutOfTheRunRecord(t *testing.T) {
 	whole, _ := json.Marshal(big)
 	if err := r.result(events.ToolResult{RunID: "run1", CallID: "call_0_0", Result: big}); err != nil {
 		t.Fatalf("handling a %d-byte tool result: %v", len(whole), err)
+	}
+	if err := r.result(events.ToolResult{RunID: "run1", CallID: "call_1_0", Result: &schema.CallToolResult{Content: schema.ContentList{schema.Text("more")}}}); err != nil {
+		t.Fatal(err)
 	}
 	done := r.completed()
 	if n := len(done.Message.Text); n > MaxResultTextBytes+1024 {
@@ -243,8 +252,11 @@ func TestLargeToolResultStaysOutOfTheRunRecord(t *testing.T) {
 // TestRunRecordBounded is issue 8 item 5 for history: a run handed more
 // history than a run record can hold (60 messages of 32 KiB) drops the
 // oldest messages and completes, instead of failing to checkpoint.
+// The model calls a tool, so the run is checkpointed before the call is
+// dispatched.
 func TestRunRecordBounded(t *testing.T) {
-	r := newRig(t, `{"rules":[{"name":"r","match":"hello","steps":[{"text":"hi"}]}],"fallback":"?"}`, allowAll)
+	r := newRig(t, `{"rules":[{"name":"r","match":"hello","steps":[{"tool_calls":[{"name":"t","arguments":{}}]},{"text":"hi"}]}],"fallback":"?"}`,
+		allowAll, tool("t", true, `{"type":"object"}`))
 	var msgs []schema.ChatMessage
 	for i := range 60 {
 		role := schema.RoleUser
@@ -257,15 +269,18 @@ func TestRunRecordBounded(t *testing.T) {
 	if err := r.request("run2", msgs...); err != nil {
 		t.Fatalf("run with %d messages of history: %v", len(msgs), err)
 	}
-	if done := r.completed(); done.Message.Text != "hi" {
-		t.Errorf("final = %q", done.Message.Text)
-	}
 	kve, err := r.a.runs.KV().Get(r.ctx, "run2")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the checkpoint before the tool call: %v", err)
 	}
 	if n := len(kve.Value()); n > MaxRunBytes {
 		t.Errorf("run record is %d bytes, want at most %d", n, MaxRunBytes)
+	}
+	if err := r.result(events.ToolResult{RunID: "run2", CallID: "call_0_0", Result: &schema.CallToolResult{Content: schema.ContentList{schema.Text("ok")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if done := r.completed(); done.Message.Text != "hi" {
+		t.Errorf("final = %q", done.Message.Text)
 	}
 }
 

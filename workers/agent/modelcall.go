@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,7 +64,9 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	defer span.End()
 	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step, generation: uuid.NewString()}
 	retries := 0
-	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: a.modelMessages(ctx, run), Tools: tools,
+	mctx, cancel := context.WithTimeout(ctx, a.opts.ModelTimeout)
+	defer cancel()
+	resp, err := a.complete(mctx, model.Request{Agent: run.Agent, Messages: a.modelMessages(ctx, run), Tools: tools,
 		OnDelta: ds.add,
 		OnRetry: func(attempt int, wait time.Duration, err error) {
 			retries++
@@ -72,6 +75,16 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 				fmt.Sprintf("The model did not answer (%v); trying again in %v.", err, wait.Round(time.Millisecond)))
 		}})
 	ds.flush()
+	if mctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		err = fmt.Errorf("no answer within %v", a.opts.ModelTimeout)
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		span.SetAttributes(semconv.ErrorTypeKey.String(ReasonModelTimeout))
+		a.log.WarnContext(ctx, "model call timed out; the run fails", "run_id", run.RunID, "timeout", a.opts.ModelTimeout)
+		run.Failed = &events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: ReasonModelTimeout,
+			Detail: fmt.Sprintf("the model did not answer within %v (agent --model-call-timeout)", a.opts.ModelTimeout)}
+		return nil
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -143,6 +156,53 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	return nil
 }
 
+// complete calls the provider under ctx, returning when ctx ends even if
+// the provider does not (a provider that ignores its context cannot hold
+// the handler past Options.ModelTimeout; its late answer is dropped).
+func (a *Agent) complete(ctx context.Context, req model.Request) (model.Response, error) {
+	type outcome struct {
+		resp model.Response
+		err  error
+	}
+	// Callbacks stop once complete has returned: a late delta from an
+	// abandoned call must not race the caller's flush.
+	var mu sync.Mutex
+	closed := false
+	if f := req.OnDelta; f != nil {
+		req.OnDelta = func(d model.Delta) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !closed {
+				f(d)
+			}
+		}
+	}
+	if f := req.OnRetry; f != nil {
+		req.OnRetry = func(attempt int, wait time.Duration, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !closed {
+				f(attempt, wait, err)
+			}
+		}
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		resp, err := a.provider.Complete(ctx, req)
+		done <- outcome{resp, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		o.err = ctx.Err()
+	}
+	mu.Lock()
+	closed = true
+	mu.Unlock()
+	return o.resp, o.err
+}
+
 // deltaStream publishes streamed text as message.delta events, coalescing
 // small pieces (deltaMaxBytes, deltaInterval).
 type deltaStream struct {
@@ -201,7 +261,9 @@ func (d *deltaStream) flush() {
 // n), so it is the same on whichever agent replica publishes it, and so is
 // the event ID: the copy a redelivered event republishes is dropped by the
 // stream's duplicate window. Failure to publish (bounded by
-// progressTimeout) is logged, never fatal: progress is advisory.
+// progressTimeout) is logged, never fatal: progress is advisory. It is
+// published without waiting for its acknowledgement (bus.PublishAsync:
+// stored in publish order), so it does not hold up the turn.
 func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, status, message string) {
 	if run.TurnID == "" || run.Thread == "" {
 		return
@@ -220,9 +282,10 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		pctx, cancel := context.WithTimeout(ctx, progressTimeout)
-		_, err = a.bus.Publish(pctx, events.ChatSubject(run.Thread, events.ChatProgress), e)
-		cancel()
+		a.bus.PublishAsync(ctx, events.ChatSubject(run.Thread, events.ChatProgress), e, progressTimeout, func(err error) {
+			a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
+		})
+		return
 	}
 	if err != nil {
 		a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)

@@ -46,6 +46,10 @@ type Run struct {
 	// Usage is the token usage of each model call of the run (at most
 	// MaxSteps entries).
 	Usage []events.CallUsage `json:"usage,omitempty"`
+	// Checkpointed is set once the run has a record in parley_runs: a
+	// snapshot without it (a run paused before any checkpoint) is resumed
+	// without reading the record first.
+	Checkpointed bool `json:"checkpointed,omitempty"`
 }
 
 // CallState is one tool call of the current step.

@@ -314,6 +314,42 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 	}
 }
 
+// PublishAsync stores e on subject in JetStream like Publish (binary
+// mode, Nats-Msg-Id = e.ID(), trace context) without waiting for the
+// acknowledgement: the publish is sent in call order on the connection, so
+// events published one after the other from one goroutine are stored in
+// that order, also relative to a later Publish. There is no retry; a
+// failure (no acknowledgement within timeout, or the stream's refusal) is
+// passed to onErr (when not nil) from another goroutine. For advisory
+// events such as progress, which must not hold up a turn.
+func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Event, timeout time.Duration, onErr func(error)) {
+	msg, err := c.message(ctx, subject, e)
+	if err == nil {
+		var f jetstream.PubAckFuture
+		if f, err = c.js.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID())); err == nil {
+			go func() {
+				t := time.NewTimer(timeout)
+				defer t.Stop()
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					if onErr != nil {
+						onErr(fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err))
+					}
+				case <-t.C:
+					if onErr != nil {
+						onErr(fmt.Errorf("publishing %s to %s: no acknowledgement within %v", e.Type(), subject, timeout))
+					}
+				}
+			}()
+			return
+		}
+	}
+	if onErr != nil {
+		onErr(fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err))
+	}
+}
+
 // PublishCore sends e on subject over core NATS (not stored), for
 // ephemeral events such as progress.
 func (c *Client) PublishCore(ctx context.Context, subject string, e *event.Event) error {

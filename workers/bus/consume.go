@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -118,8 +119,33 @@ type ConsumerSpec struct {
 	MaxAckPending int
 	// OnDeadLetter is called after a message was dead-lettered, with the
 	// reason (e.g. to tell the thread). Delivery.Event is nil when the
-	// message could not be decoded. Optional.
+	// message could not be decoded. It is called once and cannot fail:
+	// prefer Compensate. Optional.
 	OnDeadLetter func(ctx context.Context, d *Delivery, reason error)
+	// Compensate undoes or reports a dead-lettered message's effect (e.g.
+	// answers the waiting run with an error result), with the reason;
+	// Delivery.Event is nil when the message could not be decoded. A
+	// failure is retried with backoff (CompensateRetry) while the message
+	// is held; if it still fails the message is nakked rather than
+	// terminated, so it comes back, is dead-lettered again (the
+	// dead-letter event has a derived ID: the copy is dropped by the
+	// stream's duplicate window) and compensated again, up to
+	// MaxServerDeliver deliveries; an error marked Permanent is logged and
+	// not retried. It runs before the message is
+	// terminated, so a crash in between redelivers the message instead of
+	// losing the compensation. Optional.
+	Compensate func(ctx context.Context, d *Delivery, reason error) error
+	// CompensateRetry bounds the retrying of Compensate within one
+	// delivery. Optional. Default: 30s budget, backoff 250ms doubling to
+	// 5s, each try bounded by 10s.
+	CompensateRetry RetryPolicy
+	// HandlerTimeout bounds one run of the handler: its context is
+	// cancelled after it, and an error it then returns is handled as any
+	// failure (nak with backoff, then dead letter). It bounds how long a
+	// hung call (a model, a tool, a request) holds a message and a
+	// concurrency slot; workers set it above their own call deadlines.
+	// Optional. Default: DefaultHandlerTimeout.
+	HandlerTimeout time.Duration
 	// OnUndecodable handles a message that is not a valid CloudEvent
 	// (Delivery.Event is nil; err is events.Decode's error, an
 	// *events.AttributeError when one attribute is at fault), so the worker
@@ -151,6 +177,36 @@ func (s *ConsumerSpec) defaults() {
 	if s.DrainTimeout <= 0 {
 		s.DrainTimeout = 30 * time.Second
 	}
+	if s.HandlerTimeout <= 0 {
+		s.HandlerTimeout = DefaultHandlerTimeout
+	}
+	if s.CompensateRetry == (RetryPolicy{}) {
+		s.CompensateRetry = RetryPolicy{Timeout: 30 * time.Second, AttemptTimeout: 10 * time.Second,
+			InitialBackoff: 250 * time.Millisecond, MaxBackoff: 5 * time.Second}
+	}
+}
+
+// DefaultHandlerTimeout is a handler's deadline unless its ConsumerSpec
+// says otherwise: 20 × DefaultAckWait (5 minutes). The heartbeat keeps a
+// running handler's message from redelivery only this long.
+const DefaultHandlerTimeout = 20 * DefaultAckWait
+
+// UncleanDrainError is Consume's error when handlers were still running
+// after the drain timeout: their messages were neither acked nor nakked and
+// are redelivered after AckWait.
+type UncleanDrainError struct {
+	// Consumer is the durable consumer's name.
+	Consumer string
+	// Running is the number of handlers still running.
+	Running int64
+	// Timeout is the drain timeout that ran out.
+	Timeout time.Duration
+}
+
+// Error says which consumer, how many handlers and which timeout.
+func (e *UncleanDrainError) Error() string {
+	return fmt.Sprintf("consumer %s: %d handler(s) still running after the drain timeout of %v; their messages will be redelivered after AckWait",
+		e.Consumer, e.Running, e.Timeout)
 }
 
 // EnsureConsumer creates the durable consumer of spec, or updates it when
@@ -255,7 +311,9 @@ func ConsumerConfigChanges(stream string, have, want jetstream.ConsumerConfig) (
 
 // Consume runs h for every message of the durable consumer spec until ctx
 // is cancelled, then stops taking messages, waits for in-flight handlers
-// (up to spec.DrainTimeout) and returns nil; messages prefetched but not
+// (up to spec.DrainTimeout) and returns nil, or an *UncleanDrainError when
+// handlers were still running at the drain timeout (each handler is bounded
+// by spec.HandlerTimeout, so they end later); messages prefetched but not
 // yet started are released with a nak, so another replica takes them at
 // once. Handlers run on up to
 // spec.Concurrency goroutines; a handler's context is not cancelled by the
@@ -268,6 +326,7 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	}
 	sem := make(chan struct{}, spec.Concurrency)
 	var wg sync.WaitGroup
+	var running atomic.Int64
 	base := context.WithoutCancel(ctx)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		// After ctx is cancelled no new handler starts: a buffered message
@@ -284,8 +343,10 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 			_ = m.Nak()
 			return
 		}
+		running.Add(1)
 		wg.Go(func() {
 			defer func() { <-sem }()
+			defer running.Add(-1)
 			c.handle(base, &spec, m, h)
 		})
 	}, jetstream.PullMaxMessages(spec.Concurrency),
@@ -318,10 +379,13 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		return nil
 	case <-drain.Done():
-		c.logger.Warn("drain timed out; unfinished messages will be redelivered", "consumer", spec.Durable)
+		err := &UncleanDrainError{Consumer: spec.Durable, Running: running.Load(), Timeout: spec.DrainTimeout}
+		c.logger.Warn("drain timed out; unfinished messages will be redelivered", "consumer", spec.Durable,
+			"running", err.Running)
+		return err
 	}
-	return nil
 }
 
 func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Msg, h Handler) {
@@ -366,7 +430,12 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		eventID, eventType, subject = d.Event.ID(), d.Event.Type(), d.Event.Subject()
 	}
 	stop := c.heartbeat(m, spec.AckWait)
-	err := h(ctx, d)
+	hctx, cancel := context.WithTimeout(ctx, spec.HandlerTimeout)
+	err := h(hctx, d)
+	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		err = fmt.Errorf("handler did not finish within %v: %w", spec.HandlerTimeout, err)
+	}
+	cancel()
 	stop()
 	var later *retryLaterError
 	switch {
@@ -432,12 +501,30 @@ func (c *Client) deadLetter(ctx context.Context, spec *ConsumerSpec, d *Delivery
 		_, err = c.Publish(ctx, events.DeadLetterSubject(spec.Stream, spec.Durable), e)
 	}
 	if err != nil {
-		c.logger.ErrorContext(ctx, "dead-lettering failed; retrying later", "consumer", spec.Durable, "error", err)
-		_ = m.NakWithDelay(5 * time.Second)
+		delay := spec.Backoff[min(max(int(d.NumDelivered)-1, 0), len(spec.Backoff)-1)]
+		c.logger.ErrorContext(ctx, "dead-lettering failed; retrying later", "consumer", spec.Durable,
+			"retry_in", delay, "error", err)
+		_ = m.NakWithDelay(delay)
 		return
 	}
 	c.logger.ErrorContext(ctx, "event dead-lettered", "consumer", spec.Durable, "subject", m.Subject(),
 		"stream_seq", d.StreamSeq, "deliveries", d.NumDelivered, "reason", reason.Error())
+	if spec.Compensate != nil {
+		p := spec.CompensateRetry
+		p.Logger = c.logger
+		if err := Retry(ctx, "compensating dead-lettered "+m.Subject(), p, func(ctx context.Context) error {
+			return spec.Compensate(ctx, d, reason)
+		}); IsPermanent(err) {
+			c.logger.ErrorContext(ctx, "compensation of a dead-lettered event refused; not retried",
+				"consumer", spec.Durable, "subject", m.Subject(), "stream_seq", d.StreamSeq, "error", err)
+		} else if err != nil {
+			delay := spec.Backoff[len(spec.Backoff)-1]
+			c.logger.ErrorContext(ctx, "compensation of a dead-lettered event failed; the event comes back to be compensated again",
+				"consumer", spec.Durable, "subject", m.Subject(), "stream_seq", d.StreamSeq, "retry_in", delay, "error", err)
+			_ = m.NakWithDelay(delay)
+			return
+		}
+	}
 	_ = m.TermWithReason(truncate(reason.Error(), 200))
 	if spec.OnDeadLetter != nil {
 		spec.OnDeadLetter(ctx, d, reason)

@@ -18,6 +18,7 @@ import (
 type threadStore interface {
 	Load(ctx context.Context, id string) (*kvstate.Thread, uint64, error)
 	Mutate(ctx context.Context, id string, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error)
+	MutateAt(ctx context.Context, t *kvstate.Thread, rev uint64, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error)
 	Reset(ctx context.Context, id string) error
 }
 

@@ -27,7 +27,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	if len(in.Elicitations) == 0 {
 		return fmt.Errorf("run.paused without elicitations: %w", errors.New("data.elicitations: required"))
 	}
-	t, _, err := p.threads.Load(ctx, thread)
+	t, trev, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 			return fmt.Errorf("storing paused turn: %w", err)
 		}
 		ids := rec.PendingIDs()
-		if t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		if t, err = p.threads.MutateAt(ctx, t, trev, func(t *kvstate.Thread) error {
 			return applyPause(t, in.TurnID, e.ID(), d.StreamSeq, ids, mark)
 		}); err != nil {
 			return err

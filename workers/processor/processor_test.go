@@ -69,6 +69,27 @@ func (m *memThreads) Mutate(_ context.Context, id string, fn func(t *kvstate.Thr
 	return t, nil
 }
 
+// MutateAt follows kvstate.ThreadStore.MutateAt: fn runs on t when rev is
+// still current, else on a fresh load.
+func (m *memThreads) MutateAt(ctx context.Context, t *kvstate.Thread, rev uint64, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error) {
+	m.mu.Lock()
+	if _, cur := m.load(t.ID); cur != rev {
+		m.mu.Unlock()
+		return m.Mutate(ctx, t.ID, fn)
+	}
+	defer m.mu.Unlock()
+	if err := fn(t); err != nil {
+		if errors.Is(err, kvstate.ErrNoChange) {
+			return t, nil
+		}
+		return nil, err
+	}
+	data, _ := json.Marshal(t)
+	m.rev++
+	m.recs[t.ID] = memRecord{data, m.rev}
+	return t, nil
+}
+
 func (m *memThreads) Reset(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()

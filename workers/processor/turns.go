@@ -38,7 +38,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		}
 		return p.recordSeq(ctx, thread, d.StreamSeq)
 	}
-	if err := p.awaitPredecessors(ctx, thread, d); err != nil {
+	// The thread as awaitPredecessors last read it saves the first
+	// attempt below its read.
+	loaded, loadedRev, err := p.awaitPredecessors(ctx, thread, d)
+	if err != nil {
 		return err
 	}
 	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message,
@@ -58,9 +61,12 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		started string
 	)
 	for attempt := 0; ; attempt++ {
-		cur, _, err := p.threads.Load(ctx, thread)
-		if err != nil {
-			return p.failIncompatible(ctx, thread, err)
+		cur, rev := loaded, loadedRev
+		loaded = nil
+		if cur == nil {
+			if cur, rev, err = p.threads.Load(ctx, thread); err != nil {
+				return p.failIncompatible(ctx, thread, err)
+			}
 		}
 		po = pauseOutcome{}
 		if classifyMessage(cur, e.ID(), d.StreamSeq) == msgSupersede {
@@ -68,7 +74,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 				return err
 			}
 		}
-		t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+		// From cur if it is still current (a conflict reads again).
+		t, err = p.threads.MutateAt(ctx, cur, rev, func(t *kvstate.Thread) error {
 			var err error
 			refused, started, err = applyMessage(t, queued, d.StreamSeq, po)
 			return err
@@ -124,34 +131,36 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // subject-filtered get of the next message after the last recorded one),
 // heartbeating the message, for up to OrderWait; then it returns an error
 // so the message is retried later.
-func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) error {
+// When the message may go on, it returns the thread as last read and its
+// revision (nil when that read failed: the caller reads again and reports).
+func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*kvstate.Thread, uint64, error) {
 	subject := events.ChatSubject(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for {
-		t, _, err := p.threads.Load(ctx, thread)
+		t, rev, err := p.threads.Load(ctx, thread)
 		if err != nil {
-			return nil // handled (and reported) by the caller
+			return nil, 0, nil // handled (and reported) by the caller
 		}
 		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
-			return nil // recorded already, or a late message: take it now
+			return t, rev, nil // recorded already, or a late message: take it now
 		}
 		next, err := p.chat.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil
+			return t, rev, nil
 		case err != nil:
-			return fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+			return nil, 0, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
 		case next.Sequence >= d.StreamSeq:
-			return nil // this is the next message of the thread
+			return t, rev, nil // this is the next message of the thread
 		}
 		if time.Now().After(deadline) {
 			// Free the slot (the earlier message may need it) and come back.
-			return bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
+			return nil, 0, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
 		_ = d.Msg.InProgress()
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, 0, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -281,13 +290,21 @@ func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID stri
 	})
 }
 
+// finishTurnAt is finishTurn from the thread t just loaded at rev (one
+// read fewer); t is changed.
+func (p *Processor) finishTurnAt(ctx context.Context, t *kvstate.Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*kvstate.Thread, error) {
+	return p.threads.MutateAt(ctx, t, rev, func(t *kvstate.Thread) error {
+		return applyEnd(t, turnID, eventID, runSeq, reply)
+	})
+}
+
 func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in events.RunCompleted) error {
 	e := d.Event
 	thread := e.Subject()
 	if in.TurnID == "" {
 		return bus.Permanent(errors.New("data.turnId: required"))
 	}
-	t, _, err := p.threads.Load(ctx, thread)
+	t, rev, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -306,7 +323,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
-	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), d.StreamSeq, &msg)
+	t, err = p.finishTurnAt(ctx, t, rev, in.TurnID, e.ID(), d.StreamSeq, &msg)
 	if err != nil {
 		return err
 	}

@@ -78,7 +78,18 @@ type Options struct {
 	// InstanceID names this executor in claims and logs. Optional.
 	// Default: a random NUID.
 	InstanceID string
+	// CallTimeout bounds one tool call. A call still running after it is
+	// abandoned (its context is cancelled, its result no longer awaited)
+	// and the model gets an isError result saying the tool did not finish
+	// in time (for a tool that is not safe to re-run, that its outcome is
+	// unknown); it is recorded and never re-run. The consumer's handler
+	// deadline is CallTimeout + 1 minute. Optional. Default:
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout is Options.CallTimeout's default: 2 minutes.
+const DefaultCallTimeout = 2 * time.Minute
 
 // Source supplies tools from outside the process, such as the tools of one
 // MCP server (package mcp).
@@ -169,6 +180,9 @@ func New(ctx context.Context, b *bus.Client, tools []builtin.Tool, opts *Options
 	}
 	if o.InstanceID == "" {
 		o.InstanceID = nuid.Next()
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
 	}
 	js := b.JetStream()
 	results, err := kvstate.OpenBucket[callRecord](ctx, js, kvstate.BucketToolResults,
@@ -300,7 +314,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	}
 	return x.bus.Consume(ctx, bus.ConsumerSpec{
 		Stream: events.StreamTools, Durable: "toolexec", Concurrency: x.opts.Concurrency,
-		OnDeadLetter: x.onDeadLetter,
+		Compensate: x.onDeadLetter, HandlerTimeout: x.opts.CallTimeout + time.Minute,
 	}, x.Handle)
 }
 
@@ -499,6 +513,14 @@ func (x *Executor) run(ctx context.Context, key string, rev uint64, in events.To
 	return out, err
 }
 
+// callTimedOut is the isError result of a call abandoned after timeout.
+func callTimedOut(tool string, timeout time.Duration, rerunnable bool) *schema.CallToolResult {
+	if rerunnable {
+		return schema.ErrorResult(fmt.Sprintf("%s did not finish within %v and was stopped; it returned no result.", tool, timeout))
+	}
+	return OutcomeUnknown(tool, fmt.Sprintf("did not finish within %v and was abandoned", timeout))
+}
+
 // notStarted reports whether err says the tool call was never sent (such
 // an error implements NotStarted() bool), so running it again is safe.
 func notStarted(err error) bool {
@@ -513,8 +535,33 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 		return out, nil
 	}
 	start := time.Now()
-	r, err := e.tool.Call(context.WithValue(ctx, callKey{}, callInfo{call: in, bus: x.bus}), builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
-		InputResponses: in.InputResponses, RequestState: in.RequestState})
+	cctx, cancel := context.WithTimeout(context.WithValue(ctx, callKey{}, callInfo{call: in, bus: x.bus}), x.opts.CallTimeout)
+	defer cancel()
+	type outcome struct {
+		r   builtin.Result
+		err error
+	}
+	// The call runs on its own goroutine so that a tool ignoring its
+	// context cannot hold the handler past CallTimeout.
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := e.tool.Call(cctx, builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
+			InputResponses: in.InputResponses, RequestState: in.RequestState})
+		done <- outcome{r, err}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-cctx.Done():
+		if ctx.Err() != nil { // the handler's own deadline or a shutdown
+			return out, fmt.Errorf("running %s: %w", in.Call.Name, ctx.Err())
+		}
+		x.log.WarnContext(ctx, "tool call timed out; abandoned", "tool", in.Call.Name, "run_id", in.RunID,
+			"timeout", x.opts.CallTimeout)
+		out.Result = callTimedOut(in.Call.Name, x.opts.CallTimeout, e.rerunnable())
+		return out, nil
+	}
+	r, err := o.r, o.err
 	if err != nil {
 		return out, fmt.Errorf("running %s: %w", in.Call.Name, err)
 	}
@@ -569,17 +616,19 @@ func (x *Executor) publish(ctx context.Context, thread string, res events.ToolRe
 }
 
 // onDeadLetter answers the agent with an error result so the run goes on.
-func (x *Executor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
+// A failed publish is returned: the bus retries it with backoff (see
+// bus.ConsumerSpec.Compensate), so the run is never left waiting.
+func (x *Executor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) error {
 	if d.Event == nil {
-		return
+		return nil
 	}
 	in, err := events.Data[events.ToolCallRequested](d.Event)
 	if err != nil || in.RunID == "" {
-		return
+		return nil
 	}
 	res := events.ToolResult{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round,
 		Result: schema.ErrorResult(fmt.Sprintf("%s could not be executed: %v", in.Call.Name, reason))}
-	_ = x.publish(ctx, d.Event.Subject(), res)
+	return x.publish(ctx, d.Event.Subject(), res)
 }
 
 // PublishProgress publishes p, a progress notification of the running call,
