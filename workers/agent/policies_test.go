@@ -63,11 +63,13 @@ func TestTwoPoliciesOneVetoes(t *testing.T) {
 		}
 	}
 	check("run.completed", done.Decisions)
-	run, _, err := r.a.runs.Get(r.ctx, "run-veto")
-	if err != nil {
+	// A run that ends without dispatching a call leaves no checkpoint (its
+	// outcome event carries it); when one exists it must agree.
+	if run, _, err := r.a.runs.Get(r.ctx, "run-veto"); err == nil {
+		check("run record", run.Decisions)
+	} else if !errors.Is(err, kvstate.ErrNotFound) {
 		t.Fatal(err)
 	}
-	check("run record", run.Decisions)
 	if _, err := r.a.decisions.Get(r.ctx, "run-veto", "call_0_0", 0); !errors.Is(err, kvstate.ErrNotFound) {
 		t.Errorf("decision record of a vetoed call: %v, want none", err)
 	}
