@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/workers/bus"
 )
 
@@ -61,6 +62,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 		cfg.LimitMarkerTTL = markerTTL
 	}
 	p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: opts.StartupTimeout})
+	health.RequireStream("KV_" + name)
 	var kv jetstream.KeyValue
 	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
 		var err error

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
 )
@@ -63,6 +64,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	defer span.End()
 	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step, generation: uuid.NewString()}
 	retries := 0
+	start := time.Now()
 	resp, err := a.provider.Complete(ctx, model.Request{Agent: run.Agent, Messages: a.modelMessages(ctx, run), Tools: tools,
 		OnDelta: ds.add,
 		OnRetry: func(attempt int, wait time.Duration, err error) {
@@ -72,6 +74,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 				fmt.Sprintf("The model did not answer (%v); trying again in %v.", err, wait.Round(time.Millisecond)))
 		}})
 	ds.flush()
+	metrics.ModelCall(ctx, a.provider, start, resp, err)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

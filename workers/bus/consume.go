@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 )
 
 // Delivery is one event handed to a Handler.
@@ -266,6 +267,7 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	if err != nil {
 		return err
 	}
+	defer metrics.WatchConsumer(ctx, spec.Stream, spec.Durable, cons)()
 	sem := make(chan struct{}, spec.Concurrency)
 	var wg sync.WaitGroup
 	base := context.WithoutCancel(ctx)
@@ -366,7 +368,9 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		eventID, eventType, subject = d.Event.ID(), d.Event.Type(), d.Event.Subject()
 	}
 	stop := c.heartbeat(m, spec.AckWait)
+	start := time.Now()
 	err := h(ctx, d)
+	took := time.Since(start)
 	stop()
 	var later *retryLaterError
 	switch {
@@ -374,12 +378,15 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		c.logger.DebugContext(ctx, "not yet; retrying", "consumer", spec.Durable, "event_id", eventID,
 			"delivery", md.NumDelivered, "reason", err)
 		_ = m.NakWithDelay(later.delay)
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeWait, md.NumDelivered, took)
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
 			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", eventID, "error", aerr)
 		}
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeAck, md.NumDelivered, took)
 	case IsPermanent(err) || int(md.NumDelivered) >= spec.MaxDeliver:
 		span.SetStatus(codes.Error, err.Error())
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeDeadLetter, md.NumDelivered, took)
 		c.deadLetter(ctx, spec, d, err)
 	default:
 		span.SetStatus(codes.Error, err.Error())
@@ -387,6 +394,7 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		c.logger.WarnContext(ctx, "handler failed; retrying", "consumer", spec.Durable, "event_id", eventID,
 			"event_type", eventType, "subject", subject, "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = m.NakWithDelay(delay)
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeRetry, md.NumDelivered, took)
 	}
 }
 
@@ -439,6 +447,7 @@ func (c *Client) deadLetter(ctx context.Context, spec *ConsumerSpec, d *Delivery
 	c.logger.ErrorContext(ctx, "event dead-lettered", "consumer", spec.Durable, "subject", m.Subject(),
 		"stream_seq", d.StreamSeq, "deliveries", d.NumDelivered, "reason", reason.Error())
 	_ = m.TermWithReason(truncate(reason.Error(), 200))
+	metrics.DeadLettered(ctx, spec.Durable)
 	if spec.OnDeadLetter != nil {
 		spec.OnDeadLetter(ctx, d, reason)
 	}

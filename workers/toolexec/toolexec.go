@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -492,6 +493,7 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 	start := time.Now()
 	r, err := e.tool.Call(context.WithValue(ctx, callKey{}, callInfo{call: in, bus: x.bus}), builtin.Request{RunID: in.RunID, CallID: in.Call.ID, Round: in.Round, Arguments: in.Call.Arguments,
 		InputResponses: in.InputResponses, RequestState: in.RequestState})
+	metrics.ToolCall(ctx, in.Call.Name, time.Since(start), err, r.Call != nil && r.Call.IsError, r.InputRequired != nil)
 	if err != nil {
 		return out, fmt.Errorf("running %s: %w", in.Call.Name, err)
 	}
