@@ -60,13 +60,13 @@ func New(cfg Config, httpClient *http.Client) (*Provider, error) {
 	return &Provider{cfg: cfg, client: oai.NewClient(opts...), host: host}, nil
 }
 
-// Complete sends req (streaming) and returns the answer: text (folded
-// from the streamed chunks) or tool calls with parley's tool names. A
-// failure the turn should end with is a *model.Error.
 // ProviderName is the gen_ai.provider.name metrics carry: "openai" (the
 // OpenAI API and the endpoints compatible with it).
 func (p *Provider) ProviderName() string { return "openai" }
 
+// Complete sends req (streaming) and returns the answer: text (folded
+// from the streamed chunks) or tool calls with parley's tool names. A
+// failure the turn should end with is a *model.Error.
 func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Response, error) {
 	s := p.cfg.settings(req.Agent)
 	params, names, err := p.params(req, s)
