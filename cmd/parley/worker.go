@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
@@ -114,6 +115,7 @@ type roleConfig struct {
 	agent     agentFlags
 	gate      gateFlags
 	mcp       mcpFlags
+	ops       opsFlags
 }
 
 // runRole runs one worker role on nc until ctx is cancelled.
@@ -151,6 +153,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		health.Started(ctx, role)
 		return p.Run(ctx)
 	case "agent":
 		provider, err := newProvider(cfg.agent)
@@ -161,6 +164,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		health.Started(ctx, role)
 		return a.Run(ctx)
 	case "toolexec":
 		site, err := builtin.OpenSite(ctx, b.JetStream(), &builtin.SiteOptions{Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
@@ -176,8 +180,10 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		health.Started(ctx, role)
 		return x.Run(ctx)
 	case "gate":
+		health.Started(ctx, role)
 		return gate.New(b, gc, log).Run(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", role)
@@ -200,13 +206,21 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 			return &exitError{code: 2, err: err}
 		}
 	}
+	// Health and metrics are served before connecting: /livez answers and
+	// /readyz says "waiting for NATS" while connectWorker retries.
+	hs, stopOps, err := startOps(e.ctx, "parley-"+role, cfg.ops, []string{role}, log)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	startup := cfg.store.startupPolicy(log)
 	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, startup)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return runRole(bus.WithStartupPolicy(e.ctx, startup), role, nc, cfg, log)
+	hs.AddConn(nc)
+	return runRole(health.With(bus.WithStartupPolicy(e.ctx, startup), hs), role, nc, cfg, log)
 }
 
 // connectWorker connects to url like client.Connect (reconnecting for
@@ -228,51 +242,57 @@ func connectWorker(ctx context.Context, url, name string, p bus.RetryPolicy) (*n
 type workerCmd struct {
 	storeFlags
 	processorFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *workerCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.processorFlags.check())
+	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.opsFlags.check())
 }
 
 func (c *workerCmd) Run(e *env) error {
-	return serveRole(e, "processor", roleConfig{store: c.storeFlags, processor: c.processorFlags})
+	return serveRole(e, "processor", roleConfig{store: c.storeFlags, processor: c.processorFlags, ops: c.opsFlags})
 }
 
 type agentCmd struct {
 	storeFlags
 	agentFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *agentCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.agentFlags.check())
+	return firstErr(c.storeFlags.check(), c.agentFlags.check(), c.opsFlags.check())
 }
 
 func (c *agentCmd) Run(e *env) error {
-	return serveRole(e, "agent", roleConfig{store: c.storeFlags, agent: c.agentFlags})
+	return serveRole(e, "agent", roleConfig{store: c.storeFlags, agent: c.agentFlags, ops: c.opsFlags})
 }
 
 type toolexecCmd struct {
 	storeFlags
 	mcpFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
-func (c *toolexecCmd) Validate() error { return firstErr(c.storeFlags.check(), c.mcpFlags.check()) }
+func (c *toolexecCmd) Validate() error {
+	return firstErr(c.storeFlags.check(), c.mcpFlags.check(), c.opsFlags.check())
+}
 
 func (c *toolexecCmd) Run(e *env) error {
-	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags})
+	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags, ops: c.opsFlags})
 }
 
 type gateCmd struct {
 	storeFlags
 	gateFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
-func (c *gateCmd) Validate() error { return c.storeFlags.check() }
+func (c *gateCmd) Validate() error { return firstErr(c.storeFlags.check(), c.opsFlags.check()) }
 
 func (c *gateCmd) Run(e *env) error {
-	return serveRole(e, "gate", roleConfig{store: c.storeFlags, gate: c.gateFlags})
+	return serveRole(e, "gate", roleConfig{store: c.storeFlags, gate: c.gateFlags, ops: c.opsFlags})
 }

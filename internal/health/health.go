@@ -114,6 +114,13 @@ func Started(ctx context.Context, role string) {
 	}
 }
 
+// AddConn adds nc to ctx's State (if any), like State.AddConn.
+func AddConn(ctx context.Context, nc *nats.Conn) {
+	if s, ok := ctx.Value(ctxKey{}).(*State); ok && s != nil {
+		s.AddConn(nc)
+	}
+}
+
 // Check is one line of a probe's answer.
 type Check struct {
 	Name   string `json:"name"`
