@@ -73,7 +73,8 @@ sample:
 // counted once, though the workers publish through JetStream with retries
 // and redeliveries.
 func TestMetricsDuringPausedTurn(t *testing.T) {
-	metrics.ConsumerPollInterval = 200 * time.Millisecond
+	prevPoll := metrics.SetConsumerPollInterval(200 * time.Millisecond)
+	t.Cleanup(func() { metrics.SetConsumerPollInterval(prevPoll) })
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {

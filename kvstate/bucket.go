@@ -62,7 +62,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 		cfg.LimitMarkerTTL = markerTTL
 	}
 	p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: opts.StartupTimeout})
-	health.RequireStream("KV_" + name)
+	health.RequireStream(js, "KV_"+name)
 	var kv jetstream.KeyValue
 	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
 		var err error

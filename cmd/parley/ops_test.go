@@ -52,7 +52,8 @@ func waitStatus(t *testing.T, url string, want int, d time.Duration) string {
 // while NATS is down, and is ready again when NATS comes back on the same
 // port and store.
 func TestReadyzFollowsNATS(t *testing.T) {
-	metrics.ConsumerPollInterval = 300 * time.Millisecond
+	prevPoll := metrics.SetConsumerPollInterval(300 * time.Millisecond)
+	t.Cleanup(func() { metrics.SetConsumerPollInterval(prevPoll) })
 	addr, haddr, dir := freeAddr(t), freeAddr(t), t.TempDir()
 	var logs logSink
 	ctx, cancel := context.WithCancel(t.Context())
@@ -115,7 +116,7 @@ func TestReadyzFollowsNATS(t *testing.T) {
 	for _, c := range r.Checks {
 		names = append(names, c.Name)
 	}
-	for _, want := range []string{"start-up processor", "stream PARLEY_CHAT", "stream KV_parley_paused", "consumer PARLEY_CHAT/"} {
+	for _, want := range []string{"start-up processor", "stream PARLEY_CHAT", "stream KV_parley_paused", "consumer PARLEY_CHAT/", "consumer PARLEY_RUNS/"} {
 		if !strings.Contains(strings.Join(names, "\n"), want) {
 			t.Errorf("ready report lacks %q: %v", want, names)
 		}

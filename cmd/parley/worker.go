@@ -153,7 +153,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
-		health.Started(ctx, role)
+		health.Started(ctx, role, nc, true)
 		return p.Run(ctx)
 	case "agent":
 		provider, err := newProvider(cfg.agent)
@@ -164,7 +164,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
-		health.Started(ctx, role)
+		health.Started(ctx, role, nc, true)
 		return a.Run(ctx)
 	case "toolexec":
 		site, err := builtin.OpenSite(ctx, b.JetStream(), &builtin.SiteOptions{Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
@@ -180,10 +180,10 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
-		health.Started(ctx, role)
+		health.Started(ctx, role, nc, true)
 		return x.Run(ctx)
 	case "gate":
-		health.Started(ctx, role)
+		health.Started(ctx, role, nc, false)
 		return gate.New(b, gc, log).Run(ctx)
 	}
 	return fmt.Errorf("unknown worker role %q", role)

@@ -8,7 +8,7 @@
 //
 // Ready: every NATS connection is connected; every role the process runs
 // finished its start-up (streams, buckets and consumers created); every
-// stream and bucket the process uses exists (JetStream stream names, read
+// stream and bucket its workers use exists (JetStream stream names, read
 // at most once per CacheFor); every consumer it consumes answers its info
 // and is not stalled (it has pending or unacknowledged messages and its
 // delivered and ack-floor sequences have not moved for StallAfter), from
@@ -19,7 +19,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"slices"
 	"sort"
@@ -34,23 +33,43 @@ import (
 
 var (
 	requiredMu sync.Mutex
-	required   = map[string]bool{}
+	required   = map[*nats.Conn]map[string]bool{}
 )
 
-// RequireStream records that this process uses the JetStream stream name
-// (a bucket's stream is KV_<bucket>), so readiness checks that it still
-// exists. bus.EnsureStream and kvstate.OpenBucket call it.
-func RequireStream(name string) {
-	requiredMu.Lock()
-	required[name] = true
-	requiredMu.Unlock()
-}
-
-func requiredStreams() []string {
+// RequireStream records that the worker on js's connection uses the
+// JetStream stream name (a bucket's stream is KV_<bucket>), so readiness
+// checks that it still exists. bus.EnsureStream and kvstate.OpenBucket
+// call it. The record is dropped when the connection closes.
+func RequireStream(js jetstream.JetStream, name string) {
+	nc := js.Conn()
+	if nc == nil {
+		return
+	}
 	requiredMu.Lock()
 	defer requiredMu.Unlock()
-	out := make([]string, 0, len(required))
-	for s := range required {
+	if required[nc] == nil {
+		required[nc] = map[string]bool{}
+	}
+	required[nc][name] = true
+	for c := range required {
+		if c.IsClosed() {
+			delete(required, c) // bounded by the open connections
+		}
+	}
+}
+
+// requiredStreams lists the streams the workers on conns use.
+func requiredStreams(conns []*nats.Conn) []string {
+	requiredMu.Lock()
+	defer requiredMu.Unlock()
+	set := map[string]bool{}
+	for _, nc := range conns {
+		for s := range required[nc] {
+			set[s] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for s := range set {
 		out = append(out, s)
 	}
 	sort.Strings(out)
@@ -70,8 +89,8 @@ type State struct {
 
 	mu      sync.Mutex
 	conns   []*nats.Conn
-	roles   map[string]bool // role → started
-	streams []string        // last stream list
+	roles   map[string]*role
+	streams []string // last stream list
 	listed  time.Time
 	listErr error
 }
@@ -81,11 +100,18 @@ func New(stallAfter time.Duration, roles ...string) *State {
 	if stallAfter <= 0 {
 		stallAfter = DefaultStallAfter
 	}
-	s := &State{StallAfter: stallAfter, CacheFor: 5 * time.Second, roles: map[string]bool{}}
+	s := &State{StallAfter: stallAfter, CacheFor: 5 * time.Second, roles: map[string]*role{}}
 	for _, r := range roles {
-		s.roles[r] = false
+		s.roles[r] = &role{}
 	}
 	return s
+}
+
+// role is the start-up state of one worker role.
+type role struct {
+	started  bool
+	conn     *nats.Conn // the role's connection
+	consumes bool       // the role runs at least one consumer on conn
 }
 
 // AddConn adds a NATS connection whose state counts (one per worker role).
@@ -95,10 +121,12 @@ func (s *State) AddConn(nc *nats.Conn) {
 	s.mu.Unlock()
 }
 
-// Started records that role finished its start-up.
-func (s *State) Started(role string) {
+// Started records that role finished its start-up on nc and is about to
+// run; when consumes, the role is not ready until a consumer of it is
+// registered on nc (metrics.WatchConsumer, at the start of Consume).
+func (s *State) Started(name string, nc *nats.Conn, consumes bool) {
 	s.mu.Lock()
-	s.roles[role] = true
+	s.roles[name] = &role{started: true, conn: nc, consumes: consumes}
 	s.mu.Unlock()
 }
 
@@ -107,10 +135,11 @@ type ctxKey struct{}
 // With returns ctx carrying s, for Started calls deep in a command.
 func With(ctx context.Context, s *State) context.Context { return context.WithValue(ctx, ctxKey{}, s) }
 
-// Started records on ctx's State (if any) that role finished its start-up.
-func Started(ctx context.Context, role string) {
+// Started records on ctx's State (if any) that role finished its start-up
+// (see State.Started).
+func Started(ctx context.Context, role string, nc *nats.Conn, consumes bool) {
 	if s, ok := ctx.Value(ctxKey{}).(*State); ok && s != nil {
-		s.Started(role)
+		s.Started(role, nc, consumes)
 	}
 }
 
@@ -168,11 +197,24 @@ func (s *State) Ready(ctx context.Context) Report {
 	s.mu.Lock()
 	conns := slices.Clone(s.conns)
 	roles := make([]string, 0, len(s.roles))
-	for r := range s.roles {
-		roles = append(roles, r)
+	started := map[string]role{}
+	for name, r := range s.roles {
+		roles = append(roles, name)
+		started[name] = *r
 	}
-	started := maps.Clone(s.roles)
 	s.mu.Unlock()
+	mine := map[*nats.Conn]bool{}
+	for _, nc := range conns {
+		mine[nc] = true
+	}
+	var consumers []metrics.ConsumerState
+	watching := map[*nats.Conn]bool{}
+	for _, cs := range metrics.Consumers() {
+		if mine[cs.Conn] {
+			consumers = append(consumers, cs)
+			watching[cs.Conn] = true
+		}
+	}
 	sort.Strings(roles)
 	r := Report{Status: "ready"}
 	if len(conns) == 0 {
@@ -187,18 +229,22 @@ func (s *State) Ready(ctx context.Context) Report {
 		}
 		r.Checks = append(r.Checks, c)
 	}
-	for _, role := range roles {
-		c := Check{Name: "start-up " + role, OK: started[role]}
-		if !c.OK {
+	for _, name := range roles {
+		ro := started[name]
+		c := Check{Name: "start-up " + name, OK: ro.started}
+		switch {
+		case !ro.started:
 			c.Detail = "streams, buckets and consumers not ready yet"
+		case ro.consumes && !watching[ro.conn]:
+			c.OK, c.Detail = false, "consumers not started yet"
 		}
 		r.Checks = append(r.Checks, c)
 	}
 	if connected {
-		r.Checks = append(r.Checks, s.streamChecks(ctx, conns[0])...)
+		r.Checks = append(r.Checks, s.streamChecks(ctx, conns)...)
 	}
 	now := time.Now()
-	for _, cs := range metrics.Consumers() {
+	for _, cs := range consumers {
 		c := Check{Name: "consumer " + cs.Stream + "/" + cs.Durable, OK: true}
 		switch {
 		case !cs.Polled:
@@ -219,15 +265,15 @@ func (s *State) Ready(ctx context.Context) Report {
 
 // streamChecks checks that every required stream exists, from a stream
 // list read at most once per CacheFor.
-func (s *State) streamChecks(ctx context.Context, nc *nats.Conn) []Check {
-	want := requiredStreams()
+func (s *State) streamChecks(ctx context.Context, conns []*nats.Conn) []Check {
+	want := requiredStreams(conns)
 	if len(want) == 0 {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.listed.IsZero() || time.Since(s.listed) >= s.CacheFor || s.listErr != nil {
-		s.streams, s.listErr = listStreams(ctx, nc)
+		s.streams, s.listErr = listStreams(ctx, conns[0])
 		s.listed = time.Now()
 	}
 	if s.listErr != nil {

@@ -64,13 +64,18 @@ func TestReadiness(t *testing.T) {
 	if code, r := get(t, h, "/readyz"); code != 503 || !strings.Contains(failing(r), "start-up worker") {
 		t.Errorf("not started: %d %s", code, failing(r))
 	}
-	health.Started(health.With(ctx, s), "worker")
-	health.RequireStream("HEALTH_T")
-	if code, r := get(t, h, "/readyz"); code != 200 || r.Status != "ready" {
-		t.Errorf("started: %d %s", code, failing(r))
+	health.Started(health.With(ctx, s), "worker", nc, true)
+	if code, r := get(t, h, "/readyz"); code != 503 || !strings.Contains(failing(r), "consumers not started yet") {
+		t.Errorf("started, no consumer yet: %d %s", code, failing(r))
 	}
+	w := metrics.WatchConsumer(ctx, nc, "HEALTH_T", "d")
+	defer w.Stop()
+	if code, r := get(t, h, "/readyz"); code != 503 || !strings.Contains(failing(r), "consumer HEALTH_T/d: not checked yet") {
+		t.Errorf("consumer being created: %d %s", code, failing(r))
+	}
+	health.RequireStream(js, "HEALTH_T")
 
-	health.RequireStream("HEALTH_MISSING")
+	health.RequireStream(js, "HEALTH_MISSING")
 	s.CacheFor = 0
 	if code, r := get(t, h, "/readyz"); code != 503 || !strings.Contains(failing(r), "stream HEALTH_MISSING: missing") {
 		t.Errorf("missing stream: %d %s", code, failing(r))
@@ -79,16 +84,21 @@ func TestReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	metrics.ConsumerPollInterval = 20 * time.Millisecond
+	prevPoll := metrics.SetConsumerPollInterval(20 * time.Millisecond)
+	t.Cleanup(func() { metrics.SetConsumerPollInterval(prevPoll) })
 	cons, err := js.CreateConsumer(ctx, "HEALTH_T", jetstream.ConsumerConfig{Durable: "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := metrics.WatchConsumer(ctx, "HEALTH_T", "d", cons)
-	defer stop()
+	w.Consuming(cons)
 	time.Sleep(100 * time.Millisecond)
-	if code, r := get(t, h, "/readyz"); code != 200 {
+	if code, r := get(t, h, "/readyz"); code != 200 || r.Status != "ready" {
 		t.Errorf("consumer present: %d %s", code, failing(r))
+	}
+	other := metrics.WatchConsumer(ctx, nil, "ELSEWHERE", "x")
+	defer other.Stop()
+	if code, r := get(t, h, "/readyz"); code != 200 {
+		t.Errorf("a consumer of another connection counted: %d %s", code, failing(r))
 	}
 	if err := js.DeleteConsumer(ctx, "HEALTH_T", "d"); err != nil {
 		t.Fatal(err)

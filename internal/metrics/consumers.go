@@ -4,18 +4,34 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ConsumerPollInterval is how often a watched consumer's info is read
-// (one CONSUMER.INFO request per consumer per interval, whatever the
-// scrape or probe rate). Tests may shorten it before watching.
-var ConsumerPollInterval = 5 * time.Second
+// DefaultConsumerPollInterval is how often a watched consumer's info is
+// read unless SetConsumerPollInterval says otherwise: one CONSUMER.INFO
+// request per consumer per interval, whatever the scrape or probe rate.
+const DefaultConsumerPollInterval = 5 * time.Second
+
+var pollInterval atomic.Int64
+
+func init() { pollInterval.Store(int64(DefaultConsumerPollInterval)) }
+
+// SetConsumerPollInterval sets the poll interval of consumers watched from
+// now on (tests shorten it) and returns the previous one.
+func SetConsumerPollInterval(d time.Duration) (previous time.Duration) {
+	return time.Duration(pollInterval.Swap(int64(d)))
+}
+
+func consumerPollInterval() time.Duration { return time.Duration(pollInterval.Load()) }
 
 // ConsumerState is what the last poll of a consumer's info said.
 type ConsumerState struct {
+	// Conn is the connection the consumer is consumed over.
+	Conn *nats.Conn
 	// Stream and Durable name the consumer.
 	Stream, Durable string
 	// Polled is false until the first poll finished (successfully or not).
@@ -56,40 +72,60 @@ type ConsumerInfoer interface {
 	Info(ctx context.Context) (*jetstream.ConsumerInfo, error)
 }
 
-// WatchConsumer polls cons's info every ConsumerPollInterval until ctx is
-// done or stop is called, feeding the pending and ack-pending gauges and
-// the readiness check (Consumers). bus.Client.Consume calls it for each
-// consumer it runs.
-func WatchConsumer(ctx context.Context, stream, durable string, cons ConsumerInfoer) (stop func()) {
-	w := &watched{state: ConsumerState{Stream: stream, Durable: durable, LastProgress: time.Now()}}
+// Watch is a consumer registered with WatchConsumer.
+type Watch struct {
+	w      *watched
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// WatchConsumer registers the durable consumer on stream, consumed over
+// nc, at once ("not checked yet" until its first poll, so readiness waits
+// for it while it is being created); Consuming starts polling its info
+// every poll interval (5 s), which feeds the pending and ack-pending
+// gauges and the readiness check (Consumers), until ctx is done or Stop.
+// bus.Client.Consume calls it for each consumer it runs.
+func WatchConsumer(ctx context.Context, nc *nats.Conn, stream, durable string) *Watch {
+	w := &watched{state: ConsumerState{Conn: nc, Stream: stream, Durable: durable, LastProgress: time.Now()}}
 	watchMu.Lock()
 	watches[w] = struct{}{}
 	watchMu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(ConsumerPollInterval)
-		defer t.Stop()
-		for {
-			w.poll(ctx, cons)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return func() {
-		cancel()
-		wg.Wait()
-		watchMu.Lock()
-		delete(watches, w)
-		watchMu.Unlock()
-	}
+	return &Watch{w: w, ctx: ctx, cancel: cancel}
 }
 
-func (w *watched) poll(ctx context.Context, cons ConsumerInfoer) {
-	pctx, cancel := context.WithTimeout(ctx, min(ConsumerPollInterval, 5*time.Second))
+// Consuming starts polling cons (once; later calls do nothing).
+func (x *Watch) Consuming(cons ConsumerInfoer) {
+	x.once.Do(func() {
+		every := consumerPollInterval()
+		x.wg.Go(func() {
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				x.w.poll(x.ctx, cons, every)
+				select {
+				case <-x.ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	})
+}
+
+// Stop stops polling and unregisters the consumer.
+func (x *Watch) Stop() {
+	x.cancel()
+	x.wg.Wait()
+	watchMu.Lock()
+	delete(watches, x.w)
+	watchMu.Unlock()
+}
+
+func (w *watched) poll(ctx context.Context, cons ConsumerInfoer, every time.Duration) {
+	pctx, cancel := context.WithTimeout(ctx, min(every, 5*time.Second))
 	info, err := cons.Info(pctx)
 	cancel()
 	if ctx.Err() != nil {

@@ -65,6 +65,7 @@ func (f *fakeInfo) Info(context.Context) (*jetstream.ConsumerInfo, error) { retu
 
 // recordAll records every instrument once.
 func recordAll(t *testing.T) (stop func()) {
+	t.Helper()
 	ctx := context.Background()
 	for _, typ := range []string{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeTurnPaused,
 		events.TypeElicitationRequested, events.TypeElicitationExpired, events.TypeElicitationCancelled} {
@@ -83,16 +84,16 @@ func recordAll(t *testing.T) (stop func()) {
 	ModelCall(ctx, s, time.Now(), model.Response{Model: "m", Usage: &model.Usage{InputTokens: 10, OutputTokens: 3}}, nil)
 	Processed(ctx, "processor-chat", events.TypeTurnRequested, OutcomeAck, 2, time.Millisecond)
 	DeadLettered(ctx, "processor-chat")
-	prev := ConsumerPollInterval
-	ConsumerPollInterval = 10 * time.Millisecond
-	t.Cleanup(func() { ConsumerPollInterval = prev })
-	stop = WatchConsumer(ctx, "PARLEY_CHAT", "processor-chat", &fakeInfo{info: &jetstream.ConsumerInfo{NumPending: 4, NumAckPending: 2}})
+	prev := SetConsumerPollInterval(10 * time.Millisecond)
+	t.Cleanup(func() { SetConsumerPollInterval(prev) })
+	w := WatchConsumer(ctx, nil, "PARLEY_CHAT", "processor-chat")
+	w.Consuming(&fakeInfo{info: &jetstream.ConsumerInfo{NumPending: 4, NumAckPending: 2}})
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if cs := Consumers(); len(cs) == 1 && cs[0].Polled {
 			break
 		}
 	}
-	return stop
+	return w.Stop
 }
 
 func TestPrometheusNames(t *testing.T) {
@@ -215,16 +216,17 @@ func TestEventTypeBounded(t *testing.T) {
 // window; one that moves, or has nothing to do, is not; a failed info is
 // an error, not a stall.
 func TestConsumerStall(t *testing.T) {
-	prev := ConsumerPollInterval
-	ConsumerPollInterval = 10 * time.Millisecond
-	t.Cleanup(func() { ConsumerPollInterval = prev })
+	prev := SetConsumerPollInterval(10 * time.Millisecond)
+	t.Cleanup(func() { SetConsumerPollInterval(prev) })
 	stuck := &fakeInfo{info: &jetstream.ConsumerInfo{NumPending: 5, Delivered: jetstream.SequenceInfo{Stream: 7}, AckFloor: jetstream.SequenceInfo{Stream: 7}}}
 	idle := &fakeInfo{info: &jetstream.ConsumerInfo{}}
 	gone := &fakeInfo{err: errors.New("consumer not found")}
 	ctx := context.Background()
-	defer WatchConsumer(ctx, "S", "stuck", stuck)()
-	defer WatchConsumer(ctx, "S", "idle", idle)()
-	defer WatchConsumer(ctx, "S", "gone", gone)()
+	for name, c := range map[string]ConsumerInfoer{"stuck": stuck, "idle": idle, "gone": gone} {
+		w := WatchConsumer(ctx, nil, "S", name)
+		w.Consuming(c)
+		defer w.Stop()
+	}
 	time.Sleep(300 * time.Millisecond)
 	now := time.Now()
 	got := map[string]ConsumerState{}

@@ -149,7 +149,7 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 // change in place, is a permanent error naming the field, both values and
 // the way out. An update the server refuses is permanent too.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, p RetryPolicy, want jetstream.StreamConfig) error {
-	health.RequireStream(want.Name)
+	health.RequireStream(js, want.Name)
 	return Retry(ctx, "ensuring stream "+want.Name, p, func(ctx context.Context) error {
 		_, err := js.CreateStream(ctx, want)
 		if err == nil || !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {

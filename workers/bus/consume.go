@@ -263,11 +263,12 @@ func ConsumerConfigChanges(stream string, have, want jetstream.ConsumerConfig) (
 // shutdown, so in-flight work finishes (or is redelivered after AckWait).
 func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) error {
 	spec.defaults()
+	watch := metrics.WatchConsumer(ctx, c.nc, spec.Stream, spec.Durable)
+	defer watch.Stop()
 	cons, err := c.EnsureConsumer(ctx, spec)
 	if err != nil {
 		return err
 	}
-	defer metrics.WatchConsumer(ctx, spec.Stream, spec.Durable, cons)()
 	sem := make(chan struct{}, spec.Concurrency)
 	var wg sync.WaitGroup
 	base := context.WithoutCancel(ctx)
@@ -305,6 +306,7 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
 	}
+	watch.Consuming(cons)
 	<-ctx.Done()
 	// Drain stops pulling and hands what is buffered to the callback,
 	// which releases it.
