@@ -152,15 +152,20 @@ func AddConn(ctx context.Context, nc *nats.Conn) {
 
 // Check is one line of a probe's answer.
 type Check struct {
-	Name   string `json:"name"`
-	OK     bool   `json:"ok"`
+	// Name says what was checked ("nats connection parley-agent",
+	// "stream PARLEY_CHAT", "consumer PARLEY_CHAT/processor").
+	Name string `json:"name"`
+	// OK is whether the check passed.
+	OK bool `json:"ok"`
+	// Detail says why a check failed.
 	Detail string `json:"detail,omitempty"`
 }
 
 // Report is a probe's answer.
 type Report struct {
 	// Status is "live", "ready", "not live" or "not ready".
-	Status string  `json:"status"`
+	Status string `json:"status"`
+	// Checks lists every check, passed or not.
 	Checks []Check `json:"checks"`
 }
 
