@@ -249,3 +249,28 @@ func TestConsumerStall(t *testing.T) {
 		t.Errorf("pending = %d, want 5", got["stuck"].Pending)
 	}
 }
+
+// BenchmarkHandledMessage measures what one handled message costs in
+// metrics with the SDK and the Prometheus exporter installed: its
+// messaging.process.duration record and the publish counter of its output.
+func BenchmarkHandledMessage(b *testing.B) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := Use(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = Use(noop.NewMeterProvider()) })
+	e, err := events.New("/test", events.TypeTurnFailed, "th", events.TurnFailed{Reason: "agent_failed"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		Processed(ctx, "processor-runs", events.TypeRunFailed, OutcomeAck, 1, time.Millisecond)
+		Published(ctx, e, false)
+	}
+}
