@@ -277,9 +277,13 @@ type container struct {
 		} `yaml:"configMapRef"`
 		SecretRef any `yaml:"secretRef"`
 	} `yaml:"envFrom"`
-	LivenessProbe   any `yaml:"livenessProbe"`
-	ReadinessProbe  any `yaml:"readinessProbe"`
-	StartupProbe    any `yaml:"startupProbe"`
+	LivenessProbe  *probe `yaml:"livenessProbe"`
+	ReadinessProbe *probe `yaml:"readinessProbe"`
+	StartupProbe   *probe `yaml:"startupProbe"`
+	Ports          []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
 	SecurityContext struct {
 		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
 		ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
@@ -400,6 +404,42 @@ func rawManifests(t *testing.T, dir string) *manifests {
 	return collect(t, dir, docs)
 }
 
+// probe is a container probe (only HTTP GET ones are used).
+type probe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+		Port any    `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+// checkProbes checks that a worker's probes point at the endpoints parley
+// serves: /livez and /readyz on the port named health, which is the port
+// of PARLEY_HEALTH_LISTEN in base's parley-config (:8081).
+func checkProbes(t *testing.T, where string, c container) {
+	t.Helper()
+	healthPort := 0
+	for _, p := range c.Ports {
+		if p.Name == "health" {
+			healthPort = p.ContainerPort
+		}
+	}
+	if healthPort != 8081 {
+		t.Errorf("%s: container port named health is %d, want 8081 (PARLEY_HEALTH_LISTEN=:8081)", where, healthPort)
+	}
+	for _, pr := range []struct {
+		kind, path string
+		p          *probe
+	}{{"livenessProbe", "/livez", c.LivenessProbe}, {"readinessProbe", "/readyz", c.ReadinessProbe}} {
+		if pr.p == nil || pr.p.HTTPGet == nil {
+			t.Errorf("%s: no %s httpGet", where, pr.kind)
+			continue
+		}
+		if pr.p.HTTPGet.Path != pr.path || (pr.p.HTTPGet.Port != "health" && pr.p.HTTPGet.Port != healthPort) {
+			t.Errorf("%s: %s GET %v%s, want %s on the health port", where, pr.kind, pr.p.HTTPGet.Port, pr.p.HTTPGet.Path, pr.path)
+		}
+	}
+}
+
 // configMapName maps a generated ConfigMap's name (name-<hash>) back to name.
 func configMapName(name string) string {
 	if i := strings.LastIndexByte(name, '-'); i > 0 && len(name)-i-1 == 10 {
@@ -449,9 +489,7 @@ func checkDeployments(t *testing.T, m *manifests, built bool) map[string]workloa
 		if !strings.Contains(c.Image, "parley") {
 			t.Errorf("%s: image %q", where, c.Image)
 		}
-		if c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil {
-			t.Errorf("%s: has probes, but parley serves no health endpoint", where)
-		}
+		checkProbes(t, where, c)
 		if g := ps.TerminationGracePeriodSeconds; g == nil || *g < 40 {
 			t.Errorf("%s: terminationGracePeriodSeconds %v, want >= 40 (30s drain + shutdown)", where, g)
 		}

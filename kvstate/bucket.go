@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/workers/bus"
 )
 
@@ -65,6 +66,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 		cfg.LimitMarkerTTL = markerTTL
 	}
 	p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: opts.StartupTimeout})
+	health.RequireStream(js, "KV_"+name)
 	var kv jetstream.KeyValue
 	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
 		var err error

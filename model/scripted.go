@@ -156,6 +156,10 @@ func NewScripted(data []byte) (*Scripted, error) {
 	return s, nil
 }
 
+// ProviderName is the gen_ai.provider.name metrics carry for the scripted
+// model: "parley.scripted".
+func (s *Scripted) ProviderName() string { return "parley.scripted" }
+
 // Complete answers from the first matching rule.
 func (s *Scripted) Complete(_ context.Context, req Request) (Response, error) {
 	userIdx := -1

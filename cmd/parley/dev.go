@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/internal/telemetry"
 )
@@ -22,11 +26,12 @@ type devCmd struct {
 	gateFlags
 	mcpFlags
 	toolexecFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *devCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check())
+	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.agentFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check(), c.opsFlags.check())
 }
 
 func (c *devCmd) Run(e *env) error {
@@ -48,7 +53,13 @@ func (c *devCmd) Run(e *env) error {
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 	url := srv.ClientURL()
 	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags}
-	wait, err := startWorkers(e.ctx, url, []string{"gate", "toolexec", "agent", "processor"}, cfg, e)
+	roles := []string{"gate", "toolexec", "agent", "processor"}
+	hs, stopOps, err := startOps(e.ctx, "parley-dev", c.opsFlags, roles, e.logger(e.stderr))
+	if err != nil {
+		return err
+	}
+	defer stopOps()
+	wait, err := startWorkers(health.With(e.ctx, hs), url, roles, cfg, e)
 	if err != nil {
 		return err
 	}
@@ -64,28 +75,60 @@ func (c *devCmd) Run(e *env) error {
 	return wait()
 }
 
+// runRoleFunc runs a role for startWorkers (tests replace it).
+var runRoleFunc = runRole
+
 // startWorkers runs each role on its own NATS connection to url (so every
-// hop crosses the server) until ctx is cancelled. wait returns the first
-// error.
+// hop crosses the server) until ctx is cancelled. A role that stops on its
+// own (an error, a return, or its connection closed for good) stops every
+// other: wait then returns an error naming the role ("worker agent
+// stopped: ..."), after the others have drained. After ctx is cancelled,
+// wait returns nil once every role has stopped.
 func startWorkers(ctx context.Context, url string, roles []string, cfg roleConfig, e *env) (wait func() error, err error) {
 	log := e.logger(e.stderr)
+	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
-	errs := make(chan error, len(roles))
+	died := func(role string, err error) {
+		if ctx.Err() != nil {
+			return // stopping anyway: not a death
+		}
+		log.Error("a worker stopped; stopping the others", "worker", role, "error", err)
+		cancel(&workerStopped{role: role, err: err})
+	}
 	for _, role := range roles {
 		nc, err := client.Connect(url, "parley-"+role)
 		if err != nil {
+			cancel(err)
+			wg.Wait()
 			return nil, err
 		}
+		nc.SetClosedHandler(func(*nats.Conn) { died(role, errors.New("its NATS connection was closed")) })
+		health.AddConn(ctx, nc)
 		wg.Go(func() {
 			defer nc.Close()
-			if err := runRole(ctx, role, nc, cfg, log); err != nil {
-				errs <- fmt.Errorf("%s: %w", role, err)
+			err := runRoleFunc(ctx, role, nc, cfg, log)
+			if err == nil {
+				err = errors.New("it returned before being asked to stop")
 			}
+			died(role, err)
 		})
 	}
 	return func() error {
+		<-ctx.Done()
 		wg.Wait()
-		close(errs)
-		return <-errs
+		var ws *workerStopped
+		if cause := context.Cause(ctx); errors.As(cause, &ws) {
+			return ws
+		}
+		return nil
 	}, nil
 }
+
+// workerStopped says which role of startWorkers stopped on its own, and why.
+type workerStopped struct {
+	role string
+	err  error
+}
+
+func (w *workerStopped) Error() string { return fmt.Sprintf("worker %s stopped: %v", w.role, w.err) }
+func (w *workerStopped) Unwrap() error { return w.err }

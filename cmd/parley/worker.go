@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
@@ -133,6 +134,7 @@ type roleConfig struct {
 	gate      gateFlags
 	mcp       mcpFlags
 	toolexec  toolexecFlags
+	ops       opsFlags
 }
 
 // runRole runs one worker role on nc until ctx is cancelled.
@@ -170,6 +172,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		health.Started(ctx, role, nc, true)
 		return p.Run(ctx)
 	case "agent":
 		provider, err := newProvider(cfg.agent)
@@ -181,6 +184,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		health.Started(ctx, role, nc, true)
 		return a.Run(ctx)
 	case "toolexec":
 		site, err := builtin.OpenSite(ctx, b.JetStream(), &builtin.SiteOptions{Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
@@ -197,8 +201,10 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		health.Started(ctx, role, nc, true)
 		return x.Run(ctx)
 	case "gate":
+		health.Started(ctx, role, nc, false)
 		g, err := gate.NewWithOptions(b, gc, &gate.Options{Logger: log, Name: cfg.gate.PolicyName})
 		if err != nil {
 			return err
@@ -225,13 +231,21 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 			return &exitError{code: 2, err: err}
 		}
 	}
+	// Health and metrics are served before connecting: /livez answers and
+	// /readyz says "waiting for NATS" while connectWorker retries.
+	hs, stopOps, err := startOps(e.ctx, "parley-"+role, cfg.ops, []string{role}, log)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
 	startup := cfg.store.startupPolicy(log)
 	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, startup)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = nc.Drain() }()
-	return runRole(bus.WithStartupPolicy(e.ctx, startup), role, nc, cfg, log)
+	hs.AddConn(nc)
+	return runRole(health.With(bus.WithStartupPolicy(e.ctx, startup), hs), role, nc, cfg, log)
 }
 
 // connectWorker connects to url like client.Connect (reconnecting for
@@ -253,54 +267,58 @@ func connectWorker(ctx context.Context, url, name string, p bus.RetryPolicy) (*n
 type workerCmd struct {
 	storeFlags
 	processorFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *workerCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.processorFlags.check())
+	return firstErr(c.storeFlags.check(), c.processorFlags.check(), c.opsFlags.check())
 }
 
 func (c *workerCmd) Run(e *env) error {
-	return serveRole(e, "processor", roleConfig{store: c.storeFlags, processor: c.processorFlags})
+	return serveRole(e, "processor", roleConfig{store: c.storeFlags, processor: c.processorFlags, ops: c.opsFlags})
 }
 
 type agentCmd struct {
 	storeFlags
 	agentFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *agentCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.agentFlags.check())
+	return firstErr(c.storeFlags.check(), c.agentFlags.check(), c.opsFlags.check())
 }
 
 func (c *agentCmd) Run(e *env) error {
-	return serveRole(e, "agent", roleConfig{store: c.storeFlags, agent: c.agentFlags})
+	return serveRole(e, "agent", roleConfig{store: c.storeFlags, agent: c.agentFlags, ops: c.opsFlags})
 }
 
 type toolexecCmd struct {
 	storeFlags
 	mcpFlags
 	toolexecFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
 func (c *toolexecCmd) Validate() error {
-	return firstErr(c.storeFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check())
+	return firstErr(c.storeFlags.check(), c.mcpFlags.check(), c.toolexecFlags.check(), c.opsFlags.check())
 }
 
 func (c *toolexecCmd) Run(e *env) error {
-	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags})
+	return serveRole(e, "toolexec", roleConfig{store: c.storeFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags, ops: c.opsFlags})
 }
 
 type gateCmd struct {
 	storeFlags
 	gateFlags
+	opsFlags
 }
 
 // Validate checks the flags (kong calls it after parsing).
-func (c *gateCmd) Validate() error { return c.storeFlags.check() }
+func (c *gateCmd) Validate() error { return firstErr(c.storeFlags.check(), c.opsFlags.check()) }
 
 func (c *gateCmd) Run(e *env) error {
-	return serveRole(e, "gate", roleConfig{store: c.storeFlags, gate: c.gateFlags})
+	return serveRole(e, "gate", roleConfig{store: c.storeFlags, gate: c.gateFlags, ops: c.opsFlags})
 }

@@ -60,6 +60,10 @@ func New(cfg Config, httpClient *http.Client) (*Provider, error) {
 	return &Provider{cfg: cfg, client: oai.NewClient(opts...), host: host}, nil
 }
 
+// ProviderName is the gen_ai.provider.name metrics carry: "openai" (the
+// OpenAI API and the endpoints compatible with it).
+func (p *Provider) ProviderName() string { return "openai" }
+
 // Complete sends req (streaming) and returns the answer: text (folded
 // from the streamed chunks) or tool calls with parley's tool names. A
 // failure the turn should end with is a *model.Error.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
@@ -605,6 +606,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		if err != nil {
 			return err
 		}
+		metrics.PolicyDecision(ctx, d.Decision, d.Policy)
 		c.Decision, c.Policy = d, d
 	}
 	switch c.Decision.Decision {

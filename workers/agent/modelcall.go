@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
 )
@@ -64,6 +65,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 	defer span.End()
 	ds := &deltaStream{a: a, ctx: ctx, run: run, step: step, generation: uuid.NewString()}
 	retries := 0
+	start := time.Now()
 	mctx, cancel := context.WithTimeout(ctx, a.opts.ModelTimeout)
 	defer cancel()
 	resp, err := a.complete(mctx, model.Request{Agent: run.Agent, Messages: a.modelMessages(ctx, run), Tools: tools,
@@ -75,6 +77,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 				fmt.Sprintf("The model did not answer (%v); trying again in %v.", err, wait.Round(time.Millisecond)))
 		}})
 	ds.flush()
+	metrics.ModelCall(ctx, a.provider, start, resp, err)
 	if mctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 		err = fmt.Errorf("no answer within %v", a.opts.ModelTimeout)
 		span.RecordError(err)

@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/health"
+	"github.com/parley-dev/parley/internal/metrics"
 )
 
 // Options configures a Client.
@@ -147,6 +149,7 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 // change in place, is a permanent error naming the field, both values and
 // the way out. An update the server refuses is permanent too.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, p RetryPolicy, want jetstream.StreamConfig) error {
+	health.RequireStream(js, want.Name)
 	return Retry(ctx, "ensuring stream "+want.Name, p, func(ctx context.Context) error {
 		_, err := js.CreateStream(ctx, want)
 		if err == nil || !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -274,6 +277,7 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 		span.SetStatus(codes.Error, err.Error())
 		return nil, fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err)
 	}
+	metrics.Published(ctx, e, ack.Duplicate)
 	return ack, nil
 }
 

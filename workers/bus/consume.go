@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 )
 
 // Delivery is one event handed to a Handler.
@@ -320,6 +321,8 @@ func ConsumerConfigChanges(stream string, have, want jetstream.ConsumerConfig) (
 // shutdown, so in-flight work finishes (or is redelivered after AckWait).
 func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) error {
 	spec.defaults()
+	watch := metrics.WatchConsumer(ctx, c.nc, spec.Stream, spec.Durable)
+	defer watch.Stop()
 	cons, err := c.EnsureConsumer(ctx, spec)
 	if err != nil {
 		return err
@@ -364,6 +367,7 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 	if err != nil {
 		return fmt.Errorf("consuming %s: %w", spec.Durable, err)
 	}
+	watch.Consuming(cons)
 	<-ctx.Done()
 	// Drain stops pulling and hands what is buffered to the callback,
 	// which releases it.
@@ -430,8 +434,10 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		eventID, eventType, subject = d.Event.ID(), d.Event.Type(), d.Event.Subject()
 	}
 	stop := c.heartbeat(m, spec.AckWait)
+	start := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, spec.HandlerTimeout)
 	err := h(hctx, d)
+	took := time.Since(start)
 	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		err = fmt.Errorf("handler did not finish within %v: %w", spec.HandlerTimeout, err)
 	}
@@ -443,12 +449,15 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		c.logger.DebugContext(ctx, "not yet; retrying", "consumer", spec.Durable, "event_id", eventID,
 			"delivery", md.NumDelivered, "reason", err)
 		_ = m.NakWithDelay(later.delay)
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeWait, md.NumDelivered, took)
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
 			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", eventID, "error", aerr)
 		}
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeAck, md.NumDelivered, took)
 	case IsPermanent(err) || int(md.NumDelivered) >= spec.MaxDeliver:
 		span.SetStatus(codes.Error, err.Error())
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeDeadLetter, md.NumDelivered, took)
 		c.deadLetter(ctx, spec, d, err)
 	default:
 		span.SetStatus(codes.Error, err.Error())
@@ -456,6 +465,7 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 		c.logger.WarnContext(ctx, "handler failed; retrying", "consumer", spec.Durable, "event_id", eventID,
 			"event_type", eventType, "subject", subject, "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = m.NakWithDelay(delay)
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeRetry, md.NumDelivered, took)
 	}
 }
 
@@ -526,6 +536,7 @@ func (c *Client) deadLetter(ctx context.Context, spec *ConsumerSpec, d *Delivery
 		}
 	}
 	_ = m.TermWithReason(truncate(reason.Error(), 200))
+	metrics.DeadLettered(ctx, spec.Durable)
 	if spec.OnDeadLetter != nil {
 		spec.OnDeadLetter(ctx, d, reason)
 	}

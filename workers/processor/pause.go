@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -228,6 +229,7 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", in.AnsweredBy)
+		metrics.Answered(ctx, string(in.Action))
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent).

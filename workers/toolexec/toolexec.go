@@ -52,6 +52,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -562,6 +563,7 @@ func (x *Executor) execute(ctx context.Context, in events.ToolCallRequested, e e
 		return out, nil
 	}
 	r, err := o.r, o.err
+	metrics.ToolCall(ctx, in.Call.Name, time.Since(start), err, r.Call != nil && r.Call.IsError, r.InputRequired != nil)
 	if err != nil {
 		return out, fmt.Errorf("running %s: %w", in.Call.Name, err)
 	}
