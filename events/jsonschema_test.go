@@ -248,7 +248,7 @@ func payloadSamples(t *testing.T) map[Type][]any {
 	return map[Type][]any{
 		TypeTurnPaused: {TurnPaused{TurnID: "t1", RequestEventID: "ev1", ElicitationIDs: []string{"e1"},
 			Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Delete 1 entity?", Meta: schema.Meta{"drupal.org/ai.elicitation_id": "e1"}}}},
-		TypeElicitationRejected: {ElicitationRejected{ElicitationID: "e1", RespondedEventID: "ev2", Reason: RejectInvalidContent, Errors: violations}},
+		TypeElicitationRejected:  {ElicitationRejected{ElicitationID: "e1", RespondedEventID: "ev2", Reason: RejectInvalidContent, Errors: violations}},
 		TypeElicitationExpired:   {ElicitationExpired{TurnID: "t1", ElicitationIDs: []string{"e1", "e2"}}},
 		TypeElicitationCancelled: {ElicitationCancelled{TurnID: "t1", ElicitationIDs: []string{"e1"}, Reason: "a new user message started a new turn"}},
 		TypeTurnFailed:           {TurnFailed{TurnID: "t1", Reason: "model_unavailable", Detail: "HTTP 503 after 3 attempts"}, TurnFailed{Reason: "dead_lettered", Detail: "x"}},
@@ -265,7 +265,7 @@ func payloadSamples(t *testing.T) map[Type][]any {
 		TypePreExecuteRequested: {PreExecuteRequest{Agent: "default", Thread: "th", RunID: "r1", Call: call,
 			Tool: schema.Tool{Name: "delete_entities", InputSchema: json.RawMessage(`{"type":"object"}`), Annotations: &schema.ToolAnnotations{}}}},
 		TypePreExecuteDecided: {Decision{Decision: DecisionAllow, Policy: "gate", ConfigVersion: "v1"}, Decision{Decision: DecisionConfirm, Elicitation: &confirm}},
-		TypeTurnRequested: {TurnRequested{Agent: "default", Message: schema.ChatMessage{Role: schema.RoleUser, Text: "hi"}, User: "ann"}},
+		TypeTurnRequested:     {TurnRequested{Agent: "default", Message: schema.ChatMessage{Role: schema.RoleUser, Text: "hi"}, User: "ann"}},
 		TypeElicitationResponded: {ElicitationResponded{ElicitationID: "e1", Action: schema.ActionAccept,
 			Content: map[string]any{"instructions": "go", "n": 2, "tags": []string{"a"}}}},
 		TypeElicitationRequested: {confirm},
