@@ -1083,39 +1083,7 @@ func TestCollectorConfig(t *testing.T) {
 
 // ---- Dockerfile ----
 
-func TestDockerfile(t *testing.T) {
-	b, err := os.ReadFile("../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	df := string(b)
-	gomod, err := os.ReadFile("../go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
-	if goVersion == nil {
-		t.Fatal("go.mod has no go directive")
-	}
-	for _, want := range []string{
-		"FROM golang:" + string(goVersion[1]) + " AS build",
-		"CGO_ENABLED=0",
-		"-trimpath",
-		"-o /out/parley ./cmd/parley",
-		"FROM gcr.io/distroless/static-debian12:nonroot",
-		"COPY --from=build /out/parley /parley",
-		`ENTRYPOINT ["/parley"]`,
-	} {
-		if !strings.Contains(df, want) {
-			t.Errorf("Dockerfile lacks %q", want)
-		}
-	}
-	for _, line := range strings.Split(df, "\n") {
-		if strings.HasPrefix(line, "CMD ") && line != `CMD ["--help"]` {
-			t.Errorf("Dockerfile: %q; the role must come from the command line, the default is only --help", line)
-		}
-	}
-}
+// TestDockerfile is in release_test.go.
 
 // TestDockerignore checks that the build context keeps every file the build
 // of ./cmd/parley reads: go.mod, go.sum, and the Go and embedded files of the
