@@ -404,3 +404,31 @@ func TestVersionOfBuiltBinary(t *testing.T) {
 		t.Errorf("parley --version printed %q, want it to contain %q", out, want)
 	}
 }
+
+// TestResourcesMatchSizing checks that every worker's CPU and memory
+// requests and memory limit are the ones docs/OPERATIONS.md derives from the
+// bench ("Workers: CPU and memory per turn"), so the two cannot drift apart.
+func TestResourcesMatchSizing(t *testing.T) {
+	doc, err := os.ReadFile("../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile(`(?m)^\| (\w+) \| (\d+m) \| [^|]+ \| (\d+) Mi / (\d+) Mi`)
+	sized := map[string][3]string{}
+	for _, m := range row.FindAllStringSubmatch(string(doc), -1) {
+		sized[m[1]] = [3]string{m[2], m[3] + "Mi", m[4] + "Mi"}
+	}
+	for _, d := range rawManifests(t, "base").deployments {
+		c := d.Spec.Template.Spec.Containers[0]
+		role := c.Args[0]
+		want, ok := sized[role]
+		if !ok {
+			t.Errorf("docs/OPERATIONS.md sizes no %s (rows found: %v)", role, sized)
+			continue
+		}
+		got := [3]string{c.Resources.Requests["cpu"], c.Resources.Requests["memory"], c.Resources.Limits["memory"]}
+		if got != want {
+			t.Errorf("%s: cpu request, memory request, memory limit = %v; docs/OPERATIONS.md sizes it %v", d.Metadata.Name, got, want)
+		}
+	}
+}
