@@ -331,7 +331,7 @@ func TestEventsDocListsCatalog(t *testing.T) {
 	if *update {
 		if i < 0 || j < i {
 			text = strings.TrimRight(text, "\n") + "\n\n## Catalogue\n\nEvery event type, where it travels and who sends and reads it, from `events.Catalog`. " +
-				"Each event's `dataschema` URI, `https://parley.dev/schema/<type>.json`, is the file `schema/<type>.json` of this repository; " +
+				"Each event's `dataschema` URI, `https://parley.dev/schema/<type>.json`, is the file `schema/<type>.json` of this repository, also served by `parley gateway` at `GET /schema/<type>.json`; " +
 				"[asyncapi.yaml](asyncapi.yaml) is the same contract as an AsyncAPI 3.0 document.\n\n" + section
 		} else {
 			text = text[:i] + section + text[j+len(end):]
