@@ -341,7 +341,11 @@ type scaledObject struct {
 		} `yaml:"scaleTargetRef"`
 		MinReplicaCount *int `yaml:"minReplicaCount"`
 		MaxReplicaCount int  `yaml:"maxReplicaCount"`
-		Triggers        []struct {
+		Fallback        *struct {
+			FailureThreshold int `yaml:"failureThreshold"`
+			Replicas         int `yaml:"replicas"`
+		} `yaml:"fallback"`
+		Triggers []struct {
 			Type     string            `yaml:"type"`
 			Metadata map[string]string `yaml:"metadata"`
 		} `yaml:"triggers"`
@@ -351,7 +355,10 @@ type scaledObject struct {
 type pdb struct {
 	Object `yaml:",inline"`
 	Spec   struct {
-		Selector struct {
+		MinAvailable               any    `yaml:"minAvailable"`
+		MaxUnavailable             any    `yaml:"maxUnavailable"`
+		UnhealthyPodEvictionPolicy string `yaml:"unhealthyPodEvictionPolicy"`
+		Selector                   struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
 	} `yaml:"spec"`
@@ -588,25 +595,54 @@ func checkGateMount(t *testing.T, m *manifests, where string, ps podSpec, file s
 	t.Errorf("%s: PARLEY_GATE_CONFIG=%s is not in a ConfigMap volume mount", where, file)
 }
 
-// checkPDBs checks that the processor and agent have a budget selecting them.
+// checkPDBs checks that every worker role has exactly one budget selecting
+// its pods, and that the budget lets a drain proceed: maxUnavailable of at
+// least 1, or a minAvailable below the role's replicas (a budget of
+// minAvailable 1 on a single replica blocks every node drain).
 func checkPDBs(t *testing.T, m *manifests, byRole map[string]workload) {
 	t.Helper()
-	for _, role := range []string{"processor", "agent"} {
+	for _, role := range workerRoles {
 		d, ok := byRole[role]
 		if !ok {
 			continue
 		}
-		found := false
+		var budgets []pdb
 		for _, p := range m.pdbs {
 			sel := p.Spec.Selector.MatchLabels
 			matches := len(sel) > 0
 			for k, v := range sel {
 				matches = matches && d.Spec.Template.Metadata.Labels[k] == v
 			}
-			found = found || matches
+			if matches {
+				budgets = append(budgets, p)
+			}
 		}
-		if !found {
-			t.Errorf("%s: no PodDisruptionBudget selects the %s pods", m.name, role)
+		if len(budgets) != 1 {
+			t.Errorf("%s: %d PodDisruptionBudgets select the %s pods, want 1", m.name, len(budgets), role)
+			continue
+		}
+		p := budgets[0]
+		where := m.name + ": PodDisruptionBudget " + p.Metadata.Name
+		replicas := 1
+		if d.Spec.Replicas != nil {
+			replicas = *d.Spec.Replicas
+		}
+		switch {
+		case p.Spec.MaxUnavailable != nil && p.Spec.MinAvailable != nil:
+			t.Errorf("%s: sets both minAvailable and maxUnavailable", where)
+		case p.Spec.MaxUnavailable != nil:
+			if n, ok := p.Spec.MaxUnavailable.(uint64); !ok || n < 1 {
+				t.Errorf("%s: maxUnavailable %v, want an integer >= 1", where, p.Spec.MaxUnavailable)
+			}
+		case p.Spec.MinAvailable != nil:
+			if n, ok := p.Spec.MinAvailable.(uint64); !ok || int(n) >= replicas {
+				t.Errorf("%s: minAvailable %v with %d replicas blocks every drain", where, p.Spec.MinAvailable, replicas)
+			}
+		default:
+			t.Errorf("%s: neither minAvailable nor maxUnavailable", where)
+		}
+		if p.Spec.UnhealthyPodEvictionPolicy != "AlwaysAllow" {
+			t.Errorf("%s: unhealthyPodEvictionPolicy %q, want AlwaysAllow (a crash-looping pod must not block drains)", where, p.Spec.UnhealthyPodEvictionPolicy)
 		}
 	}
 }
@@ -694,6 +730,8 @@ func checkScaledObjects(t *testing.T, m *manifests, byRole map[string]workload) 
 		scaled[role] = true
 		if mn := so.Spec.MinReplicaCount; mn == nil || *mn < 1 || so.Spec.MaxReplicaCount < *mn {
 			t.Errorf("%s: replicas min %v max %d, want 1 <= min <= max", where, mn, so.Spec.MaxReplicaCount)
+		} else if fb := so.Spec.Fallback; fb == nil || fb.FailureThreshold < 1 || fb.Replicas < *mn {
+			t.Errorf("%s: fallback %+v, want one that holds at least minReplicaCount (%d) when lag cannot be read", where, fb, *mn)
 		}
 		var got [][2]string
 		for _, tr := range so.Spec.Triggers {
@@ -720,8 +758,9 @@ func checkScaledObjects(t *testing.T, m *manifests, byRole map[string]workload) 
 		}
 	}
 	if len(m.scaledObjects) > 0 {
-		for _, role := range []string{"processor", "agent", "toolexec"} {
-			if !scaled[role] {
+		// Every role that declares a durable consumer scales on its lag.
+		for _, role := range mapKeys(want) {
+			if len(want[role]) > 0 && !scaled[role] {
 				t.Errorf("%s: no ScaledObject for %s", m.name, role)
 			}
 		}
@@ -1121,39 +1160,7 @@ func TestCollectorConfig(t *testing.T) {
 
 // ---- Dockerfile ----
 
-func TestDockerfile(t *testing.T) {
-	b, err := os.ReadFile("../Dockerfile")
-	if err != nil {
-		t.Fatal(err)
-	}
-	df := string(b)
-	gomod, err := os.ReadFile("../go.mod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(gomod)
-	if goVersion == nil {
-		t.Fatal("go.mod has no go directive")
-	}
-	for _, want := range []string{
-		"FROM golang:" + string(goVersion[1]) + " AS build",
-		"CGO_ENABLED=0",
-		"-trimpath",
-		"-o /out/parley ./cmd/parley",
-		"FROM gcr.io/distroless/static-debian12:nonroot",
-		"COPY --from=build /out/parley /parley",
-		`ENTRYPOINT ["/parley"]`,
-	} {
-		if !strings.Contains(df, want) {
-			t.Errorf("Dockerfile lacks %q", want)
-		}
-	}
-	for _, line := range strings.Split(df, "\n") {
-		if strings.HasPrefix(line, "CMD ") && line != `CMD ["--help"]` {
-			t.Errorf("Dockerfile: %q; the role must come from the command line, the default is only --help", line)
-		}
-	}
-}
+// TestDockerfile is in release_test.go.
 
 // TestDockerignore checks that the build context keeps every file the build
 // of ./cmd/parley reads: go.mod, go.sum, and the Go and embedded files of the

@@ -181,6 +181,7 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, Problem{Status: http.StatusNotFound, Reason: ReasonNotFound, Detail: "no such route"})
 	})
+	mux.Handle("GET "+SchemaPath, schemaHandler())
 	if !o.DisableWeb {
 		mux.Handle("/", webHandler())
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/internal/telemetry"
+	"github.com/parley-dev/parley/internal/version"
 )
 
 // Globals are flags every command takes.
@@ -49,6 +50,8 @@ func (g *Globals) logger(w io.Writer) *slog.Logger {
 
 type cli struct {
 	Globals
+
+	Version kong.VersionFlag `name:"version" help:"Print parley's version (module version, commit, Go version, platform) and exit."`
 
 	Demo      demoCmd     `cmd:"" help:"Run the three seed scenarios end to end on an embedded NATS server."`
 	Dev       devCmd      `cmd:"" help:"Run an embedded NATS server with JetStream and every worker."`
@@ -100,6 +103,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	parser, err := kong.New(&c, kong.Name("parley"),
 		kong.Description("parley runs AI chat turns as workers that exchange CloudEvents over NATS JetStream, with MCP elicitation for human-in-the-loop pauses."),
 		kong.UsageOnError(), kong.Writers(stdout, stderr),
+		kong.Vars{"version": version.Get().String()},
 		kong.Exit(func(code int) { panic(&exitError{code: code}) }))
 	if err != nil {
 		fmt.Fprintln(stderr, "parley:", err)

@@ -1,0 +1,252 @@
+package events
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/parley-dev/parley/schema"
+)
+
+// Visibility says who may read an event type.
+type Visibility string
+
+const (
+	// Public events are part of the integrator contract: integrators
+	// publish or read them (PARLEY_CHAT), and they change only compatibly
+	// (a new optional member) or under a new type name.
+	Public Visibility = "public"
+	// Internal events travel between parley's workers; integrators never
+	// see them, and they may change with a release (see
+	// docs/OPERATIONS.md, Upgrades).
+	Internal Visibility = "internal"
+)
+
+// Role names a party on the bus: parley's workers, the policy services
+// they ask, the integrators they serve, and the operators who read dead
+// letters.
+type Role string
+
+// Roles of Route.Publishers and Route.Consumers.
+const (
+	RoleIntegrator Role = "integrator"
+	RoleProcessor  Role = "processor"
+	RoleAgent      Role = "agent"
+	RoleToolexec   Role = "toolexec"
+	// RolePolicy is a pre-execute policy service: the gate, or an
+	// operator's own.
+	RolePolicy Role = "policy"
+	// RoleOperator is a person (or tool) reading the dead-letter stream.
+	RoleOperator Role = "operator"
+)
+
+// Route is one subject an event type travels on: its subject pattern, the
+// stream that stores it, and who publishes and who consumes it there.
+type Route struct {
+	// Subject is the NATS subject with each variable token written as a
+	// {parameter}, e.g. "parley.chat.{thread}.turn.requested" (the
+	// AsyncAPI channel address). Parameters are tokens (see ValidToken).
+	// Empty for a reply, which travels on the requester's inbox.
+	Subject string
+	// Stream is the JetStream stream that stores the event; "" for core
+	// NATS (request-reply).
+	Stream string
+	// Publishers and Consumers are the roles that send and receive the
+	// event on this subject.
+	Publishers []Role
+	Consumers  []Role
+}
+
+// Entry is the catalogue's description of one event type.
+type Entry struct {
+	// Type is the CloudEvents type.
+	Type Type
+	// Summary says in one line what the event means.
+	Summary string
+	// Payload is the Go type of the event's data (decode with Data[T]).
+	// Its JSON Schema is schema/<Type>.json, the file DataSchema names.
+	Payload reflect.Type
+	// Visibility is Public or Internal.
+	Visibility Visibility
+	// Routes are the subjects the event travels on (at least one).
+	Routes []Route
+	// Reply is the type of the answer to a request-reply event, "" for
+	// others.
+	Reply Type
+}
+
+// DataSchema returns the event's CloudEvents dataschema URI,
+// DataSchemaBase + Type + ".json" (what New sets).
+func (e Entry) DataSchema() string { return DataSchemaBase + e.Type + ".json" }
+
+// SchemaFile returns the path, from the repository root, of the JSON Schema
+// file DataSchema names: "schema/<Type>.json".
+func (e Entry) SchemaFile() string { return "schema/" + e.Type + ".json" }
+
+// Params returns the route's subject parameters in order, e.g. ["thread"].
+func (r Route) Params() []string {
+	var out []string
+	for tok := range strings.SplitSeq(r.Subject, ".") {
+		if name, ok := paramName(tok); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Filter returns the route's subject with every parameter as "*", the
+// NATS filter subject that matches every event of the route.
+func (r Route) Filter() string {
+	toks := strings.Split(r.Subject, ".")
+	for i, tok := range toks {
+		if _, ok := paramName(tok); ok {
+			toks[i] = "*"
+		}
+	}
+	return strings.Join(toks, ".")
+}
+
+// SubjectFor returns the route's subject with its parameters replaced by
+// values, in the order of Params. Each value must be a token (ValidToken);
+// the error names the parameter, or says how many values were expected.
+func (r Route) SubjectFor(values ...string) (string, error) {
+	params := r.Params()
+	if len(values) != len(params) {
+		return "", fmt.Errorf("subject %s: %d values for parameters %v", r.Subject, len(values), params)
+	}
+	toks := strings.Split(r.Subject, ".")
+	i := 0
+	for j, tok := range toks {
+		if _, ok := paramName(tok); ok {
+			if err := ValidToken(params[i], values[i]); err != nil {
+				return "", err
+			}
+			toks[j] = values[i]
+			i++
+		}
+	}
+	return strings.Join(toks, "."), nil
+}
+
+func paramName(tok string) (string, bool) {
+	if len(tok) > 2 && tok[0] == '{' && tok[len(tok)-1] == '}' {
+		return tok[1 : len(tok)-1], true
+	}
+	return "", false
+}
+
+// Subject patterns of the catalogue (see Route.Subject).
+const (
+	chatPattern       = "parley.chat.{thread}."
+	toolCallPattern   = "parley.tool.call.{tool}"
+	toolResultPattern = "parley.tool.result.{run}"
+	preExecPattern    = "parley.tool.pre_execute.{agent}.{tool}"
+	deadLetterPattern = "parley.dlq.{stream}.{consumer}"
+)
+
+func chatRoute(suffix string, pub []Role, sub []Role) Route {
+	return Route{Subject: chatPattern + suffix, Stream: StreamChat, Publishers: pub, Consumers: sub}
+}
+
+var (
+	integrators = []Role{RoleIntegrator}
+	processor   = []Role{RoleProcessor}
+)
+
+// catalog lists every event type, public ones first, in the order of
+// docs/events.md.
+var catalog = []Entry{
+	{Type: TypeTurnRequested, Summary: "A user message starts (or queues) a turn on a thread.",
+		Payload: reflect.TypeFor[TurnRequested](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatTurnRequested, integrators, processor)}},
+	{Type: TypeElicitationResponded, Summary: "A person's answer to an elicitation (MCP ElicitResult plus the elicitation it answers).",
+		Payload: reflect.TypeFor[ElicitationResponded](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatElicitationResponded, integrators, processor)}},
+	{Type: TypeTurnPaused, Summary: "The turn waits for answers; the question restated in prose.",
+		Payload: reflect.TypeFor[TurnPaused](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatTurnPaused, processor, integrators)}},
+	{Type: TypeElicitationRequested, Summary: "A question for a person: MCP elicitation/create params with _meta[\"drupal.org/ai.elicitation_id\"].",
+		Payload: reflect.TypeFor[schema.ElicitRequestParams](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatElicitationRequested, processor, integrators)}},
+	{Type: TypeElicitationRejected, Summary: "An answer was refused; the reason names the rule.",
+		Payload: reflect.TypeFor[ElicitationRejected](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatElicitationRejected, processor, integrators)}},
+	{Type: TypeElicitationExpired, Summary: "Questions expired unanswered; the thread is idle again.",
+		Payload: reflect.TypeFor[ElicitationExpired](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatElicitationExpired, processor, integrators)}},
+	{Type: TypeElicitationCancelled, Summary: "Questions were withdrawn (a newer message superseded the turn, or a cancel answer).",
+		Payload: reflect.TypeFor[ElicitationCancelled](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatElicitationCancelled, processor, integrators)}},
+	{Type: TypeTurnCompleted, Summary: "The assistant's answer, with how each tool call was decided.",
+		Payload: reflect.TypeFor[TurnCompleted](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatTurnCompleted, processor, integrators)}},
+	{Type: TypeTurnFailed, Summary: "The turn ended with an error; reason is a stable code.",
+		Payload: reflect.TypeFor[TurnFailed](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatTurnFailed, processor, integrators)}},
+	{Type: TypeTurnRejected, Summary: "A turn.requested was refused; errors name each field and rule.",
+		Payload: reflect.TypeFor[TurnRejected](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatTurnRejected, processor, integrators)}},
+	{Type: TypeMessageDelta, Summary: "A piece of the assistant's answer while the model writes it (a preview; turn.completed is authoritative).",
+		Payload: reflect.TypeFor[MessageDelta](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatMessageDelta, []Role{RoleAgent}, integrators)}},
+	{Type: TypeProgress, Summary: "MCP progress of a running turn or tool call (advisory).",
+		Payload: reflect.TypeFor[schema.Progress](), Visibility: Public,
+		Routes: []Route{chatRoute(ChatProgress, []Role{RoleAgent, RoleToolexec}, integrators)}},
+
+	{Type: TypeRunRequested, Summary: "The processor asks an agent to run a turn.",
+		Payload: reflect.TypeFor[RunRequested](), Visibility: Internal,
+		Routes: []Route{{Subject: SubjectRunRequested, Stream: StreamAgent, Publishers: processor, Consumers: []Role{RoleAgent}}}},
+	{Type: TypeRunResumed, Summary: "The processor resumes a paused run with every answer.",
+		Payload: reflect.TypeFor[RunResumed](), Visibility: Internal,
+		Routes: []Route{{Subject: SubjectRunResumed, Stream: StreamAgent, Publishers: processor, Consumers: []Role{RoleAgent}}}},
+	{Type: TypeToolResultReady, Summary: "The tool-executor's result of one tool call (or its request for input).",
+		Payload: reflect.TypeFor[ToolResult](), Visibility: Internal,
+		Routes: []Route{{Subject: toolResultPattern, Stream: StreamAgent, Publishers: []Role{RoleToolexec}, Consumers: []Role{RoleAgent}}}},
+	{Type: TypeRunCompleted, Summary: "The agent finished a run.",
+		Payload: reflect.TypeFor[RunCompleted](), Visibility: Internal,
+		Routes: []Route{{Subject: SubjectRunCompleted, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}},
+	{Type: TypeRunPaused, Summary: "The agent needs answers; the snapshot to resume from.",
+		Payload: reflect.TypeFor[RunPaused](), Visibility: Internal,
+		Routes: []Route{{Subject: SubjectRunPaused, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}},
+	{Type: TypeRunFailed, Summary: "The agent could not finish a run.",
+		Payload: reflect.TypeFor[RunFailed](), Visibility: Internal,
+		Routes: []Route{{Subject: SubjectRunFailed, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}},
+	{Type: TypeToolCallRequested, Summary: "The agent asks the tool-executor to run one tool call.",
+		Payload: reflect.TypeFor[ToolCallRequested](), Visibility: Internal,
+		Routes: []Route{{Subject: toolCallPattern, Stream: StreamTools, Publishers: []Role{RoleAgent}, Consumers: []Role{RoleToolexec}}}},
+	{Type: TypePreExecuteRequested, Summary: "The agent asks the policy services about a tool call before running it (request-reply).",
+		Payload: reflect.TypeFor[PreExecuteRequest](), Visibility: Internal, Reply: TypePreExecuteDecided,
+		Routes: []Route{{Subject: preExecPattern, Publishers: []Role{RoleAgent}, Consumers: []Role{RolePolicy}}}},
+	{Type: TypePreExecuteDecided, Summary: "A policy service's decision: allow, veto or confirm (the reply to pre_execute.requested).",
+		Payload: reflect.TypeFor[Decision](), Visibility: Internal,
+		Routes: []Route{{Publishers: []Role{RolePolicy}, Consumers: []Role{RoleAgent}}}},
+	{Type: TypeDeadLettered, Summary: "An event that could not be handled, with the reason and the original message.",
+		Payload: reflect.TypeFor[DeadLetter](), Visibility: Internal,
+		Routes: []Route{{Subject: deadLetterPattern, Stream: StreamDeadLetter,
+			Publishers: []Role{RoleProcessor, RoleAgent, RoleToolexec}, Consumers: []Role{RoleOperator}}}},
+}
+
+// Catalog returns every event type parley defines, one entry each: public
+// types first (in the order of docs/events.md), then internal ones. The
+// slice is a copy; docs/asyncapi.yaml and the JSON Schemas in schema/ are
+// generated from it (go test ./events -run 'TestJSONSchemas|TestAsyncAPI'
+// -update).
+func Catalog() []Entry {
+	out := slices.Clone(catalog)
+	for i := range out {
+		out[i].Routes = slices.Clone(out[i].Routes)
+	}
+	return out
+}
+
+// Lookup returns the catalogue entry of t; ok is false for a type parley
+// does not define.
+func Lookup(t Type) (Entry, bool) {
+	for _, e := range catalog {
+		if e.Type == t {
+			return e, true
+		}
+	}
+	return Entry{}, false
+}
