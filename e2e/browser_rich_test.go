@@ -125,6 +125,33 @@ func TestBrowserStreamingCitationsWidgets(t *testing.T) {
 		t.Errorf("the second model request does not carry the suggestion: %s", msgs)
 	}
 
+	// Hostile citations and suggestions are text: a javascript: source is
+	// no link, HTML in a title or a reply is shown literally, and anchors
+	// outside the text, or a marker character in it, mark nothing: one
+	// marker, [1] after "Plain", not a link.
+	var hostile struct {
+		XSS     any  `json:"xss"`
+		Imgs    int  `json:"imgs"`
+		JSLinks int  `json:"jsLinks"`
+		Marks   int  `json:"marks"`
+		Literal bool `json:"literal"`
+	}
+	run(t, ctx, "hostile citations", chromedp.Evaluate(`(() => {
+		const li = renderMessage({role: "assistant", text: "Plain  text",
+			_meta: {"drupal.org/ai.citations": [
+				{url: "javascript:window.__xss=1", title: "<img src=x onerror=window.__xss=2>", anchors: [{start: 0, end: 5}]},
+				{url: "https://ok.example/", anchors: [{start: 0, end: 999}]}],
+			"drupal.org/ai.suggested_replies": ["<img src=x onerror=window.__xss=3>"]}}, "assistant");
+		addItem(li);
+		return { xss: window.__xss === undefined ? null : window.__xss, imgs: li.querySelectorAll("img").length,
+			jsLinks: [...li.querySelectorAll("a")].filter(a => !/^https?:/.test(a.href)).length,
+			marks: li.querySelectorAll("sup.cite").length + 10 * li.querySelectorAll("sup.cite a").length,
+			literal: li.textContent.includes("<img src=x onerror=window.__xss=2>") && li.querySelector(".suggestions button").textContent.startsWith("<img") };
+	})()`, &hostile))
+	if hostile.XSS != nil || hostile.Imgs != 0 || hostile.JSLinks != 0 || hostile.Marks != 1 || !hostile.Literal {
+		t.Errorf("hostile citations rendered unsafely: %+v", hostile)
+	}
+
 	// The entity autocomplete widget.
 	card := `li.question[data-elicitation=widgets-1] `
 	run(t, ctx, "rendering the widget form",

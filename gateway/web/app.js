@@ -189,9 +189,10 @@ function validCitations(meta) {
 
 // markText returns text with a marker character after each citation
 // anchor (offsets in code points, as docs/events.md says); anchors outside
-// the text are ignored.
+// the text are ignored. Marker characters already in the text become
+// U+FFFD (same length), so text cannot fake a marker.
 function markText(text, cs) {
-  const chars = Array.from(String(text || ""));
+  const chars = Array.from(String(text || "")).map((c) => (/^[\uE001-\uE0FF]$/.test(c) ? "\uFFFD" : c));
   const at = new Map();
   cs.forEach((c, i) => {
     for (const a of Array.isArray(c.anchors) ? c.anchors : []) {
