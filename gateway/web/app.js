@@ -285,6 +285,7 @@ function entityAutocomplete(input, w) {
       let resp;
       try { resp = await api("GET", "/v1/lookup/entities?" + params); } catch (_) { resp = null; }
       if (my !== seq) return; // a newer query is on its way
+      if (resp && resp.status === 429) return; // rate limited: the next keystroke asks again
       if (!resp || resp.status !== 200) {
         // No lookup here: the plain field (the value is typed as is).
         input.dataset.widget = "degraded";
