@@ -157,6 +157,8 @@ func start(t *testing.T, opts options) *system {
 		t.Fatal(err)
 	}
 	wg.Go(func() { _ = x.Run(ctx) })
+	lookup := worker("lookup")
+	wg.Go(func() { _ = s.site.ServeLookup(ctx, lookup) })
 	provider := opts.provider
 	switch {
 	case provider != nil:

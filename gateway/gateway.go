@@ -126,6 +126,7 @@ var Routes = []Route{
 	{http.MethodGet, "/v1/threads/{thread}/events"},
 	{http.MethodPost, "/v1/threads/{thread}/messages"},
 	{http.MethodPost, "/v1/threads/{thread}/elicitations/{id}"},
+	RouteLookupEntities,
 }
 
 // Gateway serves the HTTP API and the web chat.
@@ -174,6 +175,8 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 		Routes[2]: g.streamEvents,
 		Routes[3]: g.postMessage,
 		Routes[4]: g.postAnswer,
+
+		RouteLookupEntities: g.lookupEntities,
 	}
 	for _, rt := range Routes {
 		mux.Handle(rt.Method+" "+rt.Path, g.authed(handlers[rt]))

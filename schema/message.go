@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"unicode/utf8"
 )
 
 // ChatMessage is one chat message: Role, plain Text that is authoritative
@@ -17,8 +18,10 @@ type ChatMessage struct {
 }
 
 // Validate checks the message: role "user" or "assistant", every content
-// block (see ValidateContent; paths "content[i]...") and _meta (see
-// Meta.Validate). The error is a *ValidationError.
+// block (see ValidateContent; paths "content[i]..."), _meta (see
+// Meta.Validate), and that every citation anchor lies within Text (path
+// `_meta["drupal.org/ai.citations"][i].anchors[j].end`). The error is a
+// *ValidationError.
 func (m *ChatMessage) Validate() error {
 	var vs violations
 	if m.Role != RoleUser && m.Role != RoleAssistant {
@@ -26,6 +29,9 @@ func (m *ChatMessage) Validate() error {
 	}
 	vs.merge("content", m.Content.Validate())
 	vs.merge("", m.Meta.Validate())
+	if cs, err := m.Meta.Citations(); err == nil {
+		vs.merge(metaPath(MetaCitations), ValidateAnchors(cs, utf8.RuneCountInString(m.Text)))
+	}
 	return vs.err()
 }
 
@@ -35,13 +41,17 @@ func (m *ChatMessage) Validate() error {
 // the concatenation of their blocks, and Meta keeps every chunk's metadata
 // instead of discarding it: citations (_meta["drupal.org/ai.citations"]) of
 // all chunks are appended in order, and for any other key the value of the
-// latest chunk that carries it wins. The chunks are not modified.
+// latest chunk that carries it wins. A chunk's citation anchors count from
+// the start of that chunk's text; in the folded message they are shifted
+// by the code points of the text before the chunk. The chunks are not
+// modified.
 //
 // It returns an error when two chunks disagree on the role or a chunk's
 // citations cannot be decoded.
 func FoldChunks(chunks ...ChatMessage) (ChatMessage, error) {
 	var out ChatMessage
 	var cites []Citation
+	offset := 0 // code points of out.Text before chunk i
 	for i, c := range chunks {
 		switch {
 		case c.Role == "":
@@ -58,11 +68,21 @@ func FoldChunks(chunks ...ChatMessage) (ChatMessage, error) {
 				if err != nil {
 					return ChatMessage{}, fmt.Errorf("folding chunk %d: %w", i, err)
 				}
-				cites = append(cites, cs...)
+				for _, ct := range cs {
+					if len(ct.Anchors) > 0 {
+						as := make([]Anchor, len(ct.Anchors))
+						for j, a := range ct.Anchors {
+							as[j] = Anchor{Start: a.Start + offset, End: a.End + offset}
+						}
+						ct.Anchors = as
+					}
+					cites = append(cites, ct)
+				}
 				continue
 			}
 			out.Meta.set(k, c.Meta[k])
 		}
+		offset += utf8.RuneCountInString(c.Text)
 	}
 	if cites != nil {
 		out.Meta.SetCitations(cites)

@@ -224,6 +224,9 @@ func (m Meta) Validate() error {
 		case MetaCitations:
 			var cs []Citation
 			if err = metaDecode(m[k], &cs); err == nil {
+				if len(cs) > MaxCitations {
+					vs.addf(p, "must have at most %d items, got %d", MaxCitations, len(cs))
+				}
 				for i, c := range cs {
 					vs.merge(fmt.Sprintf("%s[%d]", p, i), c.Validate())
 				}
@@ -231,9 +234,15 @@ func (m Meta) Validate() error {
 		case MetaSuggestedReplies:
 			var rs []string
 			if err = metaDecode(m[k], &rs); err == nil {
+				if len(rs) > MaxSuggestedReplies {
+					vs.addf(p, "must have at most %d items, got %d", MaxSuggestedReplies, len(rs))
+				}
 				for i, r := range rs {
-					if strings.TrimSpace(r) == "" {
+					switch {
+					case strings.TrimSpace(r) == "":
 						vs.addf(fmt.Sprintf("%s[%d]", p, i), "must not be blank")
+					case len(r) > MaxSuggestedReplyBytes:
+						vs.addf(fmt.Sprintf("%s[%d]", p, i), "must be at most %d bytes, got %d", MaxSuggestedReplyBytes, len(r))
 					}
 				}
 			}
@@ -325,19 +334,91 @@ func (m *Meta) set(key string, v any) {
 // Clone returns a shallow copy of m (nil for nil).
 func (m Meta) Clone() Meta { return maps.Clone(m) }
 
+// Bounds of the citations and suggested replies of one _meta object
+// (Meta.Validate): more, or longer, is a violation naming the path and the
+// bound. Producers that gather them (the agent) stop at these bounds.
+const (
+	// MaxCitations bounds _meta["drupal.org/ai.citations"] (entries).
+	MaxCitations = 20
+	// MaxCitationAnchors bounds the anchors of one citation.
+	MaxCitationAnchors = 32
+	// MaxCitationURLBytes bounds a citation's url.
+	MaxCitationURLBytes = 4096
+	// MaxCitationTitleBytes bounds a citation's title.
+	MaxCitationTitleBytes = 1024
+	// MaxSuggestedReplies bounds _meta["drupal.org/ai.suggested_replies"]
+	// (entries).
+	MaxSuggestedReplies = 8
+	// MaxSuggestedReplyBytes bounds one suggested reply.
+	MaxSuggestedReplyBytes = 512
+)
+
 // Citation is one source of a message in _meta["drupal.org/ai.citations"]:
-// a URL (an absolute URI, required) and an optional title.
+// a URL (an absolute URI, required), an optional title, and optional
+// anchors: the spans of the message's text the source supports.
+//
+// Wire shape: {"url": "https://…", "title"?: "…", "anchors"?: [{"start": 0,
+// "end": 12}]}. Anchor offsets count Unicode code points of the message's
+// `text` (what Python's str and JavaScript's Array.from(text) index; the
+// unit of OpenAI's url_citation start_index/end_index), half-open.
 type Citation struct {
 	URL   string `json:"url"`
 	Title string `json:"title,omitempty"`
+	// Anchors are the spans of the message text this source supports
+	// (at most MaxCitationAnchors). In a streamed chunk they count from the
+	// chunk's own text; FoldChunks shifts them into the folded message.
+	Anchors []Anchor `json:"anchors,omitempty"`
 }
 
-// Validate checks that URL is an absolute URI. The error is a
-// *ValidationError.
+// Anchor is a span of a message's text: code points Start (inclusive) to
+// End (exclusive), 0 <= Start < End <= the text's length in code points.
+type Anchor struct {
+	Start int `json:"start"`
+	End   int `json:"end"`
+}
+
+// Validate checks the citation alone: url an absolute URI of at most
+// MaxCitationURLBytes, title at most MaxCitationTitleBytes, at most
+// MaxCitationAnchors anchors, each with 0 <= start < end. Whether the
+// anchors lie within the text is checked by ChatMessage.Validate (see
+// ValidateAnchors). The error is a *ValidationError.
 func (c Citation) Validate() error {
 	var vs violations
-	if !isURI(c.URL) {
+	switch {
+	case !isURI(c.URL):
 		vs.add("url", "must be an absolute URI")
+	case len(c.URL) > MaxCitationURLBytes:
+		vs.addf("url", "must be at most %d bytes, got %d", MaxCitationURLBytes, len(c.URL))
+	}
+	if len(c.Title) > MaxCitationTitleBytes {
+		vs.addf("title", "must be at most %d bytes, got %d", MaxCitationTitleBytes, len(c.Title))
+	}
+	if len(c.Anchors) > MaxCitationAnchors {
+		vs.addf("anchors", "must have at most %d items, got %d", MaxCitationAnchors, len(c.Anchors))
+	}
+	for i, a := range c.Anchors {
+		p := fmt.Sprintf("anchors[%d]", i)
+		if a.Start < 0 {
+			vs.addf(p+".start", "must not be negative, got %d", a.Start)
+		}
+		if a.End <= a.Start {
+			vs.addf(p+".end", "must be greater than start (%d), got %d", a.Start, a.End)
+		}
+	}
+	return vs.err()
+}
+
+// ValidateAnchors checks that every anchor of cs lies within a text of
+// textLen code points. Paths are "[i].anchors[j].end". The error is a
+// *ValidationError.
+func ValidateAnchors(cs []Citation, textLen int) error {
+	var vs violations
+	for i, c := range cs {
+		for j, a := range c.Anchors {
+			if a.End > textLen {
+				vs.addf(fmt.Sprintf("[%d].anchors[%d].end", i, j), "must be at most the text's length (%d code points), got %d", textLen, a.End)
+			}
+		}
 	}
 	return vs.err()
 }

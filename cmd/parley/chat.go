@@ -1189,7 +1189,8 @@ const maxBlocks = 8
 func renderMessage(m schema.ChatMessage) string {
 	var b strings.Builder
 	b.WriteString("assistant: ")
-	b.WriteString(indentRest(m.Text))
+	cs, _ := m.Meta.Citations()
+	b.WriteString(indentRest(markCitations(m.Text, cs)))
 	for i, c := range m.Content {
 		if i == maxBlocks && len(m.Content) > maxBlocks+1 {
 			fmt.Fprintf(&b, "\n  (%d more content blocks; `parley events` shows them all)", len(m.Content)-i)
@@ -1198,17 +1199,43 @@ func renderMessage(m schema.ChatMessage) string {
 		b.WriteString("\n  ")
 		b.WriteString(renderBlock(c))
 	}
-	if cs, err := m.Meta.Citations(); err == nil {
-		for _, c := range cs {
-			title := c.Title
-			if title == "" {
-				title = "source"
-			}
-			fmt.Fprintf(&b, "\n  [source] %s <%s>", title, c.URL)
+	for i, c := range cs {
+		title := c.Title
+		if title == "" {
+			title = "source"
 		}
+		fmt.Fprintf(&b, "\n  [%d] %s <%s>", i+1, title, c.URL)
 	}
 	if rs, err := m.Meta.SuggestedReplies(); err == nil && len(rs) > 0 {
 		fmt.Fprintf(&b, "\n  suggestions: %s", strings.Join(rs, " | "))
+	}
+	return b.String()
+}
+
+// markCitations puts "[n]" after each span of text that citation n (from
+// 1) anchors (offsets in code points; anchors outside the text are
+// ignored).
+func markCitations(text string, cs []schema.Citation) string {
+	at := map[int][]int{}
+	runes := []rune(text)
+	for i, c := range cs {
+		for _, a := range c.Anchors {
+			if a.Start >= 0 && a.End > a.Start && a.End <= len(runes) && !slices.Contains(at[a.End], i+1) {
+				at[a.End] = append(at[a.End], i+1)
+			}
+		}
+	}
+	if len(at) == 0 {
+		return text
+	}
+	var b strings.Builder
+	for k := 0; k <= len(runes); k++ {
+		for _, n := range at[k] {
+			fmt.Fprintf(&b, "[%d]", n)
+		}
+		if k < len(runes) {
+			b.WriteRune(runes[k])
+		}
 	}
 	return b.String()
 }

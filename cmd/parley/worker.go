@@ -201,6 +201,13 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if err != nil {
 			return err
 		}
+		// The read-only entity lookup (the gateway's /v1/lookup/entities)
+		// runs beside the tools; without it the web chat shows plain fields.
+		go func() {
+			if err := site.ServeLookup(ctx, b); err != nil {
+				log.Warn("entity lookup not served", "error", err)
+			}
+		}()
 		health.Started(ctx, role, nc, true)
 		return x.Run(ctx)
 	case "gate":

@@ -11,6 +11,7 @@ const META = {
   citations: "drupal.org/ai.citations",
   suggestions: "drupal.org/ai.suggested_replies",
   status: "drupal.org/ai.status_item",
+  widgets: "drupal.org/ai.widgets",
 };
 
 const T = {
@@ -25,9 +26,12 @@ const T = {
   elicitExpired: "dev.parley.elicitation.expired",
   elicitCancelled: "dev.parley.elicitation.cancelled",
   progress: "dev.parley.progress",
+  delta: "dev.parley.message.delta",
 };
 
-const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map() };
+// drafts: streamed assistant text per turn ID, shown until the turn's
+// authoritative message (turn.completed) replaces it.
+const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map(), drafts: new Map() };
 
 // ---- DOM helpers -----------------------------------------------------------
 
@@ -62,19 +66,46 @@ function link(href, text) {
 
 // ---- Markdown (a safe subset, rendered to DOM nodes) -------------------------
 
+// Citation markers: renderMessage puts one private-use character per
+// anchor end into the text (U+E001 for source 1, ...) while cites is set;
+// plainText turns them into [n] links to the source, and code keeps none.
+// Outside such a message they are ordinary characters.
+const MARK = /[\uE001-\uE0FF]/g;
+let cites = null;
+
+function unmark(text) { return cites ? String(text).replace(MARK, "") : String(text); }
+
+function plainText(text) {
+  if (!cites) return document.createTextNode(text);
+  const frag = document.createDocumentFragment();
+  let last = 0;
+  for (const m of text.matchAll(MARK)) {
+    if (m.index > last) frag.append(document.createTextNode(text.slice(last, m.index)));
+    const n = m[0].codePointAt(0) - 0xE000, c = cites[n - 1];
+    if (c) {
+      const a = link(c.url, "[" + n + "]");
+      if (a.setAttribute) { a.setAttribute("title", c.title || c.url); a.setAttribute("aria-label", "source " + n + ": " + (c.title || c.url)); }
+      frag.append(el("sup", { class: "cite" }, a));
+    }
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) frag.append(document.createTextNode(text.slice(last)));
+  return frag;
+}
+
 function inline(text) {
   const frag = document.createDocumentFragment();
   const re = /(`[^`]+`)|(\*\*[^*]+\*\*)|(\*[^*\s][^*]*\*|(?<![\w])_[^_\s][^_]*_(?![\w]))|(\[([^\]]+)\]\(([^)\s]+)\))/g;
   let last = 0, m;
   while ((m = re.exec(text)) !== null) {
-    if (m.index > last) frag.append(document.createTextNode(text.slice(last, m.index)));
-    if (m[1]) frag.append(el("code", { text: m[1].slice(1, -1) }));
+    if (m.index > last) frag.append(plainText(text.slice(last, m.index)));
+    if (m[1]) frag.append(el("code", { text: unmark(m[1].slice(1, -1)) }));
     else if (m[2]) frag.append(el("strong", {}, inline(m[2].slice(2, -2))));
     else if (m[3]) frag.append(el("em", {}, inline(m[3].slice(1, -1))));
-    else if (m[4]) frag.append(link(m[6], m[5]));
+    else if (m[4]) frag.append(link(unmark(m[6]), unmark(m[5])));
     last = re.lastIndex;
   }
-  if (last < text.length) frag.append(document.createTextNode(text.slice(last)));
+  if (last < text.length) frag.append(plainText(text.slice(last)));
   return frag;
 }
 
@@ -88,7 +119,7 @@ function markdown(src) {
       const body = [];
       for (i++; i < lines.length && !/^```/.test(lines[i]); i++) body.push(lines[i]);
       i++;
-      root.append(el("pre", {}, el("code", { text: body.join("\n") })));
+      root.append(el("pre", {}, el("code", { text: unmark(body.join("\n")) })));
       continue;
     }
     const h = /^(#{1,4})\s+(.*)$/.exec(line);
@@ -149,24 +180,68 @@ function renderBlock(b) {
   }
 }
 
+// validCitations returns the message's citations (at most 20, as the
+// server bounds them) or [] when the value is not a list.
+function validCitations(meta) {
+  const cs = meta[META.citations];
+  return Array.isArray(cs) ? cs.filter((c) => c && typeof c.url === "string").slice(0, 20) : [];
+}
+
+// markText returns text with a marker character after each citation
+// anchor (offsets in code points, as docs/events.md says); anchors outside
+// the text are ignored. Marker characters already in the text become
+// U+FFFD (same length), so text cannot fake a marker.
+function markText(text, cs) {
+  const chars = Array.from(String(text || "")).map((c) => (/^[\uE001-\uE0FF]$/.test(c) ? "\uFFFD" : c));
+  const at = new Map();
+  cs.forEach((c, i) => {
+    for (const a of Array.isArray(c.anchors) ? c.anchors : []) {
+      if (!a || !Number.isInteger(a.start) || !Number.isInteger(a.end) || a.start < 0 || a.end <= a.start || a.end > chars.length) continue;
+      const list = at.get(a.end) || [];
+      if (!list.includes(i + 1)) list.push(i + 1);
+      at.set(a.end, list);
+    }
+  });
+  if (at.size === 0) return null;
+  let out = "";
+  for (let k = 0; k <= chars.length; k++) {
+    for (const n of at.get(k) || []) out += String.fromCodePoint(0xE000 + n);
+    if (k < chars.length) out += chars[k];
+  }
+  return out;
+}
+
 function renderMessage(msg, cls) {
   const li = el("li", { class: "msg " + cls });
-  li.append(markdown(msg.text));
+  const meta = msg._meta || {};
+  const cs = validCitations(meta);
+  const marked = markText(msg.text, cs);
+  if (marked !== null) {
+    cites = cs;
+    try { li.append(markdown(marked)); } finally { cites = null; }
+  } else li.append(markdown(msg.text));
   for (const b of msg.content || []) {
     if (b.type === "text" && b.text === msg.text) continue;
     const aud = b.annotations && b.annotations.audience;
     if (aud && !aud.includes("user")) continue;
     li.append(renderBlock(b));
   }
-  const meta = msg._meta || {};
-  if (Array.isArray(meta[META.citations]) && meta[META.citations].length) {
+  if (cs.length) {
     const ol = el("ol", { class: "citations", "aria-label": "Sources" });
-    for (const c of meta[META.citations]) ol.append(el("li", {}, link(c.url, c.title || c.url)));
+    for (const c of cs) ol.append(el("li", {}, link(c.url, String(c.title || c.url))));
     li.append(ol);
   }
-  if (Array.isArray(meta[META.suggestions]) && meta[META.suggestions].length) {
+  const replies = Array.isArray(meta[META.suggestions]) ? meta[META.suggestions].filter((r) => typeof r === "string" && r.trim()).slice(0, 8) : [];
+  if (replies.length) {
     const box = el("div", { class: "suggestions", role: "group", "aria-label": "Suggested replies" });
-    for (const s of meta[META.suggestions]) box.append(el("button", { type: "button", text: s, onclick: () => sendMessage(String(s)) }));
+    for (const r of replies) {
+      const b = el("button", { type: "button", text: r });
+      b.addEventListener("click", async () => {
+        box.querySelectorAll("button").forEach((n) => { n.disabled = true; });
+        if (!(await sendMessage(r))) box.querySelectorAll("button").forEach((n) => { n.disabled = false; });
+      });
+      box.append(b);
+    }
     li.append(box);
   }
   return li;
@@ -179,6 +254,52 @@ function addItem(node) {
 }
 
 // ---- questions ------------------------------------------------------------------
+
+// widgetName is a widget hint's name ("widget", or the older "type").
+function widgetName(w) {
+  if (!w || typeof w !== "object") return "";
+  if (typeof w.widget === "string") return w.widget;
+  return typeof w.type === "string" ? w.type : "";
+}
+
+// entityAutocomplete turns a plain text input into an entity autocomplete:
+// a native <datalist> filled from GET /v1/lookup/entities as the user
+// types (the value stays the entity ID, a plain string). When the lookup
+// is unavailable it leaves the plain field.
+function entityAutocomplete(input, w) {
+  const opts = (w.options && typeof w.options === "object") ? { ...w.options, ...w } : w;
+  const list = el("datalist", { id: input.id + "-list" });
+  input.setAttribute("list", list.id);
+  input.setAttribute("autocomplete", "off");
+  input.dataset.widget = "entity_autocomplete";
+  let timer = 0, seq = 0;
+  input.addEventListener("input", () => {
+    clearTimeout(timer);
+    const q = input.value.trim();
+    if (!q || input.dataset.widget !== "entity_autocomplete") return;
+    timer = setTimeout(async () => {
+      const my = ++seq;
+      const params = new URLSearchParams({ q: q.slice(0, 200), limit: "10" });
+      if (typeof opts.target_type === "string") params.set("type", opts.target_type);
+      for (const b of Array.isArray(opts.bundles) ? opts.bundles : []) if (typeof b === "string") params.append("bundle", b);
+      let resp;
+      try { resp = await api("GET", "/v1/lookup/entities?" + params); } catch (_) { resp = null; }
+      if (my !== seq) return; // a newer query is on its way
+      if (resp && resp.status === 429) return; // rate limited: the next keystroke asks again
+      if (!resp || resp.status !== 200) {
+        // No lookup here: the plain field (the value is typed as is).
+        input.dataset.widget = "degraded";
+        input.removeAttribute("list");
+        return;
+      }
+      const { entities } = await resp.json().catch(() => ({ entities: [] }));
+      list.replaceChildren(...(entities || []).map((e) => el("option", {
+        value: String(e.id), label: String(e.label) + " (" + [e.bundle || e.entity_type, e.status].filter(Boolean).join(", ") + ")",
+      })));
+    }, 200);
+  });
+  return list;
+}
 
 function fieldInput(name, p, id) {
   const common = { id, name, "aria-describedby": id + "-err " + id + "-hint" };
@@ -275,6 +396,7 @@ function renderQuestion(q) {
   const form = el("form", { novalidate: true });
   const props = (q.requestedSchema && q.requestedSchema.properties) || {};
   const required = new Set((q.requestedSchema && q.requestedSchema.required) || []);
+  const widgets = (meta[META.widgets] && typeof meta[META.widgets] === "object") ? meta[META.widgets] : {};
   if (tc) {
     const ann = tc.annotations || {};
     card.append(el("h3", { text: ann.title || tc.name }));
@@ -305,6 +427,12 @@ function renderQuestion(q) {
     else if (p.type === "array") field.append(el("span", { id: fid + "-label", text: label }), input);
     else field.append(el("label", { for: fid, text: label }), input);
     if (p.type === "array") input.setAttribute("aria-labelledby", fid + "-label");
+    // Widget hints: the ones this page knows; any other renders the plain field.
+    const w = Object.hasOwn(widgets, name) ? widgets[name] : null;
+    if (widgetName(w) === "entity_autocomplete" && input.tagName === "INPUT" && input.type === "text") {
+      field.append(entityAutocomplete(input, w));
+      field.dataset.widget = "entity_autocomplete";
+    }
     field.append(el("span", { class: "hint", id: fid + "-hint", text: p.description || "" }));
     field.append(el("span", { class: "error", id: fid + "-err", "aria-live": "polite" }));
     // Re-check while typing (not on blur: a message appearing or vanishing
@@ -361,20 +489,62 @@ function renderQuestion(q) {
 
 // ---- events --------------------------------------------------------------------
 
+// onDelta shows streamed text (message.delta) in the turn's draft: per
+// step, the newest generation and attempt win (a redone step or a retried
+// stream replaces the text shown), deltas already shown (a replay after a
+// reconnect) are skipped. The text is rendered like a message, never as
+// HTML.
+function onDelta(d) {
+  const chunk = d.chunk || {};
+  if (typeof d.turnId !== "string" || typeof chunk.text !== "string" || !chunk.text) return;
+  let draft = state.drafts.get(d.turnId);
+  if (!draft) {
+    draft = { li: el("li", { class: "msg assistant draft", "aria-busy": "true", "data-turn": d.turnId }), steps: new Map() };
+    state.drafts.set(d.turnId, draft);
+    addItem(draft.li);
+  }
+  if (draft.done) return;
+  const step = Number(d.step) || 0, attempt = Number(d.attempt) || 0, seq = Number(d.seq) || 0;
+  let st = draft.steps.get(step);
+  if (!st || st.generation !== d.generation || attempt > st.attempt) {
+    st = { generation: d.generation, attempt, next: 0, text: "" };
+    draft.steps.set(step, st);
+  }
+  if (attempt < st.attempt || seq < st.next) return; // void or already shown
+  st.text += chunk.text;
+  st.next = seq + 1;
+  const text = [...draft.steps.keys()].sort((a, b) => a - b).map((k) => draft.steps.get(k).text).join("\n\n");
+  draft.li.replaceChildren(markdown(text));
+  draft.li.scrollIntoView({ block: "end" });
+}
+
+// endDraft removes the turn's draft when its final message arrives
+// (completed: the message replaces it), or marks it interrupted.
+function endDraft(turnId, completed) {
+  const draft = state.drafts.get(turnId);
+  if (!draft || draft.done) return;
+  draft.done = true;
+  draft.li.setAttribute("aria-busy", "false");
+  if (completed) { draft.li.remove(); return; }
+  draft.li.classList.add("interrupted");
+  draft.li.append(el("p", { class: "badge", text: "(interrupted: this answer was not finished)" }));
+}
+
 function onEvent(ce) {
   const d = ce.data || {};
   const status = document.getElementById("status");
   switch (ce.type) {
+    case T.delta: onDelta(d); status.textContent = "Writing…"; break;
     case T.turnRequested: addItem(renderMessage(d.message || {}, "user")); status.textContent = "Thinking…"; break;
-    case T.turnCompleted: addItem(renderMessage(d.message || {}, "assistant")); status.textContent = "";
+    case T.turnCompleted: endDraft(d.turnId, true); addItem(renderMessage(d.message || {}, "assistant")); status.textContent = "";
       for (const card of state.questions.values()) if (!card.classList.contains("settled")) settle(card, "Closed.");
       break;
     case T.turnPaused: addItem(renderMessage(d.message || {}, "restated")); status.textContent = "Waiting for your answer"; break;
-    case T.turnFailed: addItem(el("li", { class: "msg error", role: "alert", text: "The turn failed: " + (d.detail || d.reason) })); status.textContent = ""; break;
+    case T.turnFailed: endDraft(d.turnId, false); addItem(el("li", { class: "msg error", role: "alert", text: "The turn failed: " + (d.detail || d.reason) })); status.textContent = ""; break;
     case T.turnRejected: addItem(el("li", { class: "msg error", role: "alert", text: "Message refused: " + d.reason + (d.errors ? " — " + d.errors.map((e) => e.path + ": " + e.rule).join("; ") : "") })); status.textContent = ""; break;
     case T.elicitRequested: renderQuestion(d); break;
-    case T.elicitExpired: for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Expired: this question was not answered in time."); } status.textContent = ""; break;
-    case T.elicitCancelled: for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Withdrawn: " + (d.reason || "no longer needed") + "."); } break;
+    case T.elicitExpired: endDraft(d.turnId, false); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Expired: this question was not answered in time."); } status.textContent = ""; break;
+    case T.elicitCancelled: if (d.reason && /new user message/.test(d.reason)) endDraft(d.turnId, false); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Withdrawn: " + (d.reason || "no longer needed") + "."); } break;
     case T.elicitResponded: {
       const c = state.questions.get(d.elicitationId);
       if (c && !c.classList.contains("settled")) settle(c, d.action === "accept" ? "Answered." : d.action === "decline" ? "Declined." : "Cancelled.");
@@ -471,6 +641,7 @@ function openThread(id) {
   state.thread = id;
   state.lastID = 0;
   state.questions.clear();
+  state.drafts.clear();
   document.getElementById("messages").replaceChildren();
   document.getElementById("thread-title").textContent = id;
   document.querySelectorAll("#threads button").forEach((b) => b.setAttribute("aria-current", b.dataset.thread === id ? "true" : "false"));

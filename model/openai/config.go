@@ -72,10 +72,16 @@ type AgentSettings struct {
 	// Tools lists the tools the agent may call, by parley name. Absent:
 	// every registered tool; empty list: none.
 	Tools []string `json:"tools,omitempty"`
-	// Images says the model takes images: image blocks of user messages
-	// are sent as image parts. Otherwise (and always for tool results,
-	// which the API takes as text only) they are described as text.
+	// Images says the model takes images: image blocks meant for the
+	// model are sent as image parts — a user message's in that message, a
+	// tool result's in a user message right after the step's tool messages
+	// (the API takes only text in a tool message), each named by its call.
+	// Otherwise they are described as text (type and size).
 	Images bool `json:"images,omitempty"`
+	// Audio says the model takes audio input: wav and mp3 audio blocks are
+	// sent as input_audio parts, like images; other audio, and all audio
+	// when false, is described as text.
+	Audio bool `json:"audio,omitempty"`
 	// SuggestReplies asks the model to end a final answer with a line
 	// "Suggested replies: a | b | c"; parley strips that line from the
 	// answer and offers the replies (at most 3) under

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -91,7 +92,11 @@ func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Respo
 		if err == nil {
 			if s.SuggestReplies && len(resp.ToolCalls) == 0 {
 				resp.Text, resp.SuggestedReplies = splitSuggestions(resp.Text)
-				resp.Chunks = []schema.ChatMessage{{Role: schema.RoleAssistant, Text: resp.Text}}
+				chunk := schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text}
+				if cs, _ := foldedCitations(resp.Chunks); len(cs) > 0 {
+					chunk.Meta.SetCitations(clipAnchors(cs, utf8.RuneCountInString(resp.Text)))
+				}
+				resp.Chunks = []schema.ChatMessage{chunk}
 			}
 			return resp, nil
 		}
@@ -147,6 +152,7 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 		calls    = map[int64]*toolCall{}
 		finished bool
 		usage    *model.Usage
+		anns     []oai.ChatCompletionMessageAnnotation
 	)
 	for stream.Next() {
 		chunk := stream.Current()
@@ -167,6 +173,7 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 					onDelta(model.Delta{Attempt: attempt, Text: t})
 				}
 			}
+			anns = append(anns, annotations(ch.Delta)...)
 			for _, tc := range ch.Delta.ToolCalls {
 				c := calls[tc.Index]
 				if c == nil {
@@ -198,6 +205,13 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 	}
 	resp.Text = folded.Text
 	resp.Usage = usage
+	if cs := citations(anns, folded.Text); len(cs) > 0 && len(calls) == 0 {
+		// The model's sources, anchored in the whole answer: the answer
+		// becomes one chunk carrying them (anchors count from its start).
+		chunk := schema.ChatMessage{Role: schema.RoleAssistant, Text: folded.Text}
+		chunk.Meta.SetCitations(cs)
+		resp.Chunks = []schema.ChatMessage{chunk}
+	}
 	idx := make([]int64, 0, len(calls))
 	for i := range calls {
 		idx = append(idx, i)
@@ -270,15 +284,30 @@ func (p *Provider) params(req model.Request, s AgentSettings) (oai.ChatCompletio
 			return params, nil, err
 		}
 	}
-	for _, m := range msgs {
-		params.Messages = append(params.Messages, message(m, s.Images))
+	k := caps{images: s.Images, audio: s.Audio}
+	var media []oai.ChatCompletionContentPartUnionParam
+	for i, m := range msgs {
+		if m.Role == model.RoleTool {
+			notes, parts := k.toolMedia(m)
+			media = append(media, parts...)
+			params.Messages = append(params.Messages, oai.ToolMessage(toolText(m, k, notes), m.ToolCallID))
+		} else {
+			params.Messages = append(params.Messages, message(m, k))
+		}
+		if len(media) > 0 && (i == len(msgs)-1 || msgs[i+1].Role != model.RoleTool) {
+			// After the step's last tool message: its media, which a tool
+			// message cannot carry.
+			params.Messages = append(params.Messages, oai.UserMessage(append([]oai.ChatCompletionContentPartUnionParam{
+				oai.TextContentPart("Media returned by the tool calls above (not written by the user):")}, media...)))
+			media = nil
+		}
 	}
 	return params, names, nil
 }
 
-// message converts one conversation entry; images says whether the model
-// takes image parts in user messages.
-func message(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
+// message converts one conversation entry other than a tool result (see
+// params); k says which media the model takes.
+func message(m model.Message, k caps) oai.ChatCompletionMessageParamUnion {
 	switch m.Role {
 	case model.RoleSystem:
 		return oai.SystemMessage(m.Text)
@@ -298,26 +327,25 @@ func message(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
 		}
 		return oai.ChatCompletionMessageParamUnion{OfAssistant: &a}
 	case model.RoleTool:
-		return oai.ToolMessage(toolText(m), m.ToolCallID)
+		return oai.ToolMessage(toolText(m, k, nil), m.ToolCallID)
 	default:
-		return userMessage(m, images)
+		return userMessage(m, k)
 	}
 }
 
 // userMessage is the user's text with the blocks of the message meant for
 // the model: context references (resource links, with the entity they
-// point to) and other blocks described as text, images as image parts when
-// the model takes them.
-func userMessage(m model.Message, images bool) oai.ChatCompletionMessageParamUnion {
+// point to) and other blocks described as text, images and audio as
+// content parts when the model takes them (k).
+func userMessage(m model.Message, k caps) oai.ChatCompletionMessageParamUnion {
 	if len(m.Content) == 0 {
 		return oai.UserMessage(m.Text)
 	}
 	var described schema.ContentList
 	var parts []oai.ChatCompletionContentPartUnionParam
 	for _, c := range m.Content {
-		if img, ok := c.(*schema.ImageContent); ok && images && model.ForModel(c) {
-			parts = append(parts, oai.ImageContentPart(oai.ChatCompletionContentPartImageImageURLParam{
-				URL: "data:" + img.MIMEType + ";base64," + img.Data}))
+		if p, ok := k.mediaPart(c); ok {
+			parts = append(parts, p)
 			continue
 		}
 		described = append(described, c)
@@ -333,12 +361,24 @@ func userMessage(m model.Message, images bool) oai.ChatCompletionMessageParamUni
 }
 
 // toolText is what the model reads of a tool result: the text the agent
-// prepared, plus structuredContent whole (as JSON) when the tool returned
-// one and the text does not already carry it.
-func toolText(m model.Message) string {
+// prepared, its other blocks described (images and audio the model takes
+// are attached after the step's tool messages instead: notes say so),
+// plus structuredContent whole (as JSON) when the tool returned one and
+// the text does not already carry it.
+func toolText(m model.Message, k caps, notes []string) string {
 	text := m.Text
 	if m.Result != nil {
-		if ctx := model.ContextText(m.Result.Content, true); ctx != "" {
+		var described schema.ContentList
+		for _, c := range m.Result.Content {
+			if _, attached := k.mediaPart(c); !attached {
+				described = append(described, c)
+			}
+		}
+		lines := notes
+		if ctx := model.ContextText(described, true); ctx != "" {
+			lines = append([]string{ctx}, notes...)
+		}
+		if ctx := strings.Join(lines, "\n"); ctx != "" {
 			if text != "" {
 				text += "\n"
 			}
@@ -385,4 +425,13 @@ func splitSuggestions(text string) (string, []string) {
 		}
 	}
 	return strings.TrimRight(trimmed[:i], " \n"), out
+}
+
+// foldedCitations returns the citations of the folded chunks.
+func foldedCitations(chunks []schema.ChatMessage) ([]schema.Citation, error) {
+	f, err := schema.FoldChunks(chunks...)
+	if err != nil {
+		return nil, err
+	}
+	return f.Meta.Citations()
 }

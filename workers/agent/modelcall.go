@@ -350,7 +350,10 @@ const (
 //   - the structuredContent of the latest result that has one, whole, at
 //     _meta["drupal.org/ai.structured_content"] (when at most
 //     maxStructuredBytes of JSON);
-//   - the model's suggested replies at _meta["drupal.org/ai.suggested_replies"].
+//   - the model's suggested replies at _meta["drupal.org/ai.suggested_replies"]
+//     (at most schema.MaxSuggestedReplies).
+//
+// A tool's citations lose their anchors (they point into the tool's text).
 func enrichFinal(final *schema.ChatMessage, msgs []model.Message, suggested []string) {
 	start := 0
 	for i, m := range msgs {
@@ -376,6 +379,8 @@ func enrichFinal(final *schema.ChatMessage, msgs []model.Message, suggested []st
 			continue
 		}
 		for _, c := range cs {
+			// A tool's anchors point into the tool's text, not the answer.
+			c.Anchors = nil
 			if !seen[c.URL] && len(cites) < maxCitations && c.Validate() == nil {
 				seen[c.URL] = true
 				cites = append(cites, c)
@@ -393,7 +398,9 @@ func enrichFinal(final *schema.ChatMessage, msgs []model.Message, suggested []st
 	}
 	var rs []string
 	for _, r := range suggested {
-		if strings.TrimSpace(r) != "" {
+		// Blank and over-long replies are left out, and those past the
+		// schema's bound.
+		if strings.TrimSpace(r) != "" && len(r) <= schema.MaxSuggestedReplyBytes && len(rs) < schema.MaxSuggestedReplies {
 			rs = append(rs, r)
 		}
 	}
