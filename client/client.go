@@ -33,6 +33,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -428,14 +429,12 @@ func (c *Client) Pending(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// Connect dials url with reconnects forever and a name, for CLIs and workers.
+// Connect dials url with reconnects forever and a name, for CLIs and
+// workers, without credentials (parley's commands connect through
+// internal/natsauth with theirs). Its error never shows the user
+// information (password, token) of url.
 func Connect(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(false))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
-	}
-	return nc, nil
+	return natsauth.Connect(url, name, natsauth.Credentials{}, nil)
 }
 
 // Bus returns the underlying bus client.

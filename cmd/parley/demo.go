@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -32,6 +34,7 @@ type demo struct {
 	e       *env
 	cfg     *demoCmd
 	url     string
+	authDir string // the principals' nkey seeds
 	client  *client.Client
 	site    *builtin.Site
 	items   <-chan client.Item
@@ -47,7 +50,15 @@ func (c *demoCmd) Run(e *env) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+	// Like parley dev, the demo runs every role on its own credentials
+	// (its driver, which also creates the streams and the demo site, is
+	// the operator).
+	authDir := filepath.Join(dir, "auth")
+	if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
+		return err
+	}
+	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir,
+		AuthConfig: filepath.Join(authDir, natsauth.AuthFile)})
 	if err != nil {
 		return err
 	}
@@ -59,7 +70,7 @@ func (c *demoCmd) Run(e *env) error {
 	if c.Verbose {
 		logw = e.stderr
 	}
-	d := &demo{e: e, cfg: c, url: srv.ClientURL(), out: e.stdout, note: e.stdout,
+	d := &demo{e: e, cfg: c, url: srv.ClientURL(), authDir: authDir, out: e.stdout, note: e.stdout,
 		logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if c.JSON {
 		d.out, d.note = io.Discard, e.stderr
@@ -70,7 +81,7 @@ func (c *demoCmd) Run(e *env) error {
 
 	// The gate, tool-executor and agent run for the whole demo; the
 	// processor is started separately so scenario 3 can replace it.
-	waitOthers, err := startWorkers(ctx, d.url, []string{"gate", "toolexec", "agent"}, d.workers, wenv)
+	waitOthers, err := startWorkersAs(ctx, d.url, d.creds, []string{"gate", "toolexec", "agent"}, d.workers, wenv)
 	if err != nil {
 		return err
 	}
@@ -79,7 +90,7 @@ func (c *demoCmd) Run(e *env) error {
 		return err
 	}
 
-	nc, err := client.Connect(d.url, "parley-demo")
+	nc, err := natsauth.Connect(d.url, "parley-demo", d.creds(natsauth.Admin), d.logger)
 	if err != nil {
 		return err
 	}
@@ -136,7 +147,7 @@ func (c *demoCmd) Run(e *env) error {
 // cancels it and waits until it has drained.
 func (d *demo) startProcessor(parent context.Context, name string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(parent)
-	nc, err := client.Connect(d.url, "parley-"+name)
+	nc, err := natsauth.Connect(d.url, "parley-"+name, d.creds(natsauth.Processor), d.logger.With("instance", name))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -150,6 +161,11 @@ func (d *demo) startProcessor(parent context.Context, name string) (stop func(),
 		}
 	}()
 	return func() { cancel(); <-done }, nil
+}
+
+// creds are principal's credentials.
+func (d *demo) creds(principal string) natsauth.Credentials {
+	return natsauth.Credentials{NKeyFile: filepath.Join(d.authDir, natsauth.SeedFile(principal)), Principal: principal}
 }
 
 // waitRegistered waits until the tool-executor has registered its tools.

@@ -18,10 +18,11 @@ import (
 	"github.com/parley-dev/parley/workers/bus"
 )
 
-// integrator opens a client on e.NATS (its publishes retry per
-// client.RetryPolicy's defaults).
+// integrator opens a client on e.NATS with the integrator credentials
+// (the flags', else those of `parley dev`'s data dir; its publishes retry
+// per client.RetryPolicy's defaults).
 func integrator(e *env) (*client.Client, func(), error) {
-	nc, err := client.Connect(e.NATS, "parley-cli")
+	nc, err := e.connectAs("parley-cli", e.integratorCredentials())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
@@ -140,8 +140,12 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 	startup := bus.StartupPolicy(ctx, cfg.store.startupPolicy(log))
 	startup.Logger = log
 	ctx = bus.WithStartupPolicy(ctx, startup)
-	if err := b.EnsureStreams(ctx); err != nil {
-		return err
+	// The gate answers requests on core NATS and owns no stream: its
+	// principal may not create them.
+	if role != "gate" {
+		if err := b.EnsureStreams(ctx); err != nil {
+			return err
+		}
 	}
 	log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
 	defer log.Info("worker stopped")
@@ -201,7 +205,7 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 		}
 	}
 	startup := cfg.store.startupPolicy(log)
-	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, startup)
+	nc, err := connectWorkerAs(e.ctx, e.NATS, "parley-"+role, e.credentials(role), log, startup)
 	if err != nil {
 		return err
 	}
@@ -215,11 +219,20 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 // NATS (or while its node restarts) waits for it instead of exiting.
 // Bad credentials fail at once.
 func connectWorker(ctx context.Context, url, name string, p bus.RetryPolicy) (*nats.Conn, error) {
+	return connectWorkerAs(ctx, url, name, natsauth.Credentials{}, p.Logger, p)
+}
+
+// connectWorkerAs is connectWorker with credentials; asynchronous NATS
+// errors (permissions violations) are logged to log.
+func connectWorkerAs(ctx context.Context, url, name string, c natsauth.Credentials, log *slog.Logger, p bus.RetryPolicy) (*nats.Conn, error) {
+	if err := c.Check(); err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
 	var nc *nats.Conn
 	p.AttemptTimeout = 5 * time.Second
 	err := bus.Retry(ctx, "waiting for NATS", p, func(context.Context) error {
 		var err error
-		nc, err = client.Connect(url, name)
+		nc, err = natsauth.Connect(url, name, c, log)
 		return err
 	})
 	return nc, err
