@@ -65,6 +65,7 @@ type cli struct {
 	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
 	Gateway   gatewayCmd  `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`
 	Bench     benchCmd    `cmd:"" help:"Measure turns/s and pause-to-resume latency next to the raw NATS floor, in the same run."`
+	Auth      authCmd     `cmd:"" help:"Generate NATS credentials and the server's authorization for parley's principals."`
 }
 
 // exitError carries a process exit status.
