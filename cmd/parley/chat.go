@@ -40,6 +40,7 @@ type chatCmd struct {
 // Run chats until stdin ends, the user types /quit, or the context is done
 // (Ctrl-C); all of these end cleanly.
 func (c *chatCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	thread := c.Thread
 	if thread == "" {
 		thread = "chat-" + shortID()

@@ -30,13 +30,14 @@ func (c *eventsCmd) Validate() error {
 }
 
 func (c *eventsCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	cl, done, err := integrator(e)
 	if err != nil {
 		return err
 	}
 	defer done()
 	ctx, cancel := context.WithCancel(e.ctx)
-	notes := &lockedWriter{w: e.stderr}
+	notes := &lockedWriter{w: terminalSafe(e.stderr)}
 	var backlog uint64
 	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true, Backlog: &backlog,
 		OnStatus: func(s client.WatchStatus) { fmt.Fprintf(notes, "parley events: %s\n", s) }})

@@ -107,6 +107,7 @@ func (c *sendCmd) Validate() error {
 }
 
 func (c *sendCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	cl, done, err := integrator(e)
 	if err != nil {
 		return &exitError{code: exitUnconfirmed, err: err}
@@ -148,6 +149,7 @@ func (c *answerCmd) Validate() error {
 }
 
 func (c *answerCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	res := schema.ElicitResult{Action: schema.ElicitAction(c.Action)}
 	if c.Content != "" {
 		content, err := readContent(c.Content, e.stdin)
