@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/natsauth"
+	"github.com/parley-dev/parley/workers/bus"
+)
+
+// Every command that connects lists the credential and TLS flags (and
+// their environment variables) in its --help.
+func TestConnectingCommandsListCredentialFlags(t *testing.T) {
+	for _, cmd := range []string{"processor", "agent", "toolexec", "gate", "send", "answer", "events", "chat", "bench", "gateway"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd, "--help"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
+			t.Fatalf("%s --help: exit %d: %s", cmd, code, stderr.String())
+		}
+		help := strings.Join(strings.Fields(stdout.String()), " ")
+		for _, want := range []string{"--nats-creds=FILE", "$PARLEY_NATS_CREDS", "--nats-nkey=FILE", "$PARLEY_NATS_NKEY",
+			"--tls-ca=FILE", "$PARLEY_TLS_CA", "--tls-cert=FILE", "$PARLEY_TLS_CERT", "--tls-key=FILE", "$PARLEY_TLS_KEY"} {
+			if !strings.Contains(help, want) {
+				t.Errorf("parley %s --help does not list %s", cmd, want)
+			}
+		}
+	}
+}
+
+// A password (or token) in --nats is never printed: not in errors, not in
+// logs, whatever the command.
+func TestNATSPasswordNeverPrinted(t *testing.T) {
+	for _, args := range [][]string{
+		{"send", "-t", "t1", "--publish-timeout", "1s", "hi"},
+		{"answer", "-t", "t1", "-e", "x", "--publish-timeout", "1s", "cancel"},
+		{"events", "-t", "t1"},
+		{"chat", "-t", "t1"},
+		{"processor", "--startup-timeout", "1s", "--log-level", "debug"},
+		{"gate", "--startup-timeout", "1s", "--log-level", "debug"},
+		{"bench", "--smoke"},
+	} {
+		for _, url := range []string{"nats://bob:s3cret@127.0.0.1:1", "nats://s3cret@127.0.0.1:1", "nats://127.0.0.1:1,nats://bob:s3cret@127.0.0.1:2"} {
+			var stdout, stderr bytes.Buffer
+			code := run(append(args, "--nats", url), strings.NewReader(""), &stdout, &stderr)
+			out := stdout.String() + stderr.String()
+			if code == 0 {
+				t.Errorf("%s: exit 0 with no server", args[0])
+			}
+			if strings.Contains(out, "s3cret") || strings.Contains(out, "bob") {
+				t.Errorf("parley %s --nats %s printed the credentials:\n%s", args[0], url, out)
+			}
+		}
+	}
+}
+
+// startDevCmd runs `parley dev` (no gateway) in dataDir until the test
+// ends, and returns its NATS URL.
+func startDevCmd(t *testing.T, dataDir string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	e := &env{Globals: &Globals{LogLevel: "warn", LogFormat: "text"}, ctx: ctx, stdout: out, stderr: out}
+	c := &devCmd{DataDir: dataDir, Listen: "127.0.0.1:0", Gateway: "off",
+		storeFlags:     storeFlags{Storage: "file", Replicas: 1, StartupTimeout: 30 * time.Second, PublishRetry: time.Second},
+		processorFlags: processorFlags{PauseTTL: time.Minute, Concurrency: 2},
+		agentFlags:     agentFlags{PreExecuteTimeout: time.Second}}
+	go func() { done <- c.Run(e) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("dev: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("dev output:\n%s", out.String())
+		}
+	})
+	re := regexp.MustCompile(`NATS with JetStream on (nats://\S+) `)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("dev exited: %v\n%s", err, out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev did not start:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// parley dev is secure by default: it writes one seed per principal
+// (0600) at first start and reuses them, refuses anonymous clients, and
+// the integrator commands find integrator.nk in the data dir.
+func TestDevSecureByDefault(t *testing.T) {
+	dir := t.TempDir()
+	url := startDevCmd(t, dir)
+	if nc, err := nats.Connect(url); err == nil {
+		nc.Close()
+		t.Fatal("parley dev accepted an anonymous client")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("anonymous client: %v, want an authorization violation", err)
+	}
+	authDir := filepath.Join(dir, "auth")
+	for _, p := range natsauth.Roles() {
+		fi, err := os.Stat(filepath.Join(authDir, natsauth.SeedFile(p.Name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", fi.Name(), fi.Mode().Perm())
+		}
+	}
+
+	// send, answer, events and chat use the data dir's integrator seed
+	// when given no credentials.
+	t.Setenv("PARLEY_DATA_DIR", dir)
+	var f natsAuthFlags
+	c := f.integratorCredentials()
+	if c.NKeyFile != filepath.Join(authDir, "integrator.nk") || c.Principal != natsauth.Integrator {
+		t.Fatalf("integrator credentials = %+v", c)
+	}
+	nc, err := natsauth.Connect(url, "test", c, nil)
+	if err != nil {
+		t.Fatalf("integrator: %v", err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Reading PARLEY_CHAT (created by dev's workers) is allowed.
+	if _, err := client.New(b, "").Watch(ctx, client.WatchOptions{Thread: "t1", FromStart: true}); err != nil {
+		t.Fatalf("integrator watching a thread: %v", err)
+	}
+}
+
+// Without authentication, parley dev serves NATS only on a loopback
+// address.
+func TestDevNoAuthOnlyOnLoopback(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"dev", "--no-auth", "--listen", "0.0.0.0:0", "--gateway-listen", "off", "--data-dir", t.TempDir()},
+		strings.NewReader(""), &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "not a loopback address: refusing to serve NATS there without authentication") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
