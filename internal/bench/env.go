@@ -23,7 +23,7 @@ import (
 // opened.
 type benchEnv struct {
 	url        string
-	natsOpts   []nats.Option // credentials and TLS of an external server
+	natsOpts   []nats.Option  // credentials and TLS of an external server
 	srv        *server.Server // nil for an external server
 	dir        string
 	serverDesc string
