@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -234,8 +235,22 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
-	// The server.
-	c.srv = &natsServer{bin: bins.server, dir: filepath.Join(tmp, "js"), log: filepath.Join(logDir, "nats-server.log"), port: freePort(t)}
+	// The server, with parley's shipped authorization (rendered by
+	// natsauth, as `parley auth init` writes it): every worker runs on
+	// its own principal, the test's own connection is the operator.
+	authDir := filepath.Join(tmp, "auth")
+	if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
+		t.Fatal(err)
+	}
+	creds := func(p string) natsauth.Credentials {
+		return natsauth.Credentials{NKeyFile: filepath.Join(authDir, natsauth.SeedFile(p)), Principal: p}
+	}
+	adminOpts, err := creds(natsauth.Admin).Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.srv = &natsServer{bin: bins.server, dir: filepath.Join(tmp, "js"), log: filepath.Join(logDir, "nats-server.log"), port: freePort(t),
+		extra: []string{"-c", filepath.Join(authDir, natsauth.AuthFile)}, connOpts: adminOpts}
 	if err := c.srv.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +288,7 @@ func TestChaos(t *testing.T) {
 				wenv = processorEnv
 			}
 			w := &worker{role: role, n: n, bin: bins.parley, env: wenv, rnd: c.rnd,
-				args: append(slices.Clone(common), roleArgs[role]...),
+				args: append(append(slices.Clone(common), roleArgs[role]...), "--nats-nkey", creds(role).NKeyFile),
 				log:  filepath.Join(logDir, fmt.Sprintf("%s-%d.log", role, n))}
 			c.workers = append(c.workers, w)
 			supervisors.Go(func() { w.supervise(superCtx) })
@@ -291,7 +306,7 @@ func TestChaos(t *testing.T) {
 
 	// The test's own connection: it publishes like an integrator and
 	// records every chat event.
-	nc, err := client.Connect(c.srv.url(), "parley-chaos-test")
+	nc, err := natsauth.Connect(c.srv.url(), "parley-chaos-test", creds(natsauth.Admin), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +363,21 @@ func TestChaos(t *testing.T) {
 	loadTime := time.Since(loadStart)
 
 	bad := c.check(loadTime)
+	// Every role did its whole job within its own permissions: the
+	// server logged no violation (nor did a worker's error handler).
+	logs, _ := filepath.Glob(filepath.Join(logDir, "*.log"))
+	for _, f := range logs {
+		b, _ := os.ReadFile(f)
+		for line := range strings.Lines(string(b)) {
+			// Workers log "NATS permissions violation"; the server
+			// "Publish Violation" and "Subscription Violation".
+			if l := strings.ToLower(line); strings.Contains(l, "permissions violation") ||
+				strings.Contains(l, "publish violation") || strings.Contains(l, "subscription violation") {
+				t.Errorf("%s: %s", filepath.Base(f), strings.TrimSpace(line))
+				break
+			}
+		}
+	}
 	for i, thread := range bad {
 		if i == 8 {
 			t.Logf("(%d more threads with problems)", len(bad)-i)
