@@ -53,6 +53,15 @@ const exitCodesHelp = `Exit status:
   4    stored, but no verdict within --wait (the thread's state is printed)
   130  interrupted (Ctrl-C)`
 
+// principalFlag names the NATS principal an integrator command publishes
+// as (send, answer, chat): its input subjects are parley.in.<principal>.>.
+type principalFlag struct {
+	Principal string `name:"principal" env:"PARLEY_PRINCIPAL" default:"integrator" help:"The NATS principal (user) your credentials authenticate: events go to parley.in.<principal>.<thread>.… (the server lets a principal publish only under its own name)."`
+}
+
+// check validates the principal token.
+func (f principalFlag) check() error { return events.ValidToken("--principal", f.Principal) }
+
 // deliveryFlags are the flags send and answer share.
 type deliveryFlags struct {
 	NoWait         bool          `name:"no-wait" help:"Return once JetStream stored the event (print its ID); do not wait for the processor's verdict."`
@@ -81,6 +90,7 @@ type sendCmd struct {
 	User   string   `name:"user" help:"Who is sending (recorded)."`
 	Text   []string `arg:"" help:"The message."`
 	deliveryFlags
+	principalFlag
 }
 
 // Help is the long help of send (kong's HelpProvider).
@@ -102,6 +112,9 @@ func (c *sendCmd) Validate() error {
 	if strings.TrimSpace(strings.Join(c.Text, " ")) == "" {
 		return errors.New("message text: required")
 	}
+	if err := c.principalFlag.check(); err != nil {
+		return err
+	}
 	return c.deliveryFlags.check()
 }
 
@@ -111,6 +124,7 @@ func (c *sendCmd) Run(e *env) error {
 		return &exitError{code: exitUnconfirmed, err: err}
 	}
 	defer done()
+	cl = cl.WithPrincipal(c.Principal)
 	ev, err := cl.TurnRequest(c.Thread, c.AgentN, strings.Join(c.Text, " "), c.User)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
@@ -128,6 +142,7 @@ type answerCmd struct {
 	By          string `name:"by" help:"Who answers (recorded on the decision; default: $USER)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
 	deliveryFlags
+	principalFlag
 }
 
 // Help is the long help of answer (kong's HelpProvider).
@@ -142,6 +157,9 @@ func (c *answerCmd) Validate() error {
 	}
 	if strings.TrimSpace(c.Elicitation) == "" {
 		return errors.New("--elicitation: required")
+	}
+	if err := c.principalFlag.check(); err != nil {
+		return err
 	}
 	return c.deliveryFlags.check()
 }
@@ -164,6 +182,7 @@ func (c *answerCmd) Run(e *env) error {
 		return &exitError{code: exitUnconfirmed, err: err}
 	}
 	defer done()
+	cl = cl.WithPrincipal(c.Principal)
 	ev, err := cl.Response(c.Thread, c.Elicitation, res, by)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
