@@ -412,7 +412,7 @@ func (c *chaosRun) waitReady() {
 		}
 	}
 	js := c.bus.JetStream()
-	for _, sc := range [][2]string{{events.StreamChat, "processor"}, {events.StreamRuns, "processor-runs"},
+	for _, sc := range [][2]string{{events.StreamInput, "processor"}, {events.StreamRuns, "processor-runs"},
 		{events.StreamAgent, "agent"}, {events.StreamTools, "toolexec"}} {
 		for {
 			if _, err := js.Consumer(c.ctx, sc[0], sc[1]); err == nil {
@@ -527,7 +527,7 @@ func (c *chaosRun) drive(bursts [][]*turn) {
 			c.turns = append(c.turns, tr)
 			c.mu.Unlock()
 			tr.sentAt = time.Now()
-			c.publish(events.ChatSubject(tr.thread, events.ChatTurnRequested), e)
+			c.publish(events.InputSubject(events.PrincipalIntegrator, tr.thread, events.ChatTurnRequested), e)
 			c.mu.Lock()
 			c.lastSend = time.Now()
 			c.mu.Unlock()
@@ -665,7 +665,7 @@ func (c *chaosRun) answer(tr *turn, ids []string) {
 			}
 			el.answeredBy = who
 			c.mu.Unlock()
-			subject := events.ChatSubject(tr.thread, events.ChatElicitationResponded)
+			subject := events.InputSubject(events.PrincipalIntegrator, tr.thread, events.ChatElicitationResponded)
 			switch el.mode {
 			case modeSingle:
 				c.publish(subject, evs[0])

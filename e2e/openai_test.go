@@ -361,7 +361,7 @@ func TestOpenAIUserContextReachesModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.bus.Publish(s.ctx, events.ChatSubject("oa11", events.ChatTurnRequested), e); err != nil {
+	if _, err := s.bus.Publish(s.ctx, events.InputSubject(events.PrincipalIntegrator, "oa11", events.ChatTurnRequested), e); err != nil {
 		t.Fatal(err)
 	}
 	s.turnCompleted("oa11", 1)

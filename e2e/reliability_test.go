@@ -227,10 +227,10 @@ func TestStateIncompatible(t *testing.T) {
 
 // An event that cannot be decoded is refused like any other invalid
 // turn.requested: turn.rejected invalid_event naming the attribute (issue 8
-// item 10; the message itself stays in PARLEY_CHAT), and the thread goes on.
+// item 10; the message is taken off PARLEY_INPUT), and the thread goes on.
 func TestPoisonMessageRejected(t *testing.T) {
 	s := start(t, options{})
-	msg := &nats.Msg{Subject: events.ChatSubject("p6", events.ChatTurnRequested), Data: []byte("not an event"),
+	msg := &nats.Msg{Subject: events.InputSubject(events.PrincipalIntegrator, "p6", events.ChatTurnRequested), Data: []byte("not an event"),
 		Header: nats.Header{"x-origin": []string{"fuzzer"}}}
 	if _, err := s.bus.JetStream().PublishMsg(s.ctx, msg); err != nil {
 		t.Fatal(err)

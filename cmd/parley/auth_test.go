@@ -148,6 +148,23 @@ func TestDevSecureByDefault(t *testing.T) {
 	if _, err := client.New(b, "").Watch(ctx, client.WatchOptions{Thread: "t1", FromStart: true}); err != nil {
 		t.Fatalf("integrator watching a thread: %v", err)
 	}
+
+	// A whole turn from the command line, as README shows it: send (with
+	// no credential flags) publishes as integrator, the workers each on
+	// their own principal run it, the verdict comes back.
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"send", "--nats", url, "-t", "t1", "--wait", "30s", "show me the About page"}, strings.NewReader(""), &stdout, &stderr)
+	if code != 0 || !strings.Contains(stdout.String(), "Which page") {
+		t.Fatalf("send: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	// A credential that is not the integrator's cannot publish as it.
+	stdout.Reset()
+	stderr.Reset()
+	code = run([]string{"send", "--nats", url, "--nats-nkey", filepath.Join(authDir, "gate.nk"), "-t", "t2", "--publish-timeout", "2s", "hi"},
+		strings.NewReader(""), &stdout, &stderr)
+	if code == 0 {
+		t.Fatalf("send with the gate's nkey: exit 0\n%s", stdout.String())
+	}
 }
 
 // Without authentication, parley dev serves NATS only on a loopback

@@ -35,7 +35,11 @@ type chatCmd struct {
 	User   string `name:"user" help:"Your name, recorded on messages and answers (default: $USER)."`
 	// PublishTimeout bounds the retries of one message or answer.
 	PublishTimeout time.Duration `name:"publish-timeout" default:"30s" help:"How long to retry sending a message or answer (same event ID, so no duplicate) through a reconnect or a JetStream leader election."`
+	principalFlag
 }
+
+// Validate checks the principal (kong calls it after parsing).
+func (c *chatCmd) Validate() error { return c.principalFlag.check() }
 
 // Run chats until stdin ends, the user types /quit, or the context is done
 // (Ctrl-C); all of these end cleanly.
@@ -57,7 +61,7 @@ func (c *chatCmd) Run(e *env) error {
 	if user == "" {
 		user = os.Getenv("USER")
 	}
-	cl, done, err := integrator(e)
+	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return fmt.Errorf("%w (is `parley dev` running?)", err)
 	}

@@ -21,8 +21,17 @@ import (
 // integrator opens a client on e.NATS with the integrator credentials
 // (the flags', else those of `parley dev`'s data dir; its publishes retry
 // per client.RetryPolicy's defaults).
-func integrator(e *env) (*client.Client, func(), error) {
-	nc, err := e.connectAs("parley-cli", e.integratorCredentials())
+func integrator(e *env) (*client.Client, func(), error) { return integratorAs(e, "") }
+
+// integratorAs is integrator publishing as principal (--principal; ""
+// means the credentials' principal). The credentials' inbox prefix
+// follows it unless --nats-principal says otherwise.
+func integratorAs(e *env, principal string) (*client.Client, func(), error) {
+	creds := e.integratorCredentials()
+	if principal != "" && e.NATSPrincipal == "" {
+		creds.Principal = principal
+	}
+	nc, err := e.connectAs("parley-cli", creds)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -31,7 +40,7 @@ func integrator(e *env) (*client.Client, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	return client.New(b, events.SourceCLI), func() { _ = nc.Drain() }, nil
+	return client.NewWithOptions(b, &client.Options{Source: events.SourceCLI, Principal: creds.Principal}), func() { _ = nc.Drain() }, nil
 }
 
 // Exit statuses of send and answer (documented in exitCodesHelp).
@@ -53,6 +62,20 @@ const exitCodesHelp = `Exit status:
        event may or may not be stored: run the same command with --id <ID> to resend it safely
   4    stored, but no verdict within --wait (the thread's state is printed)
   130  interrupted (Ctrl-C)`
+
+// principalFlag names the NATS principal an integrator command publishes
+// as (send, answer, chat): its input subjects are parley.in.<principal>.>.
+type principalFlag struct {
+	Principal string `name:"principal" env:"PARLEY_PRINCIPAL" help:"The NATS principal (user) your credentials authenticate: events go to parley.in.<principal>.<thread>.… (the server lets a principal publish only under its own name). Default: the credentials' principal (--nats-principal, or the name of a <principal>.nk or .creds file), else integrator."`
+}
+
+// check validates the principal token (empty: the credentials').
+func (f principalFlag) check() error {
+	if f.Principal == "" {
+		return nil
+	}
+	return events.ValidToken("--principal", f.Principal)
+}
 
 // deliveryFlags are the flags send and answer share.
 type deliveryFlags struct {
@@ -82,6 +105,7 @@ type sendCmd struct {
 	User   string   `name:"user" help:"Who is sending (recorded)."`
 	Text   []string `arg:"" help:"The message."`
 	deliveryFlags
+	principalFlag
 }
 
 // Help is the long help of send (kong's HelpProvider).
@@ -103,12 +127,15 @@ func (c *sendCmd) Validate() error {
 	if strings.TrimSpace(strings.Join(c.Text, " ")) == "" {
 		return errors.New("message text: required")
 	}
+	if err := c.principalFlag.check(); err != nil {
+		return err
+	}
 	return c.deliveryFlags.check()
 }
 
 func (c *sendCmd) Run(e *env) error {
 	e = e.withSafeOutput()
-	cl, done, err := integrator(e)
+	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return &exitError{code: exitUnconfirmed, err: err}
 	}
@@ -130,6 +157,7 @@ type answerCmd struct {
 	By          string `name:"by" help:"Who answers (recorded on the decision; default: $USER)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
 	deliveryFlags
+	principalFlag
 }
 
 // Help is the long help of answer (kong's HelpProvider).
@@ -144,6 +172,9 @@ func (c *answerCmd) Validate() error {
 	}
 	if strings.TrimSpace(c.Elicitation) == "" {
 		return errors.New("--elicitation: required")
+	}
+	if err := c.principalFlag.check(); err != nil {
+		return err
 	}
 	return c.deliveryFlags.check()
 }
@@ -162,7 +193,7 @@ func (c *answerCmd) Run(e *env) error {
 	if by == "" {
 		by = os.Getenv("USER")
 	}
-	cl, done, err := integrator(e)
+	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return &exitError{code: exitUnconfirmed, err: err}
 	}

@@ -342,6 +342,9 @@ func classify(subj, reply string) (kind, class string) {
 	case strings.HasPrefix(subj, "parley.chat."):
 		_, suffix, _ := events.ParseChatSubject(subj)
 		return "js_publish", "chat." + suffix
+	case strings.HasPrefix(subj, "parley.in."):
+		_, _, suffix, _ := events.ParseInputSubject(subj)
+		return "js_publish", "in." + suffix
 	case strings.HasPrefix(subj, "parley.tool.call."):
 		return "js_publish", "tool.call"
 	case strings.HasPrefix(subj, "parley.tool.result."):

@@ -14,8 +14,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/gateway"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/workers/agent"
+	"github.com/parley-dev/parley/workers/processor"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // secured is a nats-server started from the configuration natsauth.Init
@@ -151,6 +157,10 @@ func TestForbidden(t *testing.T) {
 		{"integrator", "parley.chat.t1.elicitation.responded"},
 		{"integrator", "$KV.parley_tools.delete_entities"},
 		{"integrator", "$KV.parley_paused.t1"},
+		{"integrator", "$KV.parley_threads.t1"},
+		{"integrator", "$JS.API.DIRECT.GET.KV_parley_paused"},
+		{"integrator", "$JS.API.CONSUMER.CREATE.PARLEY_INPUT.processor"},
+		{"integrator", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_INPUT.processor"},
 		{"integrator", "$KV.parley_decisions.r1.c1"},
 		{"integrator", "parley.in.acme.t1.turn.requested"},
 		{"integrator", "parley.in.gateway.t1.elicitation.responded"},
@@ -281,13 +291,13 @@ func TestAllowed(t *testing.T) {
 	}
 
 	// ... and reads PARLEY_CHAT through an ordered consumer, and the
-	// paused-turns bucket.
+	// threads bucket.
 	proc := s.connect(t, natsauth.Processor)
 	pjs, _ := jetstream.New(proc.Conn)
 	if _, err := pjs.Publish(ctx, "parley.chat.t1.turn.completed", []byte(`{"n":1}`)); err != nil {
 		t.Fatalf("processor publishing chat output: %v", err)
 	}
-	paused, err := pjs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natsauth.BucketPaused})
+	paused, err := pjs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natsauth.BucketThreads})
 	if err != nil {
 		t.Fatalf("processor creating its bucket: %v", err)
 	}
@@ -305,16 +315,16 @@ func TestAllowed(t *testing.T) {
 	if m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil || string(m.Data()) != `{"n":1}` {
 		t.Fatalf("integrator reading PARLEY_CHAT: %v", err)
 	}
-	kv, err := ijs.KeyValue(ctx, natsauth.BucketPaused)
+	kv, err := ijs.KeyValue(ctx, natsauth.BucketThreads)
 	if err != nil {
-		t.Fatalf("integrator opening %s: %v", natsauth.BucketPaused, err)
+		t.Fatalf("integrator opening %s: %v", natsauth.BucketThreads, err)
 	}
 	if _, err := kv.Get(ctx, "t1"); err != nil {
-		t.Fatalf("integrator reading %s: %v", natsauth.BucketPaused, err)
+		t.Fatalf("integrator reading %s: %v", natsauth.BucketThreads, err)
 	}
 	w, err := kv.Watch(ctx, "t1", jetstream.UpdatesOnly())
 	if err != nil {
-		t.Fatalf("integrator watching %s: %v", natsauth.BucketPaused, err)
+		t.Fatalf("integrator watching %s: %v", natsauth.BucketThreads, err)
 	}
 	if _, err := paused.Put(ctx, "t1", []byte(`{"v":2}`)); err != nil {
 		t.Fatal(err)
@@ -438,5 +448,33 @@ func TestRedact(t *testing.T) {
 	}
 	if !errors.Is(err, nats.ErrNoServers) {
 		t.Errorf("error %v lost its cause", err)
+	}
+}
+
+// The names the permissions use are the ones the code uses.
+func TestNamesMatchCode(t *testing.T) {
+	for got, want := range map[string]string{
+		natsauth.StreamChat:           events.StreamChat,
+		natsauth.StreamInput:          events.StreamInput,
+		natsauth.StreamAgent:          events.StreamAgent,
+		natsauth.StreamRuns:           events.StreamRuns,
+		natsauth.StreamTools:          events.StreamTools,
+		natsauth.StreamDeadLetter:     events.StreamDeadLetter,
+		natsauth.InputPrefix + ">":    events.SubjectInputAll,
+		natsauth.Integrator:           events.PrincipalIntegrator,
+		natsauth.Gateway:              events.PrincipalGateway,
+		natsauth.BucketPaused:         kvstate.BucketPaused,
+		natsauth.BucketThreads:        kvstate.BucketThreads,
+		natsauth.BucketRuns:           kvstate.BucketRuns,
+		natsauth.BucketToolResults:    kvstate.BucketToolResults,
+		natsauth.BucketTools:          kvstate.BucketTools,
+		natsauth.BucketContent:        builtin.DefaultBucket,
+		natsauth.BucketGatewayThreads: gateway.BucketThreads,
+		natsauth.ObjectResults:        agent.ResultsBucket,
+		"processor":                   processor.InputDurable,
+	} {
+		if got != want {
+			t.Errorf("natsauth names %q, the code %q", got, want)
+		}
 	}
 }

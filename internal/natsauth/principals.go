@@ -199,9 +199,8 @@ func (p Principal) Permissions() Permissions {
 		switch p.Name {
 		case Processor:
 			pub("parley.chat.>", "parley.agent.run.requested", "parley.agent.run.resumed")
-			pub(consumer(StreamChat, "processor")...)
+			pub(consumer(StreamInput, "processor")...)
 			pub(consumer(StreamRuns, "processor-runs")...)
-			pub(consumer(StreamInput, "*")...)
 			// Expiry markers of paused turns (kvstate.ConsumeExpired).
 			pub(consumer("KV_"+BucketPaused, "processor-expiry")...)
 			pub(streamRead(StreamChat, StreamInput)...)
@@ -237,9 +236,9 @@ func (p Principal) Permissions() Permissions {
 	case KindIntegrator, KindGateway:
 		pub(InputPrefix + p.Name + ".>")
 		pub(chatReader()...)
-		// The client reads (never writes) where a message waits and the
-		// pending questions of a paused turn.
-		pub(bucketRead(BucketPaused, BucketThreads)...)
+		// The client reads (never writes) where a message waits
+		// (client.Await).
+		pub(bucketRead(BucketThreads)...)
 		sub(inbox)
 		if p.Kind == KindGateway {
 			pub(bucketOwn(BucketGatewayThreads)...)

@@ -114,7 +114,10 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 	specs := []jetstream.StreamConfig{
 		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: dup,
-			Description: "parley chat events: what integrators publish and read"},
+			Description: "parley chat events: what parley publishes (with the echo of accepted input) and integrators read"},
+		{Name: events.StreamInput, Subjects: []string{events.SubjectInputAll},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: dup,
+			Description: "processor work queue: integrator input (turn.requested, elicitation.responded) under the publisher's principal"},
 		{Name: events.StreamAgent, Subjects: []string{events.SubjectRunRequested, events.SubjectRunResumed, events.SubjectToolResAll},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: dup,
 			Description: "agent work queue: run requests, resumes and tool results"},

@@ -11,7 +11,7 @@ import (
 
 // What the processor's handlers need of the outside world, as small
 // consumer-side interfaces: New wires the NATS-backed implementations
-// (kvstate stores, the bus client, the PARLEY_CHAT stream); the package
+// (kvstate stores, the bus client, the PARLEY_INPUT stream); the package
 // tests use in-memory fakes.
 
 // threadStore keeps thread records (kvstate.ThreadStore).
@@ -35,8 +35,8 @@ type publisher interface {
 	Publish(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error)
 }
 
-// chatReader reads PARLEY_CHAT by position (jetstream.Stream).
-type chatReader interface {
+// inputReader reads PARLEY_INPUT by position (jetstream.Stream).
+type inputReader interface {
 	GetMsg(ctx context.Context, seq uint64, opts ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)
 	GetLastMsgForSubject(ctx context.Context, subject string) (*jetstream.RawStreamMsg, error)
 }
@@ -44,5 +44,5 @@ type chatReader interface {
 var (
 	_ threadStore = (*kvstate.ThreadStore)(nil)
 	_ pausedStore = (*kvstate.PausedStore)(nil)
-	_ chatReader  = jetstream.Stream(nil)
+	_ inputReader = jetstream.Stream(nil)
 )

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
@@ -106,9 +105,11 @@ func (p *Processor) dropStalePause(ctx context.Context, thread string, rev, runS
 }
 
 // lastTurnRequested returns the stream sequence of the thread's last
-// turn.requested in PARLEY_CHAT (0 if none).
+// turn.requested still in PARLEY_INPUT, from any principal (0 if none;
+// the work queue keeps only messages not yet handled, and handled ones
+// are recorded in the thread already).
 func (p *Processor) lastTurnRequested(ctx context.Context, thread string) (uint64, error) {
-	m, err := p.chat.GetLastMsgForSubject(ctx, events.ChatSubject(thread, events.ChatTurnRequested))
+	m, err := p.input.GetLastMsgForSubject(ctx, events.InputThreadSubjects(thread, events.ChatTurnRequested))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, nil
@@ -168,7 +169,9 @@ func compactArgs(pe events.PendingElicitation) string {
 
 // onResponded checks an answer in the design's order and consumes it:
 // unknown_or_expired, invalid_content (stays pending), already_consumed.
-func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Event) error {
+func (p *Processor) onResponded(ctx context.Context, src input) error {
+	thread, e := src.thread, src.d.Event
+	who := events.Identity{Principal: src.principal}
 	in, err := events.Data[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
@@ -230,7 +233,11 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 			"action", in.Action, "answered_by", in.AnsweredBy)
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
-	// started (each step is idempotent).
+	// started (each step is idempotent), the echo first, so readers of
+	// PARLEY_CHAT see the answer accepted before the resumed turn's events.
+	if err := p.echo(ctx, thread, events.ChatElicitationResponded, e, who); err != nil {
+		return err
+	}
 	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
 		return err
 	}

@@ -19,8 +19,10 @@ import (
 // onTurnRequested starts a turn, queues the message behind the running
 // turn (FIFO), or, on a paused thread, cancels the pending elicitations and
 // starts the new turn.
-func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.Delivery) error {
+func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
+	thread, d := src.thread, src.d
 	e := d.Event
+	who := events.Identity{Principal: src.principal}
 	in, verr := p.validateTurn(thread, e)
 	if verr != nil {
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
@@ -95,6 +97,11 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		// have published.
 		started = startedByMessage(t, e.ID())
 	}
+	// Accepted (started or queued): readers of PARLEY_CHAT see the
+	// message before anything the turn it starts publishes.
+	if err := p.echo(ctx, thread, events.ChatTurnRequested, e, who); err != nil {
+		return err
+	}
 	if sup := t.Superseded; sup != nil && sup.By == e.ID() {
 		if err := p.announceEnd(ctx, thread, sup); err != nil {
 			return err
@@ -118,14 +125,15 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 }
 
 // awaitPredecessors holds a user message until every earlier
-// turn.requested of its thread (by stream sequence) is recorded, so that
+// turn.requested of its thread (by PARLEY_INPUT sequence, whichever
+// principal sent it) is recorded, so that
 // messages of one thread are taken in order (FIFO) even when replicas
 // handle them in parallel. It polls the thread record and the stream (a
 // subject-filtered get of the next message after the last recorded one),
 // heartbeating the message, for up to OrderWait; then it returns an error
 // so the message is retried later.
 func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) error {
-	subject := events.ChatSubject(thread, events.ChatTurnRequested)
+	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for {
 		t, _, err := p.threads.Load(ctx, thread)
@@ -135,7 +143,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
 			return nil // recorded already, or a late message: take it now
 		}
-		next, err := p.chat.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
+		next, err := p.input.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return nil
