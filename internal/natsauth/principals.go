@@ -220,7 +220,10 @@ func (p Principal) Permissions() Permissions {
 			pub("parley.tool.result.>", "parley.chat.*.progress")
 			pub(consumer(StreamTools, "toolexec")...)
 			pub(bucketOwn(BucketTools, BucketToolResults, BucketContent)...)
+			// It opens (creates when missing) the decision records the
+			// agent writes, and reads them.
 			pub(bucketRead(BucketDecisions)...)
+			pub(streamAdmin("KV_" + BucketDecisions)...)
 			pub(objectRead(ObjectResults)...)
 			// WatchThread: a waiting tool learns that its turn went on
 			// (core NATS, live chat events of the call's thread).
