@@ -581,12 +581,14 @@ func consumers(t *testing.T) map[string][][2]string {
 	streams := map[string]string{
 		"StreamChat": events.StreamChat, "StreamAgent": events.StreamAgent,
 		"StreamRuns": events.StreamRuns, "StreamTools": events.StreamTools,
-		"StreamDeadLetter": events.StreamDeadLetter,
+		"StreamDeadLetter": events.StreamDeadLetter, "StreamInput": events.StreamInput,
 	}
 	out := map[string][][2]string{}
 	for _, role := range workerRoles {
 		fset := token.NewFileSet()
 		files, _ := filepath.Glob(filepath.Join("..", "workers", role, "*.go"))
+		var parsed []*ast.File
+		consts := map[string]string{} // the package's string constants (Durable: InputDurable)
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
 				continue
@@ -595,6 +597,21 @@ func consumers(t *testing.T) map[string][][2]string {
 			if err != nil {
 				t.Fatal(err)
 			}
+			parsed = append(parsed, file)
+			ast.Inspect(file, func(n ast.Node) bool {
+				if vs, ok := n.(*ast.ValueSpec); ok {
+					for i, name := range vs.Names {
+						if i < len(vs.Values) {
+							if bl, ok := vs.Values[i].(*ast.BasicLit); ok && bl.Kind == token.STRING {
+								consts[name.Name], _ = strconv.Unquote(bl.Value)
+							}
+						}
+					}
+				}
+				return true
+			})
+		}
+		for _, file := range parsed {
 			ast.Inspect(file, func(n ast.Node) bool {
 				lit, ok := n.(*ast.CompositeLit)
 				if !ok {
@@ -618,6 +635,8 @@ func consumers(t *testing.T) map[string][][2]string {
 					case "Durable":
 						if bl, ok := kv.Value.(*ast.BasicLit); ok && bl.Kind == token.STRING {
 							durable, _ = strconv.Unquote(bl.Value)
+						} else if id, ok := kv.Value.(*ast.Ident); ok {
+							durable = consts[id.Name]
 						}
 					}
 				}
