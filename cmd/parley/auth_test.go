@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -65,12 +67,19 @@ func TestNATSPasswordNeverPrinted(t *testing.T) {
 // startDevCmd runs `parley dev` (no gateway) in dataDir until the test
 // ends, and returns its NATS URL.
 func startDevCmd(t *testing.T, dataDir string) string {
+	url, _ := startDevCmdGateway(t, dataDir, "off")
+	return url
+}
+
+// startDevCmdGateway is startDevCmd with the gateway on gatewayListen
+// ("off": none); it also returns dev's output so far.
+func startDevCmdGateway(t *testing.T, dataDir, gatewayListen string) (string, *syncBuffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	done := make(chan error, 1)
 	e := &env{Globals: &Globals{LogLevel: "warn", LogFormat: "text"}, ctx: ctx, stdout: out, stderr: out}
-	c := &devCmd{DataDir: dataDir, Listen: "127.0.0.1:0", Gateway: "off",
+	c := &devCmd{DataDir: dataDir, Listen: "127.0.0.1:0", Gateway: gatewayListen,
 		storeFlags:     storeFlags{Storage: "file", Replicas: 1, StartupTimeout: 30 * time.Second, PublishRetry: time.Second},
 		processorFlags: processorFlags{PauseTTL: time.Minute, Concurrency: 2},
 		agentFlags:     agentFlags{PreExecuteTimeout: time.Second}}
@@ -87,8 +96,8 @@ func startDevCmd(t *testing.T, dataDir string) string {
 	re := regexp.MustCompile(`NATS with JetStream on (nats://\S+) `)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+		if m := re.FindStringSubmatch(out.String()); m != nil && (gatewayListen == "off" || strings.Contains(out.String(), "Gateway token")) {
+			return m[1], out
 		}
 		select {
 		case err := <-done:
@@ -175,5 +184,50 @@ func TestDevNoAuthOnlyOnLoopback(t *testing.T) {
 		strings.NewReader(""), &stdout, &stderr)
 	if code == 0 || !strings.Contains(stderr.String(), "not a loopback address: refusing to serve NATS there without authentication") {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// The gateway of parley dev runs on its own principal: a message posted
+// over HTTP is published under parley.in.gateway and runs to its question.
+func TestDevGatewayUnderAuth(t *testing.T) {
+	_, out := startDevCmdGateway(t, t.TempDir(), "127.0.0.1:0")
+	m := regexp.MustCompile(`Web chat: (http://\S+)/#token=(\S+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no gateway URL in:\n%s", out.String())
+	}
+	base, token := m[1], m[2]
+	req, _ := http.NewRequest("POST", base+"/v1/threads/g1/messages", strings.NewReader(`{"text":"show me the About page"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST message: %d %s", resp.StatusCode, body)
+	}
+	// The turn runs: the thread's state shows its question.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", base+"/v1/threads/g1", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(body), "Which page") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET thread: %d %s\ndev output:\n%s", resp.StatusCode, body, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(strings.ToLower(out.String()), "permissions violation") {
+		t.Errorf("permissions violations:\n%s", out.String())
 	}
 }

@@ -199,6 +199,9 @@ func TestForbidden(t *testing.T) {
 		{"agent", "parley.tool.result.r1"},
 		{"gate", "parley.tool.pre_execute.default.delete_entities"},
 		{"toolexec", "$JS.API.STREAM.DELETE.PARLEY_TOOLS"},
+		{"gateway", "$JS.API.STREAM.DELETE.PARLEY_CHAT"},
+		{"gateway", "$JS.API.STREAM.PURGE.PARLEY_INPUT"},
+		{"gateway", "$KV.parley_threads.t1"},
 		// Nobody publishes on an inbox (policies answer only the request
 		// they received, through allow_responses).
 		{"gate", "_INBOX_agent.abc"},

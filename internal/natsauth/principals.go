@@ -245,6 +245,10 @@ func (p Principal) Permissions() Permissions {
 		sub(inbox)
 		if p.Kind == KindGateway {
 			pub(bucketOwn(BucketGatewayThreads)...)
+			// Like the workers, the gateway creates parley's streams at
+			// start (gateway.New: it may start first); never deletes or
+			// purges them.
+			pub(streamAdmin(StreamChat, StreamInput, StreamAgent, StreamRuns, StreamTools, StreamDeadLetter)...)
 		}
 		// Reading PARLEY_CHAT must not reach parley's durables: an
 		// integrator creating "processor" with another filter would
