@@ -276,6 +276,7 @@ func TestAllowed(t *testing.T) {
 	for _, sc := range []jetstream.StreamConfig{
 		{Name: natsauth.StreamInput, Subjects: []string{"parley.in.>"}},
 		{Name: natsauth.StreamChat, Subjects: []string{"parley.chat.>"}},
+		{Name: natsauth.StreamDeadLetter, Subjects: []string{"parley.dlq.>"}},
 	} {
 		if _, err := ajs.CreateStream(ctx, sc); err != nil {
 			t.Fatal(err)
@@ -370,6 +371,22 @@ func TestAllowed(t *testing.T) {
 		t.Errorf("the gate answered the same request twice (%s)", subj)
 	}
 	agent.noViolations(t)
+
+	// Each worker dead-letters what its own consumers cannot handle.
+	for p, subjects := range map[string][]string{
+		natsauth.Processor: {"parley.dlq.PARLEY_INPUT.processor", "parley.dlq.PARLEY_RUNS.processor-runs"},
+		natsauth.Agent:     {"parley.dlq.PARLEY_AGENT.agent"},
+		natsauth.Toolexec:  {"parley.dlq.PARLEY_TOOLS.toolexec"},
+	} {
+		c := s.connect(t, p)
+		js, _ := jetstream.New(c.Conn)
+		for _, subj := range subjects {
+			if _, err := js.Publish(ctx, subj, []byte("{}")); err != nil {
+				t.Errorf("%s dead-lettering on %s: %v", p, subj, err)
+			}
+		}
+		c.noViolations(t)
+	}
 
 	// toolexec owns the registry; the agent reads it.
 	tx := s.connect(t, natsauth.Toolexec)
