@@ -267,7 +267,22 @@ func (p Principal) Permissions() Permissions {
 		perm.SubscribeDeny = append(perm.SubscribeDeny, "parley.tool.pre_execute.>")
 	}
 	perm.SubscribeDeny = append(perm.SubscribeDeny, "_INBOX.>")
+	perm.PublishAllow, perm.PublishDeny = dedup(perm.PublishAllow), dedup(perm.PublishDeny)
+	perm.SubscribeAllow, perm.SubscribeDeny = dedup(perm.SubscribeAllow), dedup(perm.SubscribeDeny)
 	return perm
+}
+
+// dedup drops repeated subjects, keeping the first of each.
+func dedup(subjects []string) []string {
+	seen := make(map[string]bool, len(subjects))
+	out := subjects[:0]
+	for _, s := range subjects {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // streamAdmin is creating, reconfiguring and reading the configuration of
