@@ -42,9 +42,11 @@ type Elicitation struct {
 	Status string `json:"status"`
 	// Result is the accepted answer, once consumed.
 	Result *schema.ElicitResult `json:"result,omitempty"`
-	// AnsweredBy is who answered (from the responded event); AnsweredAt when.
-	AnsweredBy string    `json:"answeredBy,omitempty"`
-	AnsweredAt time.Time `json:"answeredAt,omitzero"`
+	// AnsweredBy is who answered, as authenticated (the principal of the
+	// responded event's input subject, and the end user it spoke for when
+	// trusted to); AnsweredAt when.
+	AnsweredBy events.Identity `json:"answeredBy,omitzero"`
+	AnsweredAt time.Time       `json:"answeredAt,omitzero"`
 	// ResponseEventID is the elicitation.responded event that consumed it.
 	ResponseEventID string `json:"responseEventId,omitempty"`
 }
@@ -309,6 +311,14 @@ type Thread struct {
 	Superseded *Supersession `json:"superseded,omitempty"`
 	// TraceParent is the W3C trace context the active turn started in.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Owner is the party whose turn.requested started the thread (set by
+	// the first message recorded); Shared the parties it granted the
+	// thread to (TurnRequested.Share, at most events.MaxShares). Anyone
+	// else's message or answer is rejected forbidden. A record without an
+	// Owner (written before ownership existed) is claimed by its next
+	// message.
+	Owner  *events.Identity  `json:"owner,omitempty"`
+	Shared []events.Identity `json:"shared,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the
 	// active turn.
 	StartedBy string               `json:"startedBy,omitempty"`

@@ -171,7 +171,6 @@ func compactArgs(pe events.PendingElicitation) string {
 // unknown_or_expired, invalid_content (stays pending), already_consumed.
 func (p *Processor) onResponded(ctx context.Context, src input) error {
 	thread, e := src.thread, src.d.Event
-	who := events.Identity{Principal: src.principal}
 	in, err := events.Data[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
@@ -197,9 +196,25 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
+	// Who answers, as authenticated, and whether the thread is theirs:
+	// checked before the paused record is touched, so a refused answer
+	// consumes nothing.
+	who, err := p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
+	if err == nil {
+		var t *kvstate.Thread
+		if t, _, err = p.threads.Load(ctx, thread); err != nil {
+			return p.failIncompatible(ctx, thread, err)
+		}
+		err = mayUse(t, who)
+	}
+	if detail, ok := isForbidden(err); ok {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
+	} else if err != nil {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+	}
 	var v answerVerdict
 	rec, err := p.paused.Mutate(ctx, thread, func(rec *kvstate.PausedTurn) error {
-		v = applyAnswer(rec, e.ID(), in, time.Now())
+		v = applyAnswer(rec, e.ID(), in, who, time.Now())
 		if !v.consumed {
 			return kvstate.ErrNoChange
 		}
@@ -230,7 +245,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
-			"action", in.Action, "answered_by", in.AnsweredBy)
+			"action", in.Action, "answered_by", who.String())
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
