@@ -143,6 +143,21 @@ const (
 // MaxMessageText bounds a user message's text in bytes (UTF-8): 32 KiB.
 const MaxMessageText = 32 << 10
 
+// MaxTurnRequestBytes bounds the whole data of a turn.requested (text,
+// content blocks, _meta, share) in bytes: 40 KiB. The processor rejects a
+// larger one message_too_large before it reaches the thread record, whose
+// queue holds up to kvstate.MaxQueue of them within the 1 MiB KV value.
+const MaxTurnRequestBytes = 40 << 10
+
+// MaxAnswerBytes bounds the whole data of an elicitation.responded in
+// bytes (16 KiB), and MaxAnswerField each string in its content (8 KiB,
+// e.g. a decline's instructions): the processor rejects a larger answer
+// invalid_content naming the field, before it reaches the paused record.
+const (
+	MaxAnswerBytes = 16 << 10
+	MaxAnswerField = 8 << 10
+)
+
 // ElicitationRejected is the data of dev.parley.elicitation.rejected. On
 // invalid_content, Errors lists every "property: rule" and the elicitation
 // stays pending.

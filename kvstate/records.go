@@ -371,11 +371,15 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 }
 
 // historySize is what m counts against MaxHistoryBytes: its text and the
-// JSON of its content blocks.
+// JSON of its content blocks and _meta.
 func historySize(m schema.ChatMessage) int {
 	n := len(m.Text)
 	if len(m.Content) > 0 {
 		b, _ := json.Marshal(m.Content)
+		n += len(b)
+	}
+	if len(m.Meta) > 0 {
+		b, _ := json.Marshal(m.Meta)
 		n += len(b)
 	}
 	return n

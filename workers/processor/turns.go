@@ -31,9 +31,11 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	if verr != nil {
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
-		reason := events.RejectInvalidEvent
-		if len(verr) == 1 && strings.Contains(verr[0].Rule, "over the limit") {
-			reason = events.RejectMessageTooLarge
+		reason := events.RejectMessageTooLarge
+		for _, v := range verr {
+			if !strings.Contains(v.Rule, "over the limit") {
+				reason = events.RejectInvalidEvent
+			}
 		}
 		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
@@ -213,6 +215,12 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	}
 	if e.Subject() != thread {
 		vs = append(vs, schema.Violation{Path: "subject", Rule: fmt.Sprintf("must equal the thread of the NATS subject (%q)", thread)})
+	}
+	// The whole event data (text, content blocks, _meta, share), so no
+	// part of a message can overflow the thread record.
+	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
+		return events.TurnRequested{}, append(vs, schema.Violation{Path: "data",
+			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxTurnRequestBytes)})
 	}
 	in, err := events.Data[events.TurnRequested](e)
 	if err != nil {
