@@ -293,10 +293,14 @@ type Thread struct {
 	Agent  string `json:"agent,omitempty"`
 	TurnID string `json:"turnId,omitempty"`
 	RunID  string `json:"runId,omitempty"`
-	// LastTurnSeq is the highest PARLEY_CHAT stream sequence of a
+	// LastTurnSeq is the highest PARLEY_INPUT stream sequence of a
 	// turn.requested recorded for the thread (started, queued, rejected or
 	// dead-lettered): later messages wait for earlier ones (FIFO).
 	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
+	// InputSeqs says LastTurnSeq and PauseMark are PARLEY_INPUT sequences;
+	// a record without it was written when input was in PARLEY_CHAT, and
+	// its sequences do not compare with PARLEY_INPUT's.
+	InputSeqs bool `json:"inputSeqs,omitempty"`
 	// RunSeq is the PARLEY_RUNS stream sequence of the last run outcome
 	// applied to the thread (any turn): an outcome at or below it is stale
 	// (a redelivery after the turn moved on) and is not applied again.

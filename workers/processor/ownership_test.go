@@ -178,3 +178,28 @@ func TestMessageFromNonOwnerForbiddenAndShares(t *testing.T) {
 		t.Fatalf("owner %v, shared %v; want alice's, shared with bob only", th.Owner, th.Shared)
 	}
 }
+
+// A thread record written when input was in PARLEY_CHAT carries
+// PARLEY_CHAT sequences; they are not compared with PARLEY_INPUT's: a
+// message sent after the pause still supersedes it rather than queueing
+// behind a mark from the other stream.
+func TestLegacyChatSequencesIgnored(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	mem := h.p.threads.(inputSeqThreads).threadStore
+	if _, err := mem.Mutate(h.ctx, "t", func(th *kvstate.Thread) error {
+		th.InputSeqs, th.LastTurnSeq, th.PauseMark = false, 500, 500 // as an older version wrote it
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.pub.of(events.TypeElicitationCancelled)); n != 1 {
+		t.Fatalf("%d elicitation.cancelled, want 1: m2 supersedes the pause", n)
+	}
+}

@@ -107,7 +107,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return &Processor{bus: b, pub: b, threads: threads, paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return &Processor{bus: b, pub: b, threads: inputSeqThreads{threads}, paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
 // Run consumes integrator input (PARLEY_INPUT) and run outcomes and watches for expired pauses
