@@ -479,6 +479,14 @@ func (c *chaosRun) planWorkload(n int) [][][]*turn {
 	return plan
 }
 
+// chaosAnswerers are the users the chaos threads are shared with: the
+// answerers of drive (a double click is alice; concurrent answers are
+// person-1..5), all through the gateway principal.
+var chaosAnswerers = []events.Identity{{Principal: events.PrincipalGateway, OnBehalfOf: "alice"},
+	{Principal: events.PrincipalGateway, OnBehalfOf: "person-1"}, {Principal: events.PrincipalGateway, OnBehalfOf: "person-2"},
+	{Principal: events.PrincipalGateway, OnBehalfOf: "person-3"}, {Principal: events.PrincipalGateway, OnBehalfOf: "person-4"},
+	{Principal: events.PrincipalGateway, OnBehalfOf: "person-5"}}
+
 // publish stores e, retrying with the same event (same Nats-Msg-Id, so a
 // retry after a lost ack is dropped as a duplicate) while the server is
 // away.
@@ -516,8 +524,11 @@ func (c *chaosRun) drive(bursts [][]*turn) {
 					return
 				}
 			}
+			// As the gateway, which the processor trusts to name its users:
+			// the thread belongs to "chaos", who shares it with everyone
+			// who answers its questions (alice, person-1..5).
 			e, err := events.New("/parley/chaos", events.TypeTurnRequested, tr.thread, events.TurnRequested{
-				User: "chaos", Message: schema.ChatMessage{Role: schema.RoleUser, Text: tr.text}})
+				User: "chaos", Message: schema.ChatMessage{Role: schema.RoleUser, Text: tr.text}, Share: chaosAnswerers})
 			if err != nil {
 				c.t.Error(err)
 				return
@@ -527,7 +538,7 @@ func (c *chaosRun) drive(bursts [][]*turn) {
 			c.turns = append(c.turns, tr)
 			c.mu.Unlock()
 			tr.sentAt = time.Now()
-			c.publish(events.InputSubject(events.PrincipalIntegrator, tr.thread, events.ChatTurnRequested), e)
+			c.publish(events.InputSubject(events.PrincipalGateway, tr.thread, events.ChatTurnRequested), e)
 			c.mu.Lock()
 			c.lastSend = time.Now()
 			c.mu.Unlock()
@@ -665,7 +676,7 @@ func (c *chaosRun) answer(tr *turn, ids []string) {
 			}
 			el.answeredBy = who
 			c.mu.Unlock()
-			subject := events.InputSubject(events.PrincipalIntegrator, tr.thread, events.ChatElicitationResponded)
+			subject := events.InputSubject(events.PrincipalGateway, tr.thread, events.ChatElicitationResponded)
 			switch el.mode {
 			case modeSingle:
 				c.publish(subject, evs[0])
@@ -1040,7 +1051,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 			case rec == nil:
 				wrongDecisions++
 				problem(tr.thread, "turn %s: no decision recorded for elicitation %s", short(tr.turnID), short(el.id))
-			case rec.Decision != events.DecisionConfirm || rec.Action != el.action || rec.AnsweredBy != el.answeredBy[el.winner]:
+			case rec.Decision != events.DecisionConfirm || rec.Action != el.action || rec.AnsweredBy != (events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: el.answeredBy[el.winner]}):
 				wrongDecisions++
 				problem(tr.thread, "turn %s: decision for elicitation %s is %+v, want confirm/%s by %q",
 					short(tr.turnID), short(el.id), *rec, el.action, el.answeredBy[el.winner])

@@ -511,11 +511,16 @@ func (c *Client) PendingQuestions(ctx context.Context, thread string) ([]schema.
 		return nil, fmt.Errorf("reading the last event of %s: %s", thread, Explain(err))
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	items, err := c.Watch(wctx, WatchOptions{Thread: thread, FromStart: true})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
+	defer func() {
+		cancel()
+		for range items { // until the watch deleted its consumer
+		}
+	}()
 	var f pendingFold
 	n := 0
 	for it := range items {

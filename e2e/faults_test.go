@@ -178,7 +178,7 @@ func TestSupersedeRecoveredAfterCrash(t *testing.T) {
 	q, _ := s.question("cr", 1)
 	s.rec.await(t, 10*time.Second, "cr", events.TypeTurnPaused, 1)
 	e, err := events.New("/parley/test", events.TypeTurnRequested, "cr", events.TurnRequested{
-		User: "tester", Message: schema.ChatMessage{Role: schema.RoleUser, Text: "list everything"}})
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "list everything"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
 )
 
 // The integrator input stream (docs/events.md "Input"): integrators publish
@@ -161,4 +163,16 @@ func (id *Identity) UnmarshalJSON(b []byte) error {
 	}
 	*id = Identity(p)
 	return nil
+}
+
+// EchoIdentity returns who sent an input, as the processor's echo of it in
+// PARLEY_CHAT says (the extension attributes principal and onbehalfof);
+// zero for any other event.
+func EchoIdentity(e *event.Event) Identity {
+	principal, _ := e.Extensions()[ExtPrincipal].(string)
+	if principal == "" {
+		return Identity{}
+	}
+	obo, _ := e.Extensions()[ExtOnBehalfOf].(string)
+	return Identity{Principal: principal, OnBehalfOf: obo}
 }

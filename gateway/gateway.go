@@ -414,6 +414,12 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		g.unavailable(w, r, err)
 		return
 	}
+	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
+		// The processor would refuse it: say so now, publish nothing.
+		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
+			Detail: fmt.Sprintf("the message with its content blocks and _meta is %d bytes; at most %d", n, events.MaxTurnRequestBytes)})
+		return
+	}
 	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e); err != nil {
 		g.unavailable(w, r, err)
 		return

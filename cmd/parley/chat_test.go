@@ -276,10 +276,12 @@ func TestChatForm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.New(b, "").Send(ctx, "chat-test-event", "", "list", "other"); err != nil {
+	// Another client of the same principal (the thread's owner; it may
+	// not name an end user, as it is not trusted to).
+	if _, err := client.New(b, "").Send(ctx, "chat-test-event", "", "list", ""); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor("other: list")
+	h.waitFor("integrator: list")
 	h.waitFor("! this question was withdrawn: a new user message started a new turn")
 	h.waitFor("assistant: Found")
 	h.waitFor("you> ")

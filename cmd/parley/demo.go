@@ -251,12 +251,15 @@ func (d *demo) print(it client.Item) {
 }
 
 func (d *demo) send(thread, text string) error {
-	_, err := d.client.Send(d.e.ctx, thread, "", text, "demo-user")
+	_, err := d.client.Send(d.e.ctx, thread, "", text, "")
 	return err
 }
 
-func (d *demo) answer(thread, id string, action schema.ElicitAction, content map[string]any, by string) error {
-	_, err := d.client.Answer(d.e.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, by)
+// answer answers as the demo's principal (integrator), naming no end user:
+// only a principal trusted to speak for users may (the processor's
+// --trusted-principals).
+func (d *demo) answer(thread, id string, action schema.ElicitAction, content map[string]any) error {
+	_, err := d.client.Answer(d.e.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, "")
 	return err
 }
 
@@ -311,7 +314,7 @@ func (d *demo) aboutPage() error {
 	if choice == "" {
 		return fmt.Errorf("no page titled %q among %v", "About us", prop.EnumNames)
 	}
-	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"id": choice}, "demo-user"); err != nil {
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"id": choice}); err != nil {
 		return err
 	}
 	tc, err := d.completed(thread)
@@ -349,7 +352,7 @@ func (d *demo) createEvent() error {
 	if rs.Properties["title"] == nil || rs.Properties["date"] == nil || rs.Properties["date"].Format != "date" || len(rs.Required) != 2 {
 		return fmt.Errorf("want a form with title and date (format date), both required; got %+v", rs)
 	}
-	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"title": "Launch party", "date": "2026-12-12"}, "demo-user"); err != nil {
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"title": "Launch party", "date": "2026-12-12"}); err != nil {
 		return err
 	}
 	if _, err := d.completed(thread); err != nil {
@@ -395,7 +398,7 @@ func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
 		return errors.New("want a tool confirmation (_meta[drupal.org/ai.tool_call])")
 	}
 	fmt.Fprintln(d.note, "--- declining, with instructions")
-	if err := d.answer(thread, id, schema.ActionDecline, map[string]any{"instructions": instructions}, "editor@example.com"); err != nil {
+	if err := d.answer(thread, id, schema.ActionDecline, map[string]any{"instructions": instructions}); err != nil {
 		return err
 	}
 	tc, err := d.completed(thread)
@@ -428,7 +431,7 @@ func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
 	}
 	defer stopProc2()
 	fmt.Fprintln(d.note, "--- accepting (processor-2 resumes the turn)")
-	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{}, "editor@example.com"); err != nil {
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{}); err != nil {
 		return err
 	}
 	tc, err = d.completed(thread)

@@ -150,8 +150,8 @@ func describeRaw(ev *event.Event) string {
 			content = " " + string(b)
 		}
 		by := ""
-		if d.AnsweredBy != "" {
-			by = " by " + d.AnsweredBy
+		if who := events.EchoIdentity(ev); !who.IsZero() {
+			by = " by " + who.String()
 		}
 		return fmt.Sprintf("%s %s %s%s%s", head, d.ElicitationID, d.Action, content, by)
 	case events.TypeElicitationRejected:
@@ -249,7 +249,7 @@ func decisions(ds []events.DecisionRecord) string {
 		}
 		if d.Action != "" {
 			fmt.Fprintf(&b, "; %s", d.Action)
-			if d.AnsweredBy != "" {
+			if !d.AnsweredBy.IsZero() {
 				fmt.Fprintf(&b, " by %s", d.AnsweredBy)
 			}
 		}

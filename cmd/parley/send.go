@@ -102,7 +102,7 @@ func (f *deliveryFlags) check() error {
 type sendCmd struct {
 	Thread string   `name:"thread" short:"t" required:"" help:"Thread ID (A-Z a-z 0-9 _ -)."`
 	AgentN string   `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
-	User   string   `name:"user" help:"Who is sending (recorded)."`
+	User   string   `name:"user" help:"The end user you send for (onBehalfOf). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the message is rejected forbidden. Default: none (recorded as your principal)."`
 	Text   []string `arg:"" help:"The message."`
 	deliveryFlags
 	principalFlag
@@ -154,7 +154,7 @@ type answerCmd struct {
 	Thread      string `name:"thread" short:"t" required:"" help:"Thread ID."`
 	Elicitation string `name:"elicitation" short:"e" required:"" help:"Elicitation ID (from elicitation.requested)."`
 	Content     string `name:"content" help:"Form content as a JSON object (accept; or {\"instructions\": ...} with a confirmation's decline); @FILE reads it from a file, - from standard input."`
-	By          string `name:"by" help:"Who answers (recorded on the decision; default: $USER)."`
+	By          string `name:"by" help:"The end user you answer for (onBehalfOf, recorded on the decision). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the answer is rejected forbidden. Default: none (recorded as your principal)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
 	deliveryFlags
 	principalFlag
@@ -190,9 +190,6 @@ func (c *answerCmd) Run(e *env) error {
 		res.Content = content
 	}
 	by := c.By
-	if by == "" {
-		by = os.Getenv("USER")
-	}
 	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return &exitError{code: exitUnconfirmed, err: err}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/workers/agent"
@@ -38,6 +39,8 @@ func (s storeFlags) storage() jetstream.StorageType {
 type processorFlags struct {
 	PauseTTL    time.Duration `name:"pause-ttl" env:"PARLEY_PAUSE_TTL" default:"24h" help:"How long a paused turn waits for answers (at least 1s)."`
 	Concurrency int           `name:"concurrency" env:"PARLEY_CONCURRENCY" default:"8" help:"Events handled at once per consumer (at least 1)."`
+	// TrustedPrincipals: see processor.Options.TrustedPrincipals.
+	TrustedPrincipals []string `name:"trusted-principals" env:"PARLEY_TRUSTED_PRINCIPALS" default:"gateway" help:"NATS principals trusted to name the end user they act for (onBehalfOf), comma-separated; a name from any other principal is rejected forbidden."`
 }
 
 type agentFlags struct {
@@ -86,6 +89,14 @@ func (p processorFlags) check() error {
 	}
 	if p.PauseTTL < time.Second {
 		return fmt.Errorf("--pause-ttl must be at least 1s, got %v", p.PauseTTL)
+	}
+	for _, tp := range p.TrustedPrincipals {
+		if tp == "" {
+			continue // --trusted-principals "": none
+		}
+		if err := events.ValidToken("--trusted-principals", tp); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -151,7 +162,17 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 	defer log.Info("worker stopped")
 	switch role {
 	case "processor":
-		p, err := processor.New(ctx, b, &processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency})
+		var trusted []string // nil (a config built in code: dev, demo): the default
+		for _, tp := range cfg.processor.TrustedPrincipals {
+			if tp != "" {
+				trusted = append(trusted, tp)
+			}
+		}
+		if trusted == nil && cfg.processor.TrustedPrincipals != nil {
+			trusted = []string{} // --trusted-principals "": none
+		}
+		p, err := processor.New(ctx, b, &processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency,
+			TrustedPrincipals: trusted})
 		if err != nil {
 			return err
 		}

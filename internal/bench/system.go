@@ -184,12 +184,12 @@ func (s *system) send(ctx context.Context, thread string, write bool) error {
 	if write {
 		text = textWrite
 	}
-	_, err := s.client.Send(ctx, thread, "", text, "bench")
+	_, err := s.client.Send(ctx, thread, "", text, "")
 	return err
 }
 
 func (s *system) answer(ctx context.Context, thread, id string) error {
-	_, err := s.client.Answer(ctx, thread, id, schema.ElicitResult{Action: schema.ActionAccept}, "bench")
+	_, err := s.client.Answer(ctx, thread, id, schema.ElicitResult{Action: schema.ActionAccept}, "")
 	return err
 }
 

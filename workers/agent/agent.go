@@ -346,8 +346,8 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 }
 
 func who(a events.Answer) string {
-	if a.AnsweredBy != "" {
-		return a.AnsweredBy
+	if !a.AnsweredBy.IsZero() {
+		return a.AnsweredBy.String()
 	}
 	return "the user"
 }

@@ -46,3 +46,30 @@ var (
 	_ pausedStore = (*kvstate.PausedStore)(nil)
 	_ inputReader = jetstream.Stream(nil)
 )
+
+// inputSeqThreads is the thread store as the processor sees it: a record
+// written when integrator input was in PARLEY_CHAT has PARLEY_CHAT
+// sequences in LastTurnSeq and PauseMark, which do not compare with
+// PARLEY_INPUT's; they are read as unset (the order of the thread's
+// messages then comes from PARLEY_INPUT alone), and every write marks the
+// record's sequences as PARLEY_INPUT's.
+type inputSeqThreads struct{ threadStore }
+
+func inputSeqs(t *kvstate.Thread) {
+	if t != nil && !t.InputSeqs {
+		t.LastTurnSeq, t.PauseMark, t.InputSeqs = 0, 0, true
+	}
+}
+
+func (s inputSeqThreads) Load(ctx context.Context, id string) (*kvstate.Thread, uint64, error) {
+	t, rev, err := s.threadStore.Load(ctx, id)
+	inputSeqs(t)
+	return t, rev, err
+}
+
+func (s inputSeqThreads) Mutate(ctx context.Context, id string, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error) {
+	return s.threadStore.Mutate(ctx, id, func(t *kvstate.Thread) error {
+		inputSeqs(t)
+		return fn(t)
+	})
+}

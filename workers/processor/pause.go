@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,7 +172,6 @@ func compactArgs(pe events.PendingElicitation) string {
 // unknown_or_expired, invalid_content (stays pending), already_consumed.
 func (p *Processor) onResponded(ctx context.Context, src input) error {
 	thread, e := src.thread, src.d.Event
-	who := events.Identity{Principal: src.principal}
 	in, err := events.Data[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
@@ -197,9 +197,30 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
+	// Who answers, as authenticated, and whether the thread is theirs:
+	// checked before the paused record is touched, so a refused answer
+	// consumes nothing.
+	who, err := p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
+	if err == nil {
+		var t *kvstate.Thread
+		if t, _, err = p.threads.Load(ctx, thread); err != nil {
+			return p.failIncompatible(ctx, thread, err)
+		}
+		err = mayUse(t, who)
+	}
+	if detail, ok := isForbidden(err); ok {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
+	} else if err != nil {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+	}
+	// Sizes, before anything reaches the paused record.
+	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
+			"the answer is too large; the question is still open", vs)
+	}
 	var v answerVerdict
 	rec, err := p.paused.Mutate(ctx, thread, func(rec *kvstate.PausedTurn) error {
-		v = applyAnswer(rec, e.ID(), in, time.Now())
+		v = applyAnswer(rec, e.ID(), in, who, time.Now())
 		if !v.consumed {
 			return kvstate.ErrNoChange
 		}
@@ -230,7 +251,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
-			"action", in.Action, "answered_by", in.AnsweredBy)
+			"action", in.Action, "answered_by", who.String())
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
@@ -389,4 +410,36 @@ func (p *Processor) onExpired(ctx context.Context, thread string) error {
 	return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
 		events.DerivedID("elicitation.expired", t.Expired.TurnID), t.Expired.TurnID,
 		events.ElicitationExpired{TurnID: t.Expired.TurnID, ElicitationIDs: t.Expired.ElicitationIDs})
+}
+
+// answerSize checks an answer's size: the whole data (n bytes) against
+// events.MaxAnswerBytes, and every string in its content, at any depth,
+// against events.MaxAnswerField. The violations name the fields.
+func answerSize(n int, in events.ElicitationResponded) []schema.Violation {
+	var vs []schema.Violation
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case string:
+			if len(x) > events.MaxAnswerField {
+				vs = append(vs, schema.Violation{Path: path, Rule: fmt.Sprintf("%d bytes is over the limit of %d", len(x), events.MaxAnswerField)})
+			}
+		case map[string]any:
+			for k, e := range x {
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	for k, v := range in.Content {
+		walk("content."+k, v)
+	}
+	if n > events.MaxAnswerBytes && len(vs) == 0 {
+		vs = append(vs, schema.Violation{Path: "data", Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxAnswerBytes)})
+	}
+	slices.SortFunc(vs, func(a, b schema.Violation) int { return strings.Compare(a.Path, b.Path) })
+	return vs
 }

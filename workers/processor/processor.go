@@ -38,7 +38,17 @@ type Options struct {
 	// is released to be retried (bus.RetryLater: waiting does not count as
 	// a failure). Optional. Default: 10s.
 	OrderWait time.Duration
+	// TrustedPrincipals are the NATS principals trusted to speak for end
+	// users: only an input from one of them may name the user it acts for
+	// (onBehalfOf), which then becomes part of the party that owns a
+	// thread or answered a question; a claim from any other principal is
+	// rejected forbidden. Optional. Default: DefaultTrustedPrincipals.
+	TrustedPrincipals []string
 }
+
+// DefaultTrustedPrincipals is the default of Options.TrustedPrincipals:
+// the gateway, which authenticates its users itself.
+var DefaultTrustedPrincipals = []string{events.PrincipalGateway}
 
 // Processor is the processor worker.
 type Processor struct {
@@ -76,6 +86,14 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if o.OrderWait <= 0 {
 		o.OrderWait = 10 * time.Second
 	}
+	if o.TrustedPrincipals == nil {
+		o.TrustedPrincipals = DefaultTrustedPrincipals
+	}
+	for _, tp := range o.TrustedPrincipals {
+		if err := events.ValidToken("TrustedPrincipals", tp); err != nil {
+			return nil, err
+		}
+	}
 	js := b.JetStream()
 	threads, err := kvstate.OpenThreads(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
 	if err != nil {
@@ -89,7 +107,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return &Processor{bus: b, pub: b, threads: threads, paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return &Processor{bus: b, pub: b, threads: inputSeqThreads{threads}, paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
 // Run consumes integrator input (PARLEY_INPUT) and run outcomes and watches for expired pauses

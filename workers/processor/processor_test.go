@@ -236,7 +236,7 @@ func newHarness(t *testing.T) *harness {
 	pub := &memPub{}
 	chat := &memChat{last: map[string]uint64{}}
 	paused := &memPaused{recs: map[string]memRecord{}}
-	p := &Processor{pub: pub, threads: &memThreads{recs: map[string]memRecord{}}, paused: paused, input: chat,
+	p := &Processor{pub: pub, threads: inputSeqThreads{&memThreads{recs: map[string]memRecord{}}}, paused: paused, input: chat,
 		opts: Options{PauseTTL: time.Hour, DefaultAgent: "default", OrderWait: time.Second},
 		log:  slog.New(slog.DiscardHandler)}
 	return &harness{t: t, p: p, pub: pub, chat: chat, paused: paused, ctx: t.Context()}

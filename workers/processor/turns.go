@@ -22,13 +22,20 @@ import (
 func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	thread, d := src.thread, src.d
 	e := d.Event
-	who := events.Identity{Principal: src.principal}
 	in, verr := p.validateTurn(thread, e)
+	who, ierr := p.identify(src.principal, e, in.User, "data.user")
+	if verr == nil && ierr != nil {
+		if _, ok := isForbidden(ierr); !ok {
+			verr = []schema.Violation{{Path: "extensions." + events.ExtOnBehalfOf, Rule: ierr.Error()}}
+		}
+	}
 	if verr != nil {
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
-		reason := events.RejectInvalidEvent
-		if len(verr) == 1 && strings.Contains(verr[0].Rule, "over the limit") {
-			reason = events.RejectMessageTooLarge
+		reason := events.RejectMessageTooLarge
+		for _, v := range verr {
+			if !strings.Contains(v.Rule, "over the limit") {
+				reason = events.RejectInvalidEvent
+			}
 		}
 		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
@@ -43,7 +50,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	if err := p.awaitPredecessors(ctx, thread, d); err != nil {
 		return err
 	}
-	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message,
+	if ierr != nil { // a claim this principal may not make
+		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ierr)
+	}
+	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: who.OnBehalfOf, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
 
 	// A message sent after the thread's turn paused supersedes it: its
@@ -65,16 +75,30 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 			return p.failIncompatible(ctx, thread, err)
 		}
 		po = pauseOutcome{}
+		// Only the thread's owner and those it was shared with may send
+		// to it: checked before anything (a paused turn's questions) is
+		// touched, and again in the write.
+		if err := checkOwnership(cur, who, in.Share); err != nil && !cur.Seen(e.ID()) {
+			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		}
 		if classifyMessage(cur, e.ID(), d.StreamSeq) == msgSupersede {
 			if po, err = p.withdraw(ctx, cur, e.ID()); err != nil {
 				return err
 			}
 		}
 		t, err = p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+			if !t.Seen(e.ID()) {
+				if err := applyOwnership(t, who, in.Share); err != nil {
+					return err
+				}
+			}
 			var err error
 			refused, started, err = applyMessage(t, queued, d.StreamSeq, po)
 			return err
 		})
+		if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
+			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		}
 		if err == nil && started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
 			p.fault(faultAfterSupersede)
 		}
@@ -108,6 +132,24 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		}
 	}
 	return p.requestRun(ctx, t, started)
+}
+
+// refuseTurn rejects the turn.requested id at PARLEY_INPUT sequence seq for
+// cause, a refusal of the owner rules (forbidden) or too many shares
+// (invalid_event), and records it as dealt with, queueing nothing.
+func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint64, cause error) error {
+	reason, v := events.RejectForbidden, schema.Violation{Path: "principal", Rule: cause.Error()}
+	if errors.Is(cause, errTooManyShares) {
+		reason, v = events.RejectInvalidEvent, schema.Violation{Path: "data.share",
+			Rule: fmt.Sprintf("the thread would be shared with more than %d parties", events.MaxShares)}
+	}
+	p.log.WarnContext(ctx, "turn refused", "subject", thread, "event_id", id, "reason", reason, "detail", v.Rule)
+	if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+		events.DerivedID("turn.rejected", id), "",
+		events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}); err != nil {
+		return err
+	}
+	return p.recordSeq(ctx, thread, seq)
 }
 
 // recordSeq records that the turn.requested at stream sequence seq was
@@ -174,6 +216,12 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if e.Subject() != thread {
 		vs = append(vs, schema.Violation{Path: "subject", Rule: fmt.Sprintf("must equal the thread of the NATS subject (%q)", thread)})
 	}
+	// The whole event data (text, content blocks, _meta, share), so no
+	// part of a message can overflow the thread record.
+	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
+		return events.TurnRequested{}, append(vs, schema.Violation{Path: "data",
+			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxTurnRequestBytes)})
+	}
 	in, err := events.Data[events.TurnRequested](e)
 	if err != nil {
 		return in, append(vs, schema.Violation{Path: "data", Rule: err.Error()})
@@ -184,6 +232,10 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if err := events.ValidToken("agent", in.Agent); err != nil {
 		vs = append(vs, schema.Violation{Path: "data.agent", Rule: err.Error()})
 	}
+	if len(in.User) > maxOnBehalfOf {
+		vs = append(vs, schema.Violation{Path: "data.user", Rule: fmt.Sprintf("%d bytes; at most %d", len(in.User), maxOnBehalfOf)})
+	}
+	vs = append(vs, validateShare(in.Share)...)
 	if in.Message.Role == "" {
 		in.Message.Role = schema.RoleUser
 	}
