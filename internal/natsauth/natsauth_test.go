@@ -3,6 +3,7 @@ package natsauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -288,8 +289,15 @@ func TestAllowed(t *testing.T) {
 	for _, p := range []string{natsauth.Integrator, "acme", natsauth.Gateway} {
 		c := s.connect(t, p)
 		js, _ := jetstream.New(c.Conn)
-		if _, err := js.Publish(ctx, "parley.in."+p+".t1.turn.requested", []byte("{}")); err != nil {
+		ack, err := js.Publish(ctx, "parley.in."+p+".t1.turn.requested", []byte("{}"))
+		if err != nil {
 			t.Fatalf("%s publishing its input: %v", p, err)
+		}
+		// A duplicate PubAck is checked against the stored message
+		// (bus.checkDuplicate: one STREAM.MSG.GET request).
+		m, err := c.Request("$JS.API.STREAM.MSG.GET."+natsauth.StreamInput, fmt.Appendf(nil, `{"seq":%d}`, ack.Sequence), 5*time.Second)
+		if err != nil || !strings.Contains(string(m.Data), `"message"`) {
+			t.Fatalf("%s reading back its input: %v", p, err)
 		}
 		c.noViolations(t)
 	}

@@ -204,12 +204,14 @@ func (p Principal) Permissions() Permissions {
 			// Expiry markers of paused turns (kvstate.ConsumeExpired).
 			pub(consumer("KV_"+BucketPaused, "processor-expiry")...)
 			pub(streamRead(StreamChat, StreamInput)...)
+			pub(msgGet(StreamAgent, StreamDeadLetter)...)
 			pub(bucketOwn(BucketThreads, BucketPaused)...)
 		case Agent:
 			pub("parley.agent.run.completed", "parley.agent.run.paused", "parley.agent.run.failed",
 				"parley.tool.call.>", "parley.tool.pre_execute.>",
 				"parley.chat.*.progress", "parley.chat.*.message.delta")
 			pub(consumer(StreamAgent, "agent")...)
+			pub(msgGet(StreamRuns, StreamTools, StreamChat, StreamDeadLetter)...)
 			pub(bucketOwn(BucketRuns, BucketDecisions)...)
 			// It opens (creates when missing) the registry, and reads it.
 			pub(bucketRead(BucketTools)...)
@@ -219,6 +221,7 @@ func (p Principal) Permissions() Permissions {
 		case Toolexec:
 			pub("parley.tool.result.>", "parley.chat.*.progress")
 			pub(consumer(StreamTools, "toolexec")...)
+			pub(msgGet(StreamAgent, StreamChat, StreamDeadLetter)...)
 			pub(bucketOwn(BucketTools, BucketToolResults, BucketContent)...)
 			// It opens (creates when missing) the decision records the
 			// agent writes, and reads them.
@@ -238,6 +241,7 @@ func (p Principal) Permissions() Permissions {
 		pub(bucketRead(BucketTools)...)
 	case KindIntegrator, KindGateway:
 		pub(InputPrefix + p.Name + ".>")
+		pub(msgGet(StreamInput)...)
 		pub(chatReader()...)
 		// The client reads (never writes) where a message waits
 		// (client.Await).
@@ -302,6 +306,17 @@ func streamRead(streams ...string) []string {
 	for _, s := range streams {
 		out = append(out, "$JS.API.STREAM.INFO."+s, "$JS.API.STREAM.MSG.GET."+s,
 			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>")
+	}
+	return out
+}
+
+// msgGet is reading one stored message of streams by sequence: a
+// publisher checks a duplicate PubAck against what is stored
+// (bus.checkDuplicate) on every stream it publishes to.
+func msgGet(streams ...string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out, "$JS.API.STREAM.MSG.GET."+s)
 	}
 	return out
 }
