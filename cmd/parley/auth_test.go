@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // Every command that connects lists the credential and TLS flags (and
@@ -230,4 +232,44 @@ func TestDevGatewayUnderAuth(t *testing.T) {
 	if strings.Contains(strings.ToLower(out.String()), "permissions violation") {
 		t.Errorf("permissions violations:\n%s", out.String())
 	}
+}
+
+// `parley chat` against `parley dev` under auth, with no credential
+// flags: a confirmation runs end to end and names the entities by their
+// titles (read from the site with the integrator's read permission).
+func TestChatUnderDevAuth(t *testing.T) {
+	dir := t.TempDir()
+	url := startDevCmd(t, dir)
+	t.Setenv("PARLEY_DATA_DIR", dir)
+	admin := natsauth.Credentials{NKeyFile: filepath.Join(dir, "auth", "admin.nk"), Principal: natsauth.Admin}
+	nc, err := natsauth.Connect(url, "test-admin", admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		kv, err := js.KeyValue(t.Context(), "parley_tools")
+		if err == nil {
+			if _, err = kv.Get(t.Context(), builtin.ToolDeleteEntities); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tool-executor did not register its tools: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	h := startChat(t, url, t.Context(), "chat-auth")
+	h.typeLine("delete the 10 draft articles")
+	h.waitFor("tool:        delete_entities")
+	h.waitMatch(regexp.MustCompile(`entities:    \S+ "[^"]+"\n`))
+	h.waitFor("Allow? [y/n/c] ")
+	h.typeLine("n")
+	h.waitFor("Instructions for the agent (optional): ")
+	h.typeLine("not now")
+	h.waitFor("→ declined")
+	h.waitFor("you> ")
+	h.quit()
 }

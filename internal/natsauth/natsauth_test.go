@@ -159,6 +159,7 @@ func TestForbidden(t *testing.T) {
 		{"integrator", "$KV.parley_tools.delete_entities"},
 		{"integrator", "$KV.parley_paused.t1"},
 		{"integrator", "$KV.parley_threads.t1"},
+		{"integrator", "$KV.parley_content.entity.1"},
 		{"integrator", "$JS.API.DIRECT.GET.KV_parley_paused"},
 		{"integrator", "$JS.API.CONSUMER.CREATE.PARLEY_INPUT.processor"},
 		{"integrator", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_INPUT.processor"},

@@ -244,8 +244,10 @@ func (p Principal) Permissions() Permissions {
 		pub(msgGet(StreamInput)...)
 		pub(chatReader()...)
 		// The client reads (never writes) where a message waits
-		// (client.Await).
-		pub(bucketRead(BucketThreads)...)
+		// (client.Await); `parley chat` reads the titles of the entities
+		// a confirmation names from the built-in site (parley_content),
+		// so a person confirms titles, not bare IDs.
+		pub(bucketRead(BucketThreads, BucketContent)...)
 		sub(inbox)
 		if p.Kind == KindGateway {
 			pub(bucketOwn(BucketGatewayThreads)...)
