@@ -579,7 +579,7 @@ func checkPDBs(t *testing.T, m *manifests, byRole map[string]workload) {
 func consumers(t *testing.T) map[string][][2]string {
 	t.Helper()
 	streams := map[string]string{
-		"StreamChat": events.StreamChat, "StreamAgent": events.StreamAgent,
+		"StreamChat": events.StreamChat, "StreamInput": events.StreamInput, "StreamAgent": events.StreamAgent,
 		"StreamRuns": events.StreamRuns, "StreamTools": events.StreamTools,
 		"StreamDeadLetter": events.StreamDeadLetter, "StreamInput": events.StreamInput,
 	}

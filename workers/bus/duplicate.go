@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,6 +41,9 @@ func (e *DuplicateMismatchError) Error() string {
 // Is makes DuplicateMismatchError match ErrDuplicateMismatch.
 func (e *DuplicateMismatchError) Is(target error) bool { return target == ErrDuplicateMismatch }
 
+// duplicateCheckTimeout bounds the read of the stored message.
+const duplicateCheckTimeout = 2 * time.Second
+
 // identityHeaders are the CloudEvents attributes that say what an event is
 // and whom it concerns: a stored message under the same ID that differs in
 // one of them (or in the NATS subject) is another event.
@@ -50,18 +54,26 @@ var identityHeaders = []string{"ce-type", "ce-subject", "ce-source"}
 // *DuplicateMismatchError when they are different events (NATS subject,
 // type, ce-subject or source differ); nil when they are the same event, or
 // when the stored message is gone (a work queue removes what was
-// consumed, and limits drop old messages: nothing left to compare). Data
+// consumed, and limits drop old messages: nothing left to compare) or
+// cannot be read (logged: the role's permissions must allow
+// $JS.API.STREAM.MSG.GET on the streams it publishes to). Data
 // is not compared: one event re-derived after a crash may word its detail
 // differently (a delivery count, an error text); a differing body is
 // logged.
 func (c *Client) checkDuplicate(ctx context.Context, msg *nats.Msg, id string, ack *jetstream.PubAck) error {
-	stored, err := c.storedMsg(ctx, ack.Stream, ack.Sequence)
+	gctx, cancel := context.WithTimeout(ctx, duplicateCheckTimeout)
+	stored, err := c.storedMsg(gctx, ack.Stream, ack.Sequence)
+	cancel()
 	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			// Not readable (no permission for $JS.API.STREAM.MSG.GET on
+			// the stream, an election): the duplicate stands unchecked,
+			// as JetStream reported it, rather than failing the handler
+			// on every redelivery.
+			c.logger.WarnContext(ctx, "duplicate not checked against the stored message", "msg_id", id,
+				"stream", ack.Stream, "stream_seq", ack.Sequence, "error", err)
 		}
-		return fmt.Errorf("checking the duplicate of %s against %s sequence %d: %w", id,
-			ack.Stream, ack.Sequence, err)
+		return nil
 	}
 	describe := func(subject string, h nats.Header) string {
 		s := subject

@@ -130,7 +130,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		return p.bus.Consume(ctx, bus.ConsumerSpec{
 			// Every input subject, so that one that does not parse is
 			// dead-lettered with the reason rather than left in the stream.
-			Stream: events.StreamInput, Durable: InputDurable, Concurrency: p.opts.Concurrency,
+			Stream: events.StreamInput, Durable: "processor", Concurrency: p.opts.Concurrency,
 			FilterSubjects: []string{events.SubjectInputAll},
 			OnDeadLetter:   p.onDeadLetter,
 			OnUndecodable:  p.onUndecodable,
@@ -158,9 +158,6 @@ func (p *Processor) Run(ctx context.Context) error {
 
 // runSubjectPrefix is the prefix of PARLEY_RUNS subjects.
 const runSubjectPrefix = "parley.agent.run."
-
-// InputDurable is the processor's durable consumer on PARLEY_INPUT.
-const InputDurable = "processor"
 
 // HandleInput handles an integrator's turn.requested or
 // elicitation.responded from PARLEY_INPUT, published by the principal its
