@@ -581,7 +581,7 @@ func consumers(t *testing.T) map[string][][2]string {
 	streams := map[string]string{
 		"StreamChat": events.StreamChat, "StreamInput": events.StreamInput, "StreamAgent": events.StreamAgent,
 		"StreamRuns": events.StreamRuns, "StreamTools": events.StreamTools,
-		"StreamDeadLetter": events.StreamDeadLetter, "StreamInput": events.StreamInput,
+		"StreamDeadLetter": events.StreamDeadLetter,
 	}
 	out := map[string][][2]string{}
 	for _, role := range workerRoles {

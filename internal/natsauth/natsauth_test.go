@@ -21,7 +21,6 @@ import (
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
@@ -500,7 +499,6 @@ func TestNamesMatchCode(t *testing.T) {
 		natsauth.BucketContent:        builtin.DefaultBucket,
 		natsauth.BucketGatewayThreads: gateway.BucketThreads,
 		natsauth.ObjectResults:        agent.ResultsBucket,
-		"processor":                   processor.InputDurable,
 	} {
 		if got != want {
 			t.Errorf("natsauth names %q, the code %q", got, want)
