@@ -84,7 +84,7 @@ func startDevCmdGateway(t *testing.T, dataDir, gatewayListen string) (string, *s
 	c := &devCmd{DataDir: dataDir, Listen: "127.0.0.1:0", Gateway: gatewayListen,
 		storeFlags:     storeFlags{Storage: "file", Replicas: 1, StartupTimeout: 30 * time.Second, PublishRetry: time.Second},
 		processorFlags: processorFlags{PauseTTL: time.Minute, Concurrency: 2},
-		agentFlags:     agentFlags{PreExecuteTimeout: time.Second}}
+		agentFlags:     agentFlags{PreExecuteTimeout: 2 * time.Second}}
 	go func() { done <- c.Run(e) }()
 	t.Cleanup(func() {
 		cancel()
@@ -192,7 +192,9 @@ func TestDevNoAuthOnlyOnLoopback(t *testing.T) {
 // The gateway of parley dev runs on its own principal: a message posted
 // over HTTP is published under parley.in.gateway and runs to its question.
 func TestDevGatewayUnderAuth(t *testing.T) {
-	_, out := startDevCmdGateway(t, t.TempDir(), "127.0.0.1:0")
+	dir := t.TempDir()
+	url, out := startDevCmdGateway(t, dir, "127.0.0.1:0")
+	waitToolsRegistered(t, adminJS(t, url, dir))
 	m := regexp.MustCompile(`Web chat: (http://\S+)/#token=(\S+)`).FindStringSubmatch(out.String())
 	if m == nil {
 		t.Fatalf("no gateway URL in:\n%s", out.String())
@@ -241,26 +243,8 @@ func TestChatUnderDevAuth(t *testing.T) {
 	dir := t.TempDir()
 	url := startDevCmd(t, dir)
 	t.Setenv("PARLEY_DATA_DIR", dir)
-	admin := natsauth.Credentials{NKeyFile: filepath.Join(dir, "auth", "admin.nk"), Principal: natsauth.Admin}
-	nc, err := natsauth.Connect(url, "test-admin", admin, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		kv, err := js.KeyValue(t.Context(), "parley_tools")
-		if err == nil {
-			if _, err = kv.Get(t.Context(), builtin.ToolDeleteEntities); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tool-executor did not register its tools: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	js := adminJS(t, url, dir)
+	waitToolsRegistered(t, js)
 	h := startChat(t, url, t.Context(), "chat-auth")
 	h.typeLine("delete the 10 draft articles")
 	h.waitFor("tool:        delete_entities")
@@ -272,4 +256,35 @@ func TestChatUnderDevAuth(t *testing.T) {
 	h.waitFor("→ declined")
 	h.waitFor("you> ")
 	h.quit()
+}
+
+// adminJS is a JetStream context of dev's admin principal (dataDir's seed).
+func adminJS(t *testing.T, url, dataDir string) jetstream.JetStream {
+	t.Helper()
+	admin := natsauth.Credentials{NKeyFile: filepath.Join(dataDir, "auth", "admin.nk"), Principal: natsauth.Admin}
+	nc, err := natsauth.Connect(url, "test-admin", admin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	return js
+}
+
+// waitToolsRegistered waits until the tool-executor registered its tools.
+func waitToolsRegistered(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		kv, err := js.KeyValue(t.Context(), "parley_tools")
+		if err == nil {
+			if _, err = kv.Get(t.Context(), builtin.ToolDeleteEntities); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tool-executor did not register its tools: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
