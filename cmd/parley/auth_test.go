@@ -163,6 +163,7 @@ func TestDevSecureByDefault(t *testing.T) {
 	// A whole turn from the command line, as README shows it: send (with
 	// no credential flags) publishes as integrator, the workers each on
 	// their own principal run it, the verdict comes back.
+	waitToolsRegistered(t, adminJS(t, url, dir))
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"send", "--nats", url, "-t", "t1", "--wait", "30s", "show me the About page"}, strings.NewReader(""), &stdout, &stderr)
 	if code != 0 || !strings.Contains(stdout.String(), "Which page") {
