@@ -23,6 +23,7 @@ import (
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/processor"
@@ -234,8 +235,22 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
-	// The server.
-	c.srv = &natsServer{bin: bins.server, dir: filepath.Join(tmp, "js"), log: filepath.Join(logDir, "nats-server.log"), port: freePort(t)}
+	// The server, with parley's shipped authorization (rendered by
+	// natsauth, as `parley auth init` writes it): every worker runs on
+	// its own principal, the test's own connection is the operator.
+	authDir := filepath.Join(tmp, "auth")
+	if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
+		t.Fatal(err)
+	}
+	creds := func(p string) natsauth.Credentials {
+		return natsauth.Credentials{NKeyFile: filepath.Join(authDir, natsauth.SeedFile(p)), Principal: p}
+	}
+	adminOpts, err := creds(natsauth.Admin).Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.srv = &natsServer{bin: bins.server, dir: filepath.Join(tmp, "js"), log: filepath.Join(logDir, "nats-server.log"), port: freePort(t),
+		extra: []string{"-c", filepath.Join(authDir, natsauth.AuthFile)}, connOpts: adminOpts}
 	if err := c.srv.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +288,7 @@ func TestChaos(t *testing.T) {
 				wenv = processorEnv
 			}
 			w := &worker{role: role, n: n, bin: bins.parley, env: wenv, rnd: c.rnd,
-				args: append(slices.Clone(common), roleArgs[role]...),
+				args: append(append(slices.Clone(common), roleArgs[role]...), "--nats-nkey", creds(role).NKeyFile),
 				log:  filepath.Join(logDir, fmt.Sprintf("%s-%d.log", role, n))}
 			c.workers = append(c.workers, w)
 			supervisors.Go(func() { w.supervise(superCtx) })
@@ -291,7 +306,7 @@ func TestChaos(t *testing.T) {
 
 	// The test's own connection: it publishes like an integrator and
 	// records every chat event.
-	nc, err := client.Connect(c.srv.url(), "parley-chaos-test")
+	nc, err := natsauth.Connect(c.srv.url(), "parley-chaos-test", creds(natsauth.Admin), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,6 +363,21 @@ func TestChaos(t *testing.T) {
 	loadTime := time.Since(loadStart)
 
 	bad := c.check(loadTime)
+	// Every role did its whole job within its own permissions: the
+	// server logged no violation (nor did a worker's error handler).
+	logs, _ := filepath.Glob(filepath.Join(logDir, "*.log"))
+	for _, f := range logs {
+		b, _ := os.ReadFile(f)
+		for line := range strings.Lines(string(b)) {
+			// Workers log "NATS permissions violation"; the server
+			// "Publish Violation" and "Subscription Violation".
+			if l := strings.ToLower(line); strings.Contains(l, "permissions violation") ||
+				strings.Contains(l, "publish violation") || strings.Contains(l, "subscription violation") {
+				t.Errorf("%s: %s", filepath.Base(f), strings.TrimSpace(line))
+				break
+			}
+		}
+	}
 	for i, thread := range bad {
 		if i == 8 {
 			t.Logf("(%d more threads with problems)", len(bad)-i)
@@ -382,7 +412,7 @@ func (c *chaosRun) waitReady() {
 		}
 	}
 	js := c.bus.JetStream()
-	for _, sc := range [][2]string{{events.StreamChat, "processor"}, {events.StreamRuns, "processor-runs"},
+	for _, sc := range [][2]string{{events.StreamInput, "processor"}, {events.StreamRuns, "processor-runs"},
 		{events.StreamAgent, "agent"}, {events.StreamTools, "toolexec"}} {
 		for {
 			if _, err := js.Consumer(c.ctx, sc[0], sc[1]); err == nil {
@@ -449,6 +479,14 @@ func (c *chaosRun) planWorkload(n int) [][][]*turn {
 	return plan
 }
 
+// chaosAnswerers are the users the chaos threads are shared with: the
+// answerers of drive (a double click is alice; concurrent answers are
+// person-1..5), all through the gateway principal.
+var chaosAnswerers = []events.Identity{{Principal: events.PrincipalGateway, OnBehalfOf: "alice"},
+	{Principal: events.PrincipalGateway, OnBehalfOf: "person-1"}, {Principal: events.PrincipalGateway, OnBehalfOf: "person-2"},
+	{Principal: events.PrincipalGateway, OnBehalfOf: "person-3"}, {Principal: events.PrincipalGateway, OnBehalfOf: "person-4"},
+	{Principal: events.PrincipalGateway, OnBehalfOf: "person-5"}}
+
 // publish stores e, retrying with the same event (same Nats-Msg-Id, so a
 // retry after a lost ack is dropped as a duplicate) while the server is
 // away.
@@ -486,8 +524,11 @@ func (c *chaosRun) drive(bursts [][]*turn) {
 					return
 				}
 			}
+			// As the gateway, which the processor trusts to name its users:
+			// the thread belongs to "chaos", who shares it with everyone
+			// who answers its questions (alice, person-1..5).
 			e, err := events.New("/parley/chaos", events.TypeTurnRequested, tr.thread, events.TurnRequested{
-				User: "chaos", Message: schema.ChatMessage{Role: schema.RoleUser, Text: tr.text}})
+				User: "chaos", Message: schema.ChatMessage{Role: schema.RoleUser, Text: tr.text}, Share: chaosAnswerers})
 			if err != nil {
 				c.t.Error(err)
 				return
@@ -497,7 +538,7 @@ func (c *chaosRun) drive(bursts [][]*turn) {
 			c.turns = append(c.turns, tr)
 			c.mu.Unlock()
 			tr.sentAt = time.Now()
-			c.publish(events.ChatSubject(tr.thread, events.ChatTurnRequested), e)
+			c.publish(events.InputSubject(events.PrincipalGateway, tr.thread, events.ChatTurnRequested), e)
 			c.mu.Lock()
 			c.lastSend = time.Now()
 			c.mu.Unlock()
@@ -635,7 +676,7 @@ func (c *chaosRun) answer(tr *turn, ids []string) {
 			}
 			el.answeredBy = who
 			c.mu.Unlock()
-			subject := events.ChatSubject(tr.thread, events.ChatElicitationResponded)
+			subject := events.InputSubject(events.PrincipalGateway, tr.thread, events.ChatElicitationResponded)
 			switch el.mode {
 			case modeSingle:
 				c.publish(subject, evs[0])
@@ -1010,7 +1051,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 			case rec == nil:
 				wrongDecisions++
 				problem(tr.thread, "turn %s: no decision recorded for elicitation %s", short(tr.turnID), short(el.id))
-			case rec.Decision != events.DecisionConfirm || rec.Action != el.action || rec.AnsweredBy != el.answeredBy[el.winner]:
+			case rec.Decision != events.DecisionConfirm || rec.Action != el.action || rec.AnsweredBy != (events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: el.answeredBy[el.winner]}):
 				wrongDecisions++
 				problem(tr.thread, "turn %s: decision for elicitation %s is %+v, want confirm/%s by %q",
 					short(tr.turnID), short(el.id), *rec, el.action, el.answeredBy[el.winner])

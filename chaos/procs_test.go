@@ -26,6 +26,9 @@ type natsServer struct {
 	bin, dir, log string
 	port          int
 	extra         []string // further arguments (cluster_test.go: name, cluster, routes)
+	// connOpts are the readiness probe's connection options (the admin
+	// principal's credentials on a server with parley's authorization).
+	connOpts []nats.Option
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -60,7 +63,7 @@ func (s *natsServer) start() error {
 			return fmt.Errorf("nats-server exited at start-up (see %s)", s.log)
 		default:
 		}
-		if err := pingJetStream(s.url()); err == nil {
+		if err := pingJetStream(s.url(), s.connOpts...); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			return fmt.Errorf("nats-server not ready after 20s: %w (see %s)", err, s.log)
@@ -69,8 +72,8 @@ func (s *natsServer) start() error {
 	}
 }
 
-func pingJetStream(url string) error {
-	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect())
+func pingJetStream(url string, opts ...nats.Option) error {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(time.Second), nats.NoReconnect()}, opts...)...)
 	if err != nil {
 		return err
 	}

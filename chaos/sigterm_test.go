@@ -112,7 +112,7 @@ func TestSIGTERMDrains(t *testing.T) {
 	const turns = 60
 	want := map[string]bool{}
 	for i := range turns {
-		e, err := cl.Send(ctx, fmt.Sprintf("drain-%d", i%20), "", "list everything", "tester")
+		e, err := cl.Send(ctx, fmt.Sprintf("drain-%d", i%20), "", "list everything", "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,10 +36,9 @@ const (
 
 // Outcomes of an elicitation.responded (Deliver of Response).
 const (
-	// OutcomeAccepted: the processor took the answer (its paused record
-	// marks the elicitation consumed by this event): accept, decline and
-	// cancel alike. Verdict.Pending lists the questions of the turn still
-	// unanswered.
+	// OutcomeAccepted: the processor took the answer (it echoed the event
+	// into PARLEY_CHAT): accept, decline and cancel alike. Verdict.Pending
+	// lists the questions of the thread still unanswered.
 	OutcomeAccepted Outcome = "accepted"
 )
 
@@ -52,8 +51,9 @@ type Verdict struct {
 	// Outcome is what the processor decided.
 	Outcome Outcome
 	// Event is the event that carried the decision (turn.completed,
-	// turn.paused, turn.rejected, turn.failed, elicitation.rejected); nil
-	// for OutcomeAccepted, which is read from the paused-turn record.
+	// turn.paused, turn.rejected, turn.failed, elicitation.rejected, or
+	// for OutcomeAccepted the processor's echo of the answer, with the
+	// extension attributes principal and onbehalfof).
 	Event *event.Event
 	// Questions are the elicitation.requested events of a paused turn, in
 	// stream order.
@@ -65,6 +65,10 @@ type Verdict struct {
 	// is set when the event had been stored before (a resend).
 	Ack *jetstream.PubAck
 }
+
+// InputDuplicateWindow is PARLEY_INPUT's duplicate window (the bus's
+// EnsureStreams): a resend within it is dropped as a duplicate.
+const InputDuplicateWindow = 2 * time.Minute
 
 // ErrNoVerdict is matched by the error of Deliver when the wait ends
 // before the processor decided; the event is stored (it was
@@ -100,11 +104,12 @@ func (e *NoVerdictError) Is(target error) bool { return target == ErrNoVerdict }
 // Deliver publishes e — a turn.requested or an elicitation.responded, as
 // built by TurnRequest or Response — and waits up to wait for the
 // processor's verdict on it. It starts watching (an ordered consumer on
-// the thread, from now; for an answer also the thread's paused-turn
-// record) BEFORE publishing, so no verdict can be missed, and matches by
-// the event's ID (requestEventId, respondedEventId). A resend of an event
-// already stored (PubAck.Duplicate) is matched from the original's stream
-// sequence.
+// the thread, from now) BEFORE publishing, so no verdict can be missed,
+// and matches by the event's ID (requestEventId, respondedEventId, the
+// echo of an accepted answer). A resend of an event already stored
+// (PubAck.Duplicate: the original was published within the input stream's
+// duplicate window) is matched by reading the thread again from the start
+// of that window.
 //
 // Errors: those of Publish (the event is not confirmed); an error matching
 // ErrNoVerdict when wait passes first; ctx's error when it ends first.
@@ -132,40 +137,23 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 	if err != nil {
 		return nil, err
 	}
-	var records <-chan jetstream.KeyValueEntry
-	var kv jetstream.KeyValue
-	if _, ok := m.(*answerMatcher); ok {
-		kv, _ = c.bus.JetStream().KeyValue(wctx, kvstate.BucketPaused)
-		if kv != nil {
-			w, err := kv.Watch(wctx, thread, jetstream.UpdatesOnly())
-			if err == nil {
-				defer func() { _ = w.Stop() }()
-				records = w.Updates()
-			}
-		}
-	}
 	ack, err := c.Publish(ctx, e)
 	if err != nil {
 		return nil, err
 	}
 	if ack.Duplicate {
-		// Stored before: its verdict may be in the past. Read the thread
-		// again from the original's sequence, and the record as it is.
+		// Stored before, at most a duplicate window ago: its verdict may
+		// be in the past. Read the thread again from the start of the
+		// window (input and chat are separate streams, so the original's
+		// input sequence says nothing about PARLEY_CHAT).
 		cancel()
 		for range items { // wait until the first watch is cleaned up
 		}
 		wctx, cancel = context.WithCancel(ctx)
 		defer cancel()
-		if items, err = c.Watch(wctx, WatchOptions{Thread: thread, StartSeq: ack.Sequence}); err != nil {
+		from := time.Now().Add(-InputDuplicateWindow - time.Minute)
+		if items, err = c.Watch(wctx, WatchOptions{Thread: thread, StartTime: from}); err != nil {
 			return nil, err
-		}
-		if am, ok := m.(*answerMatcher); ok && kv != nil {
-			if entry, err := kv.Get(wctx, thread); err == nil {
-				if v := am.record(entry); v != nil {
-					v.Ack = ack
-					return v, nil
-				}
-			}
 		}
 	}
 	timer := time.NewTimer(wait)
@@ -181,18 +169,13 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 			}
 			if v := m.event(it.Event); v != nil {
 				v.Ack = ack
-				return v, nil
-			}
-		case entry, ok := <-records:
-			if !ok {
-				records = nil
-				continue
-			}
-			if entry == nil {
-				continue
-			}
-			if v := m.(*answerMatcher).record(entry); v != nil {
-				v.Ack = ack
+				if v.Outcome == OutcomeAccepted {
+					// Best effort: what the thread still waits for.
+					if qs, err := c.PendingQuestions(ctx, thread); err == nil || errors.Is(err, ErrPendingTruncated) {
+						f := pendingFold{open: qs}
+						v.Pending = f.pendingIDs()
+					}
+				}
 				return v, nil
 			}
 		case <-timer.C:
@@ -313,13 +296,16 @@ func elicitationID(ev *event.Event) string {
 }
 
 // answerMatcher recognizes the outcome of an elicitation.responded:
-// elicitation.rejected naming it (respondedEventId), or the paused-turn
-// record marking the elicitation consumed by it.
+// elicitation.rejected naming it (respondedEventId), or the processor's
+// echo of it (same event ID) in PARLEY_CHAT, which says it was accepted.
 type answerMatcher struct {
 	respondedID, elicitationID string
 }
 
 func (m *answerMatcher) event(ev *event.Event) *Verdict {
+	if ev.Type() == events.TypeElicitationResponded && ev.ID() == m.respondedID {
+		return &Verdict{Outcome: OutcomeAccepted, Event: ev}
+	}
 	if ev.Type() != events.TypeElicitationRejected {
 		return nil
 	}
@@ -328,19 +314,4 @@ func (m *answerMatcher) event(ev *event.Event) *Verdict {
 		return nil
 	}
 	return &Verdict{Outcome: OutcomeRejected, Event: ev}
-}
-
-func (m *answerMatcher) record(entry jetstream.KeyValueEntry) *Verdict {
-	if entry.Operation() != jetstream.KeyValuePut {
-		return nil
-	}
-	var rec kvstate.PausedTurn
-	if json.Unmarshal(entry.Value(), &rec) != nil {
-		return nil
-	}
-	el := rec.Find(m.elicitationID)
-	if el == nil || el.Status != kvstate.StatusConsumed || el.ResponseEventID != m.respondedID {
-		return nil
-	}
-	return &Verdict{Outcome: OutcomeAccepted, Pending: rec.PendingIDs()}
 }

@@ -12,17 +12,21 @@
 // through an ordered consumer that resumes after restarts and elections
 // and is deleted when the watch ends.
 //
-// It reads, and never writes, the KV buckets parley_paused (an answer's
-// acceptance, pending questions) and parley_threads (where a message
-// waits).
+// It publishes on parley.in.<principal>.<thread>.<kind> (PARLEY_INPUT), the
+// principal being the NATS user it is authenticated as (Options.Principal),
+// and reads PARLEY_CHAT, where the processor echoes every accepted input:
+// an answer's acceptance and a thread's pending questions come from those
+// events, never from a worker's bucket. Only the description of a message
+// that got no verdict in time reads parley_threads, when the connection
+// may (best effort).
 package client
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -33,16 +37,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Client publishes and reads chat events.
 type Client struct {
-	bus    *bus.Client
-	source string
-	retry  RetryPolicy
+	bus       *bus.Client
+	source    string
+	principal string
+	retry     RetryPolicy
 }
 
 // Options configures a Client made with NewWithOptions.
@@ -54,6 +59,12 @@ type Options struct {
 	// election or a reconnect. Optional. Default: RetryPolicy's defaults
 	// (30 s budget, 3 s per try).
 	Retry RetryPolicy
+	// Principal is the NATS principal (user) the connection is
+	// authenticated as: the client publishes under
+	// parley.in.<Principal>.>, the only input subjects the server lets
+	// that user publish on. It must be a subject token (events.ValidToken).
+	// Optional. Default: events.PrincipalIntegrator ("integrator").
+	Principal string
 }
 
 // New wraps a bus client; source is the CloudEvents source of the events
@@ -76,7 +87,24 @@ func NewWithOptions(b *bus.Client, opts *Options) *Client {
 	if source == "" {
 		source = events.SourceCLI
 	}
-	return &Client{bus: b, source: source, retry: opts.Retry}
+	principal := opts.Principal
+	if principal == "" {
+		principal = events.PrincipalIntegrator
+	}
+	return &Client{bus: b, source: source, principal: principal, retry: opts.Retry}
+}
+
+// Principal returns the principal the client publishes under.
+func (c *Client) Principal() string { return c.principal }
+
+// WithPrincipal returns a copy of c that publishes under principal (see
+// Options.Principal; "" keeps c's).
+func (c *Client) WithPrincipal(principal string) *Client {
+	cp := *c
+	if principal != "" {
+		cp.principal = principal
+	}
+	return &cp
 }
 
 // WithRetry returns a copy of c whose publishes follow p.
@@ -114,23 +142,24 @@ func (c *Client) Response(thread, elicitationID string, result schema.ElicitResu
 
 // Publish publishes an event built by TurnRequest or Response (or any
 // event an integrator may publish: turn.requested or
-// elicitation.responded, its subject attribute the thread) on its chat
-// subject, retrying per the client's RetryPolicy (see the package
-// function Publish for the errors).
+// elicitation.responded, its subject attribute the thread) on its input
+// subject parley.in.<principal>.<thread>.<kind>, retrying per the
+// client's RetryPolicy (see the package function Publish for the errors;
+// a principal that is not a subject token fails at once). The PubAck's
+// sequence is PARLEY_INPUT's; the processor echoes the event into
+// PARLEY_CHAT (same ID) once it accepted it.
 func (c *Client) Publish(ctx context.Context, e *event.Event) (*jetstream.PubAck, error) {
-	var suffix string
-	switch e.Type() {
-	case events.TypeTurnRequested:
-		suffix = events.ChatTurnRequested
-	case events.TypeElicitationResponded:
-		suffix = events.ChatElicitationResponded
-	default:
+	suffix, ok := events.InputSuffix(e.Type())
+	if !ok {
 		return nil, fmt.Errorf("publishing %s: integrators publish only %s and %s", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}
 	if err := events.ValidToken("thread", e.Subject()); err != nil {
 		return nil, err
 	}
-	return Publish(ctx, c.bus, events.ChatSubject(e.Subject(), suffix), e, c.retry)
+	if err := events.ValidToken("principal", c.principal); err != nil {
+		return nil, err
+	}
+	return Publish(ctx, c.bus, events.InputSubject(c.principal, e.Subject(), suffix), e, c.retry)
 }
 
 // Send publishes turn.requested with a user message on thread and returns
@@ -177,6 +206,9 @@ type WatchOptions struct {
 	// StartSeq, when set, starts at this PARLEY_CHAT stream sequence
 	// (FromStart is then ignored).
 	StartSeq uint64
+	// StartTime, when set (and StartSeq is not), starts at the first
+	// event stored at or after it (FromStart is then ignored).
+	StartTime time.Time
 	// OnStatus, if set, is called when the watch loses or regains the
 	// server (from a goroutine of Watch; it must not block for long).
 	OnStatus func(WatchStatus)
@@ -247,6 +279,9 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, err
 	switch {
 	case opts.StartSeq > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
+	case !opts.StartTime.IsZero():
+		st := opts.StartTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &st
 	case opts.FromStart:
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 	}
@@ -428,51 +463,132 @@ func (c *Client) Pending(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
-// Connect dials url with reconnects forever and a name, for CLIs and workers.
+// Connect dials url with reconnects forever and a name, for CLIs and
+// workers, without credentials (parley's commands connect through
+// internal/natsauth with theirs). Its error never shows the user
+// information (password, token) of url.
 func Connect(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(false))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", url, err)
-	}
-	return nc, nil
+	return natsauth.Connect(url, name, natsauth.Credentials{}, nil)
 }
 
 // Bus returns the underlying bus client.
 func (c *Client) Bus() *bus.Client { return c.bus }
 
+// MaxPendingScan bounds how many of a thread's events PendingQuestions
+// reads (from the thread's first stored event); past it, it reports the
+// questions found so far with ErrPendingTruncated.
+const MaxPendingScan = 10000
+
+// ErrPendingTruncated is matched by the error of PendingQuestions when the
+// thread has more than MaxPendingScan events: the questions returned are
+// those of the first MaxPendingScan.
+var ErrPendingTruncated = errors.New("thread too long to read in full")
+
 // PendingQuestions returns the questions a paused turn of thread still
 // waits on (elicitation/create params, with their elicitation IDs in
-// _meta), read from the paused-turns bucket, so a client that joins a
-// paused thread can ask them. It returns none when the thread is not
-// paused or its record is of a format this client does not read.
+// _meta), so a client that joins a paused thread can ask them. It reads
+// the thread's events in PARLEY_CHAT (elicitation.requested, and what
+// settles a question: the echo of an accepted elicitation.responded,
+// elicitation.cancelled and .expired, turn.completed and .failed), never
+// the processor's bucket, so it needs only read access to PARLEY_CHAT.
+// None when the thread is not paused.
 func (c *Client) PendingQuestions(ctx context.Context, thread string) ([]schema.ElicitRequestParams, error) {
 	if err := events.ValidToken("thread", thread); err != nil {
 		return nil, err
 	}
-	kv, err := c.bus.JetStream().KeyValue(ctx, kvstate.BucketPaused)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	s, err := c.bus.JetStream().Stream(ctx, events.StreamChat)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", kvstate.BucketPaused, err)
+		return nil, fmt.Errorf("opening %s: %s", events.StreamChat, Explain(err))
 	}
-	entry, err := kv.Get(ctx, thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	last, err := s.GetLastMsgForSubject(ctx, events.ChatThreadSubjects(thread))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the paused turn of %s: %w", thread, err)
+		return nil, fmt.Errorf("reading the last event of %s: %s", thread, Explain(err))
 	}
-	var rec kvstate.PausedTurn
-	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Format != kvstate.PausedFormat {
-		return nil, nil
+	wctx, cancel := context.WithCancel(ctx)
+	items, err := c.Watch(wctx, WatchOptions{Thread: thread, FromStart: true})
+	if err != nil {
+		cancel()
+		return nil, err
 	}
-	var out []schema.ElicitRequestParams
-	for _, el := range rec.Elicitations {
-		if el.Status == kvstate.StatusPending {
-			out = append(out, el.Request)
+	defer func() {
+		cancel()
+		for range items { // until the watch deleted its consumer
+		}
+	}()
+	var f pendingFold
+	n := 0
+	for it := range items {
+		if it.Event != nil {
+			f.add(it.Event)
+		}
+		if n++; it.Seq >= last.Sequence {
+			break
+		}
+		if n >= MaxPendingScan {
+			return f.questions(), fmt.Errorf("pending questions of %s: %w (%d events read)", thread, ErrPendingTruncated, n)
 		}
 	}
-	return out, nil
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return f.questions(), nil
+}
+
+// pendingFold follows a thread's events in stream order and keeps the
+// questions not yet settled.
+type pendingFold struct {
+	open []schema.ElicitRequestParams
+}
+
+func (f *pendingFold) drop(ids ...string) {
+	f.open = slices.DeleteFunc(f.open, func(p schema.ElicitRequestParams) bool {
+		id, _ := p.Meta[schema.MetaElicitationID].(string)
+		return slices.Contains(ids, id)
+	})
+}
+
+func (f *pendingFold) add(e *event.Event) {
+	switch e.Type() {
+	case events.TypeElicitationRequested:
+		if p, err := events.Data[schema.ElicitRequestParams](e); err == nil {
+			f.open = append(f.open, p)
+		}
+	case events.TypeElicitationResponded:
+		// In PARLEY_CHAT only as the processor's echo: accepted.
+		if d, err := events.Data[events.ElicitationResponded](e); err == nil {
+			f.drop(d.ElicitationID)
+		}
+	case events.TypeElicitationCancelled:
+		if d, err := events.Data[events.ElicitationCancelled](e); err == nil {
+			f.drop(d.ElicitationIDs...)
+		}
+	case events.TypeTurnFailed:
+		// A failed message that never started a turn (no turnId) leaves
+		// the paused turn as it is.
+		if d, err := events.Data[events.TurnFailed](e); err == nil && d.TurnID == "" {
+			return
+		}
+		f.open = nil
+	case events.TypeElicitationExpired, events.TypeTurnCompleted:
+		f.open = nil
+	}
+}
+
+func (f *pendingFold) questions() []schema.ElicitRequestParams { return f.open }
+
+// pendingIDs lists the elicitation IDs of f's open questions.
+func (f *pendingFold) pendingIDs() []string {
+	var ids []string
+	for _, p := range f.open {
+		if id, _ := p.Meta[schema.MetaElicitationID].(string); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 )
 
@@ -80,18 +82,29 @@ func newClient(t *testing.T, url string, retry RetryPolicy) *Client {
 	return NewWithOptions(b, &Options{Retry: retry})
 }
 
-// storedWithID counts the messages of PARLEY_CHAT on subject whose
-// Nats-Msg-Id is id.
+// publishChat stores a turn.completed on thread in PARLEY_CHAT, as the
+// processor does (retrying like the client), for the tests of Watch.
+func publishChat(t *testing.T, cl *Client, thread, text string) (*event.Event, error) {
+	t.Helper()
+	e, err := events.New(events.SourceProcessor, events.TypeTurnCompleted, thread, events.TurnCompleted{TurnID: "turn-" + text,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: text}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Publish(t.Context(), cl.Bus(), events.ChatSubject(thread, events.ChatTurnCompleted), e, cl.retry)
+	return e, err
+}
+
+// storedWithID counts the messages of PARLEY_INPUT on subject whose
+// Nats-Msg-Id is id (a work queue: read by sequence, not by a consumer).
 func storedWithID(t *testing.T, cl *Client, subject, id string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	var cons jetstream.Consumer
+	var stream jetstream.Stream
 	var err error
 	for { // right after an election the API may answer 503 for a moment
-		cons, err = cl.Bus().JetStream().OrderedConsumer(ctx, events.StreamChat, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{subject}, InactiveThreshold: time.Second})
-		if err == nil {
+		if stream, err = cl.Bus().JetStream().Stream(ctx, events.StreamInput); err == nil {
 			break
 		}
 		if ctx.Err() != nil {
@@ -100,21 +113,23 @@ func storedWithID(t *testing.T, cl *Client, subject, id string) int {
 		time.Sleep(200 * time.Millisecond)
 	}
 	n := 0
-	for {
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			if m.Headers().Get(jetstream.MsgIDHeader) == id {
-				n++
-			}
-		}
-		if got == 0 {
+	for seq := uint64(1); ; seq++ {
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return n
 		}
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			seq--
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if m.Header.Get(jetstream.MsgIDHeader) == id {
+			n++
+		}
+		seq = m.Sequence
 	}
 }
 
@@ -154,7 +169,7 @@ func TestPublishRidesOutServerRestart(t *testing.T) {
 	if err != nil || !ack.Duplicate {
 		t.Errorf("second Publish of the same event = %+v, %v; want a duplicate ack", ack, err)
 	}
-	subject := events.ChatSubject("restart", events.ChatTurnRequested)
+	subject := events.InputSubject(events.PrincipalIntegrator, "restart", events.ChatTurnRequested)
 	if n := storedWithID(t, cl, subject, e.ID()); n != 1 {
 		t.Errorf("stored %d copies of %s, want 1", n, e.ID())
 	}
@@ -217,7 +232,7 @@ func TestPublishWaitsForStream(t *testing.T) {
 	if !sawNoStream {
 		t.Error("OnRetry never said that no stream stores the subject")
 	}
-	if n := storedWithID(t, cl, events.ChatSubject("later", events.ChatTurnRequested), e.ID()); n != 1 {
+	if n := storedWithID(t, cl, events.InputSubject(events.PrincipalIntegrator, "later", events.ChatTurnRequested), e.ID()); n != 1 {
 		t.Errorf("stored %d copies, want 1", n)
 	}
 
@@ -293,7 +308,7 @@ func TestWatchResumesThroughRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := cl.Send(t.Context(), "resume", "", "before", "tester")
+	before, err := publishChat(t, cl, "resume", "before")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +329,7 @@ func TestWatchResumesThroughRestart(t *testing.T) {
 	r.stop()
 	time.Sleep(500 * time.Millisecond)
 	r.start()
-	after, err := cl.Send(t.Context(), "resume", "", "after", "tester")
+	after, err := publishChat(t, cl, "resume", "after")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
-// A publish made while PARLEY_CHAT has no leader (its leader and a second
+// A publish made while PARLEY_INPUT has no leader (its leader and a second
 // node are stopped, so no quorum can elect one; JetStream answers "no
 // responders" or nothing) succeeds once a node returns and a leader is
 // elected, within the budget, and the stream holds the event once (issue
@@ -144,7 +144,7 @@ func TestPublishRidesOutLeaderElection(t *testing.T) {
 	var retried error
 	cl := NewWithOptions(b, &Options{Retry: RetryPolicy{Budget: 30 * time.Second, AttemptTimeout: time.Second,
 		OnRetry: func(_ int, err error) { retried = err }}})
-	s, err := b.JetStream().Stream(t.Context(), events.StreamChat)
+	s, err := b.JetStream().Stream(t.Context(), events.StreamInput)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,14 +173,14 @@ func TestPublishRidesOutLeaderElection(t *testing.T) {
 	time.Sleep(6 * time.Second)
 	c.start(other)
 	if err := <-done; err != nil {
-		t.Fatalf("Publish while %s had no leader (%s and %s stopped, %s restarted after 6 s): %v", events.StreamChat, leader, other, other, err)
+		t.Fatalf("Publish while %s had no leader (%s and %s stopped, %s restarted after 6 s): %v", events.StreamInput, leader, other, other, err)
 	}
 	t.Logf("published after %s (nodes %s and %s stopped, %s back after 6 s); last failed try: %v",
 		time.Since(start).Round(time.Millisecond), leader, other, other, retried)
 	if retried == nil {
 		t.Error("no try failed: the stream was expected to have no leader for 6 s")
 	}
-	if n := storedWithID(t, cl, events.ChatSubject("election", events.ChatTurnRequested), e.ID()); n != 1 {
+	if n := storedWithID(t, cl, events.InputSubject(events.PrincipalIntegrator, "election", events.ChatTurnRequested), e.ID()); n != 1 {
 		t.Errorf("stored %d copies, want 1", n)
 	}
 }

@@ -38,7 +38,7 @@ func natsOptions(t *testing.T, where string, cmdline []string) *natsserver.Optio
 	fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	noop := func() {}
-	opts, err := natsserver.ConfigureOptions(fs, cmdline[1:], noop, noop, noop)
+	opts, err := natsserver.ConfigureOptions(fs, withRenderedAuth(t, where, cmdline[1:]), noop, noop, noop)
 	if err != nil {
 		t.Fatalf("%s: nats-server %q: %v", where, cmdline[1:], err)
 	}

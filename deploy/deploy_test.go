@@ -33,6 +33,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/workers/gate"
 )
 
@@ -652,7 +653,7 @@ func checkPDBs(t *testing.T, m *manifests, byRole map[string]workload) {
 func consumers(t *testing.T) map[string][][2]string {
 	t.Helper()
 	streams := map[string]string{
-		"StreamChat": events.StreamChat, "StreamAgent": events.StreamAgent,
+		"StreamChat": events.StreamChat, "StreamInput": events.StreamInput, "StreamAgent": events.StreamAgent,
 		"StreamRuns": events.StreamRuns, "StreamTools": events.StreamTools,
 		"StreamDeadLetter": events.StreamDeadLetter,
 	}
@@ -660,6 +661,8 @@ func consumers(t *testing.T) map[string][][2]string {
 	for _, role := range workerRoles {
 		fset := token.NewFileSet()
 		files, _ := filepath.Glob(filepath.Join("..", "workers", role, "*.go"))
+		var parsed []*ast.File
+		consts := map[string]string{} // the package's string constants (Durable: InputDurable)
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
 				continue
@@ -668,6 +671,21 @@ func consumers(t *testing.T) map[string][][2]string {
 			if err != nil {
 				t.Fatal(err)
 			}
+			parsed = append(parsed, file)
+			ast.Inspect(file, func(n ast.Node) bool {
+				if vs, ok := n.(*ast.ValueSpec); ok {
+					for i, name := range vs.Names {
+						if i < len(vs.Values) {
+							if bl, ok := vs.Values[i].(*ast.BasicLit); ok && bl.Kind == token.STRING {
+								consts[name.Name], _ = strconv.Unquote(bl.Value)
+							}
+						}
+					}
+				}
+				return true
+			})
+		}
+		for _, file := range parsed {
 			ast.Inspect(file, func(n ast.Node) bool {
 				lit, ok := n.(*ast.CompositeLit)
 				if !ok {
@@ -691,6 +709,8 @@ func consumers(t *testing.T) map[string][][2]string {
 					case "Durable":
 						if bl, ok := kv.Value.(*ast.BasicLit); ok && bl.Kind == token.STRING {
 							durable, _ = strconv.Unquote(bl.Value)
+						} else if id, ok := kv.Value.(*ast.Ident); ok {
+							durable = consts[id.Name]
 						}
 					}
 				}
@@ -769,6 +789,31 @@ func checkScaledObjects(t *testing.T, m *manifests, byRole map[string]workload) 
 
 func cmpPair(a, b [2]string) int { return strings.Compare(a[0]+"/"+a[1], b[0]+"/"+b[1]) }
 
+// withRenderedAuth returns the nats-server arguments args with the
+// configuration file (-c .../auth.conf: parley's authorization, as `parley
+// auth init` renders it, mounted from a Secret) replaced by a freshly
+// rendered one, so nats-server's own parser reads the shipped
+// authorization. A command line without it is an error: clients would
+// connect without authentication.
+func withRenderedAuth(t *testing.T, where string, args []string) []string {
+	t.Helper()
+	args = slices.Clone(args)
+	conf := slices.Index(args, "-c")
+	if conf < 0 || conf == len(args)-1 {
+		t.Errorf("%s: nats-server %q: no -c <auth.conf>: clients would connect without authentication", where, args)
+		return args
+	}
+	if filepath.Base(args[conf+1]) != natsauth.AuthFile {
+		t.Errorf("%s: nats-server -c %s, want the rendered %s", where, args[conf+1], natsauth.AuthFile)
+	}
+	dir := t.TempDir()
+	if _, err := natsauth.Init(dir, natsauth.Roles()); err != nil {
+		t.Fatal(err)
+	}
+	args[conf+1] = filepath.Join(dir, natsauth.AuthFile)
+	return args
+}
+
 // checkNATSArgs parses a NATS command line with nats-server's own flags.
 func checkNATSArgs(t *testing.T, where string, cmdline []string) {
 	t.Helper()
@@ -779,10 +824,14 @@ func checkNATSArgs(t *testing.T, where string, cmdline []string) {
 	fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	noop := func() {}
-	opts, err := natsserver.ConfigureOptions(fs, cmdline[1:], noop, noop, noop)
+	args := withRenderedAuth(t, where, cmdline[1:])
+	opts, err := natsserver.ConfigureOptions(fs, args, noop, noop, noop)
 	if err != nil {
 		t.Errorf("%s: nats-server %q: %v", where, cmdline[1:], err)
 		return
+	}
+	if len(opts.Nkeys) != len(natsauth.Roles()) {
+		t.Errorf("%s: nats-server %q: %d nkey users, want parley's %d principals", where, cmdline[1:], len(opts.Nkeys), len(natsauth.Roles()))
 	}
 	if !opts.JetStream || opts.StoreDir != "/data" || opts.HTTPPort != 8222 {
 		t.Errorf("%s: nats-server %q: JetStream %v, store dir %q, monitoring port %d; want true, /data, 8222",

@@ -16,7 +16,7 @@ import (
 func TestMalformedAttributesAfterDecoding(t *testing.T) {
 	s := start(t, options{})
 	pub := func(h nats.Header, data string) {
-		if _, err := s.bus.JetStream().PublishMsg(s.ctx, &nats.Msg{Subject: events.ChatSubject("ma", events.ChatTurnRequested),
+		if _, err := s.bus.JetStream().PublishMsg(s.ctx, &nats.Msg{Subject: events.InputSubject(events.PrincipalIntegrator, "ma", events.ChatTurnRequested),
 			Header: h, Data: []byte(data)}); err != nil {
 			t.Fatal(err)
 		}

@@ -178,7 +178,7 @@ func TestSupersedeRecoveredAfterCrash(t *testing.T) {
 	q, _ := s.question("cr", 1)
 	s.rec.await(t, 10*time.Second, "cr", events.TypeTurnPaused, 1)
 	e, err := events.New("/parley/test", events.TypeTurnRequested, "cr", events.TurnRequested{
-		User: "tester", Message: schema.ChatMessage{Role: schema.RoleUser, Text: "list everything"}})
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "list everything"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestSupersedeRecoveredAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The message, redelivered to a live processor.
-	if _, err := s.bus.Publish(s.ctx, events.ChatSubject("cr", events.ChatTurnRequested), e); err != nil {
+	if _, err := s.bus.Publish(s.ctx, events.InputSubject(events.PrincipalIntegrator, "cr", events.ChatTurnRequested), e); err != nil {
 		t.Fatal(err)
 	}
 	c := s.rec.await(t, 10*time.Second, "cr", events.TypeElicitationCancelled, 1)
@@ -261,7 +261,7 @@ func TestMalformedHeaderRejected(t *testing.T) {
 		for k, v := range header {
 			h[k] = v
 		}
-		if _, err := s.bus.JetStream().PublishMsg(s.ctx, &nats.Msg{Subject: events.ChatSubject("mh", suffix), Header: h,
+		if _, err := s.bus.JetStream().PublishMsg(s.ctx, &nats.Msg{Subject: events.InputSubject(events.PrincipalIntegrator, "mh", suffix), Header: h,
 			Data: []byte(data)}); err != nil {
 			t.Fatal(err)
 		}

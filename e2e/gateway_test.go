@@ -331,7 +331,7 @@ func TestGatewayAnsweredByIsTokenSubject(t *testing.T) {
 			del = &tc.Decisions[i]
 		}
 	}
-	if del == nil || del.AnsweredBy != "alice" || del.Action != schema.ActionAccept || del.ElicitationID != confirm {
+	if del == nil || del.AnsweredBy != (events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "alice"}) || del.Action != schema.ActionAccept || del.ElicitationID != confirm {
 		t.Fatalf("decisions = %s, want alice's accept of %s", mustJSON(tc.Decisions), confirm)
 	}
 	if got := s.rec.matching("g3", events.TypeTurnRequested); len(got) != 2 {
@@ -436,6 +436,8 @@ func TestGatewayTwoReplicas(t *testing.T) {
 	if !(codes[0] == 202 && codes[1] == 404 || codes[0] == 404 && codes[1] == 202) {
 		t.Fatalf("race for g6: codes %v, want one 202 and one 404", codes)
 	}
+	s.rec.await(t, 5*time.Second, "g6", events.TypeTurnRequested, 1) // the processor's echo
+	time.Sleep(200 * time.Millisecond)
 	if n := s.storedCount(events.ChatSubject("g6", events.ChatTurnRequested)); n != 1 {
 		t.Fatalf("g6 turn.requested stored = %d, want 1", n)
 	}

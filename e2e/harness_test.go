@@ -236,7 +236,7 @@ func (s *system) stopProcessor(name string) {
 
 func (s *system) send(thread, text string) *event.Event {
 	s.t.Helper()
-	e, err := s.client.Send(s.ctx, thread, "", text, "tester")
+	e, err := s.client.Send(s.ctx, thread, "", text, "")
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func (s *system) send(thread, text string) *event.Event {
 
 func (s *system) answer(thread, id string, action schema.ElicitAction, content map[string]any) *event.Event {
 	s.t.Helper()
-	e, err := s.client.Answer(s.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, "tester")
+	e, err := s.client.Answer(s.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, "")
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -356,12 +356,12 @@ func TestOpenAIUserContextReachesModel(t *testing.T) {
 	s, srv := startOpenAI(t, reply("text.sse"))
 	link := &schema.ResourceLink{URI: "https://example.com/node/2", Name: "article-2", Title: "Draft about NATS"}
 	link.Meta.SetEntity(schema.Entity{EntityType: "node", ID: "2", Bundle: "article"})
-	e, err := events.New("/parley/test", events.TypeTurnRequested, "oa11", events.TurnRequested{User: "tester",
+	e, err := events.New("/parley/test", events.TypeTurnRequested, "oa11", events.TurnRequested{
 		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "summarise this", Content: schema.ContentList{link}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.bus.Publish(s.ctx, events.ChatSubject("oa11", events.ChatTurnRequested), e); err != nil {
+	if _, err := s.bus.Publish(s.ctx, events.InputSubject(events.PrincipalIntegrator, "oa11", events.ChatTurnRequested), e); err != nil {
 		t.Fatal(err)
 	}
 	s.turnCompleted("oa11", 1)

@@ -23,7 +23,18 @@ var confirmAll = &gate.Config{Agents: map[string]gate.AgentConfig{"*": {RequireT
 // settled with exactly one result per call.
 func TestParallelApprovalsAnyOrder(t *testing.T) {
 	s := start(t, options{gate: confirmAll, processors: 2})
-	s.send("p1", "plan three events for the sprint")
+	// Through the gateway principal, trusted to name its users: alice's
+	// thread, shared with bob and carol.
+	gw := s.client.WithPrincipal(events.PrincipalGateway)
+	req, err := events.New("/parley/test", events.TypeTurnRequested, "p1", events.TurnRequested{User: "alice",
+		Share:   []events.Identity{{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}, {Principal: events.PrincipalGateway, OnBehalfOf: "carol"}},
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "plan three events for the sprint"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw.Publish(s.ctx, req); err != nil {
+		t.Fatal(err)
+	}
 	ids := make([]string, 3)
 	titles := make([]string, 3)
 	for i := range 3 {
@@ -41,7 +52,7 @@ func TestParallelApprovalsAnyOrder(t *testing.T) {
 		t.Fatalf("%d questions, want 3 (the read-only call must not ask)", n)
 	}
 	answer := func(i int, action schema.ElicitAction, by string, content map[string]any) {
-		if _, err := s.client.Answer(s.ctx, "p1", ids[i], schema.ElicitResult{Action: action, Content: content}, by); err != nil {
+		if _, err := gw.Answer(s.ctx, "p1", ids[i], schema.ElicitResult{Action: action, Content: content}, by); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -69,8 +80,11 @@ func TestParallelApprovalsAnyOrder(t *testing.T) {
 	by := map[string]string{}
 	for _, d := range tc.Decisions {
 		if d.Tool == "create_event" {
-			by[d.ElicitationID] = d.AnsweredBy + "/" + string(d.Action)
-		} else if d.AnsweredBy != "" || d.Action != "" {
+			by[d.ElicitationID] = d.AnsweredBy.OnBehalfOf + "/" + string(d.Action)
+			if d.AnsweredBy.Principal != events.PrincipalGateway {
+				t.Fatalf("decision answered by %+v, want through the gateway principal", d.AnsweredBy)
+			}
+		} else if !d.AnsweredBy.IsZero() || d.Action != "" {
 			t.Fatalf("machine decision presented as a person's: %+v", d)
 		}
 	}
@@ -227,10 +241,10 @@ func TestStateIncompatible(t *testing.T) {
 
 // An event that cannot be decoded is refused like any other invalid
 // turn.requested: turn.rejected invalid_event naming the attribute (issue 8
-// item 10; the message itself stays in PARLEY_CHAT), and the thread goes on.
+// item 10; the message is taken off PARLEY_INPUT), and the thread goes on.
 func TestPoisonMessageRejected(t *testing.T) {
 	s := start(t, options{})
-	msg := &nats.Msg{Subject: events.ChatSubject("p6", events.ChatTurnRequested), Data: []byte("not an event"),
+	msg := &nats.Msg{Subject: events.InputSubject(events.PrincipalIntegrator, "p6", events.ChatTurnRequested), Data: []byte("not an event"),
 		Header: nats.Header{"x-origin": []string{"fuzzer"}}}
 	if _, err := s.bus.JetStream().PublishMsg(s.ctx, msg); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ func TestOneTraceAcrossThePause(t *testing.T) {
 
 	s := start(t, options{})
 	ctx, send := tp.Tracer("test").Start(s.ctx, "user sends")
-	if _, err := s.client.Send(ctx, "tr", "", deleteDrafts, "tester"); err != nil {
+	if _, err := s.client.Send(ctx, "tr", "", deleteDrafts, ""); err != nil {
 		t.Fatal(err)
 	}
 	send.End()
@@ -33,7 +33,7 @@ func TestOneTraceAcrossThePause(t *testing.T) {
 	id, _ := s.question("tr", 1)
 
 	ctx, answer := tp.Tracer("test").Start(s.ctx, "user answers")
-	if _, err := s.client.Answer(ctx, "tr", id, schema.ElicitResult{Action: schema.ActionAccept}, "tester"); err != nil {
+	if _, err := s.client.Answer(ctx, "tr", id, schema.ElicitResult{Action: schema.ActionAccept}, ""); err != nil {
 		t.Fatal(err)
 	}
 	answer.End()

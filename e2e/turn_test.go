@@ -56,8 +56,8 @@ func TestPauseThenResumeOnNewProcessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := rec.Find(id); el == nil || el.Status != kvstate.StatusConsumed || el.AnsweredBy != "tester" {
-		t.Fatalf("elicitation not recorded as consumed by tester: %+v", el)
+	if el := rec.Find(id); el == nil || el.Status != kvstate.StatusConsumed || el.AnsweredBy != (events.Identity{Principal: events.PrincipalIntegrator}) {
+		t.Fatalf("elicitation not recorded as consumed by the integrator principal (no end user: it is not trusted to name one): %+v", el)
 	}
 }
 
@@ -249,7 +249,7 @@ func TestInvalidTurnRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.bus.Publish(s.ctx, events.ChatSubject("t10", events.ChatTurnRequested), e); err != nil {
+	if _, err := s.bus.Publish(s.ctx, events.InputSubject(events.PrincipalIntegrator, "t10", events.ChatTurnRequested), e); err != nil {
 		t.Fatal(err)
 	}
 	rej := s.rec.await(t, 5*time.Second, "t10", events.TypeTurnRejected, 1)
@@ -275,7 +275,7 @@ func TestMalformedAnswersRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.bus.Publish(s.ctx, events.ChatSubject("m1", events.ChatElicitationResponded), e); err != nil {
+		if _, err := s.bus.Publish(s.ctx, events.InputSubject(events.PrincipalIntegrator, "m1", events.ChatElicitationResponded), e); err != nil {
 			t.Fatal(err)
 		}
 	}

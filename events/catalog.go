@@ -139,11 +139,18 @@ func paramName(tok string) (string, bool) {
 // Subject patterns of the catalogue (see Route.Subject).
 const (
 	chatPattern       = "parley.chat.{thread}."
+	inputPattern      = "parley.in.{principal}.{thread}."
 	toolCallPattern   = "parley.tool.call.{tool}"
 	toolResultPattern = "parley.tool.result.{run}"
 	preExecPattern    = "parley.tool.pre_execute.{agent}.{tool}"
 	deadLetterPattern = "parley.dlq.{stream}.{consumer}"
 )
+
+// inputRoute is an integrator's input on PARLEY_INPUT; the processor
+// echoes it, once accepted, on the chat route of the same suffix.
+func inputRoute(suffix string) Route {
+	return Route{Subject: inputPattern + suffix, Stream: StreamInput, Publishers: integrators, Consumers: processor}
+}
 
 func chatRoute(suffix string, pub []Role, sub []Role) Route {
 	return Route{Subject: chatPattern + suffix, Stream: StreamChat, Publishers: pub, Consumers: sub}
@@ -159,10 +166,10 @@ var (
 var catalog = []Entry{
 	{Type: TypeTurnRequested, Summary: "A user message starts (or queues) a turn on a thread.",
 		Payload: reflect.TypeFor[TurnRequested](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatTurnRequested, integrators, processor)}},
+		Routes: []Route{inputRoute(ChatTurnRequested), chatRoute(ChatTurnRequested, processor, integrators)}},
 	{Type: TypeElicitationResponded, Summary: "A person's answer to an elicitation (MCP ElicitResult plus the elicitation it answers).",
 		Payload: reflect.TypeFor[ElicitationResponded](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatElicitationResponded, integrators, processor)}},
+		Routes: []Route{inputRoute(ChatElicitationResponded), chatRoute(ChatElicitationResponded, processor, integrators)}},
 	{Type: TypeTurnPaused, Summary: "The turn waits for answers; the question restated in prose.",
 		Payload: reflect.TypeFor[TurnPaused](), Visibility: Public,
 		Routes: []Route{chatRoute(ChatTurnPaused, processor, integrators)}},
@@ -219,8 +226,14 @@ var catalog = []Entry{
 		Payload: reflect.TypeFor[PreExecuteRequest](), Visibility: Internal, Reply: TypePreExecuteDecided,
 		Routes: []Route{{Subject: preExecPattern, Publishers: []Role{RoleAgent}, Consumers: []Role{RolePolicy}}}},
 	{Type: TypePreExecuteDecided, Summary: "A policy service's decision: allow, veto or confirm (the reply to pre_execute.requested).",
-		Payload: reflect.TypeFor[Decision](), Visibility: Internal,
+		Payload: reflect.TypeFor[PolicyDecision](), Visibility: Internal,
 		Routes: []Route{{Publishers: []Role{RolePolicy}, Consumers: []Role{RoleAgent}}}},
+	{Type: TypeLookupEntitiesRequested, Summary: "An integrator (the gateway's entity autocomplete) asks for entities matching a query (NATS micro request-reply).",
+		Payload: reflect.TypeFor[LookupEntitiesRequest](), Visibility: Internal, Reply: TypeLookupEntitiesAnswered,
+		Routes: []Route{{Subject: SubjectLookupEntities, Publishers: integrators, Consumers: []Role{RoleToolexec}}}},
+	{Type: TypeLookupEntitiesAnswered, Summary: "The entities matching a lookup (the reply to lookup.entities.requested).",
+		Payload: reflect.TypeFor[LookupEntitiesReply](), Visibility: Internal,
+		Routes: []Route{{Publishers: []Role{RoleToolexec}, Consumers: integrators}}},
 	{Type: TypeDeadLettered, Summary: "An event that could not be handled, with the reason and the original message.",
 		Payload: reflect.TypeFor[DeadLetter](), Visibility: Internal,
 		Routes: []Route{{Subject: deadLetterPattern, Stream: StreamDeadLetter,

@@ -82,7 +82,7 @@ func TestCatalogComplete(t *testing.T) {
 			if len(r.Publishers) == 0 || len(r.Consumers) == 0 {
 				t.Errorf("%s %s: publishers and consumers are required", e.Type, r.Subject)
 			}
-			if e.Visibility == Public && r.Stream != StreamChat {
+			if e.Visibility == Public && r.Stream != StreamChat && r.Stream != StreamInput {
 				t.Errorf("%s: public, but stored in %q", e.Type, r.Stream)
 			}
 		}
@@ -101,6 +101,7 @@ func TestCatalogComplete(t *testing.T) {
 // EnsureStreams).
 var streamSubjects = map[string][]string{
 	StreamChat:       {SubjectChatAll},
+	StreamInput:      {SubjectInputAll},
 	StreamAgent:      {SubjectRunRequested, SubjectRunResumed, SubjectToolResAll},
 	StreamRuns:       {SubjectRunCompleted, SubjectRunPaused, SubjectRunFailed},
 	StreamTools:      {SubjectToolCallAll},
@@ -143,7 +144,7 @@ func TestCatalogRoutes(t *testing.T) {
 		for _, r := range e.Routes {
 			where := e.Type + " " + r.Subject
 			if r.Subject == "" {
-				if e.Type != TypePreExecuteDecided {
+				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered {
 					t.Errorf("%s: no subject (only a reply travels on the requester's inbox)", where)
 				}
 				continue
@@ -159,6 +160,11 @@ func TestCatalogRoutes(t *testing.T) {
 			}
 			var want string
 			switch {
+			case r.Stream == StreamInput:
+				want = InputSubject(values[0], values[1], chatSuffix[e.Type])
+				if p, th, suffix, err := ParseInputSubject(got); err != nil || p != values[0] || th != values[1] || suffix != chatSuffix[e.Type] {
+					t.Errorf("%s: ParseInputSubject(%s) = %s, %s, %s, %v", where, got, p, th, suffix, err)
+				}
 			case chatSuffix[e.Type] != "":
 				want = ChatSubject(values[0], chatSuffix[e.Type])
 				if th, suffix, ok := ParseChatSubject(got); !ok || th != values[0] || suffix != chatSuffix[e.Type] {

@@ -14,9 +14,22 @@ type TurnRequested struct {
 	Agent string `json:"agent,omitempty"`
 	// Message is the user's message; Role must be "user" and Text non-empty.
 	Message schema.ChatMessage `json:"message"`
-	// User identifies who sent it (free text, recorded); optional.
+	// User is the end user the publishing principal speaks for: its claim
+	// of onBehalfOf (as the extension attribute onbehalfof is). Honoured
+	// only from principals the processor trusts to speak for users
+	// (--trusted-principals); from any other principal a message carrying
+	// it is rejected forbidden. Optional.
 	User string `json:"user,omitempty"`
+	// Share grants the thread to more parties besides its owner: each may
+	// send messages and answer its questions. Honoured only from the
+	// thread's owner (the party whose message started it); at most
+	// MaxShares in all. Optional.
+	Share []Identity `json:"share,omitempty"`
 }
+
+// MaxShares bounds the parties a thread is shared with (TurnRequested.Share):
+// a message that would share it with more is rejected invalid_event.
+const MaxShares = 16
 
 // TurnPaused is the data of dev.parley.turn.paused: the assistant message
 // that restates the pending question(s) in prose, for consumers that ignore
@@ -54,10 +67,12 @@ type DecisionRecord struct {
 	// Policies is every policy's answer that went into Decision.
 	Policies []PolicyDecision `json:"policies,omitempty"`
 	// ElicitationID, Action, AnsweredBy and AnsweredAt are set when a
-	// person answered a confirmation.
+	// person answered a confirmation. AnsweredBy is who, as
+	// authenticated: the principal that published the answer and the end
+	// user it spoke for, if the processor trusts it to.
 	ElicitationID string              `json:"elicitationId,omitempty"`
 	Action        schema.ElicitAction `json:"action,omitempty"`
-	AnsweredBy    string              `json:"answeredBy,omitempty"`
+	AnsweredBy    Identity            `json:"answeredBy,omitzero"`
 	AnsweredAt    time.Time           `json:"answeredAt,omitzero"`
 }
 
@@ -85,7 +100,12 @@ type TurnRejected struct {
 // answers and who answered.
 type ElicitationResponded struct {
 	ElicitationID string `json:"elicitationId"`
-	// AnsweredBy identifies the person (recorded on the decision); optional.
+	// AnsweredBy is the end user the publishing principal answers for: its
+	// claim of onBehalfOf (as the extension attribute onbehalfof is).
+	// Honoured only from principals the processor trusts to speak for
+	// users; from any other principal an answer carrying it is rejected
+	// forbidden. The decision records the authenticated Identity, never
+	// this text alone. Optional.
 	AnsweredBy string `json:"answeredBy,omitempty"`
 	// Action is "accept", "decline" or "cancel" (MCP ElicitResult.action).
 	Action schema.ElicitAction `json:"action"`
@@ -112,12 +132,33 @@ const (
 	// has kvstate.MaxQueue messages waiting.
 	RejectThreadBusy = "thread_busy"
 	// RejectMessageTooLarge refuses a user message whose text is over
-	// MaxMessageText bytes.
+	// MaxMessageText bytes, or whose whole event data is over
+	// MaxTurnRequestBytes.
 	RejectMessageTooLarge = "message_too_large"
+	// RejectForbidden refuses a turn.requested or elicitation.responded
+	// from a party the thread does not belong to (not its owner, nor one
+	// it was shared with), or a claim of an end user (onBehalfOf) from a
+	// principal not trusted to make it. Nothing is queued or consumed.
+	RejectForbidden = "forbidden"
 )
 
 // MaxMessageText bounds a user message's text in bytes (UTF-8): 32 KiB.
 const MaxMessageText = 32 << 10
+
+// MaxTurnRequestBytes bounds the whole data of a turn.requested (text,
+// content blocks, _meta, share) in bytes: 40 KiB. The processor rejects a
+// larger one message_too_large before it reaches the thread record, whose
+// queue holds up to kvstate.MaxQueue of them within the 1 MiB KV value.
+const MaxTurnRequestBytes = 40 << 10
+
+// MaxAnswerBytes bounds the whole data of an elicitation.responded in
+// bytes (16 KiB), and MaxAnswerField each string in its content (8 KiB,
+// e.g. a decline's instructions): the processor rejects a larger answer
+// invalid_content naming the field, before it reaches the paused record.
+const (
+	MaxAnswerBytes = 16 << 10
+	MaxAnswerField = 8 << 10
+)
 
 // ElicitationRejected is the data of dev.parley.elicitation.rejected. On
 // invalid_content, Errors lists every "property: rule" and the elicitation
@@ -156,8 +197,9 @@ type RunRequested struct {
 type Answer struct {
 	ElicitationID string              `json:"elicitationId"`
 	Result        schema.ElicitResult `json:"result"`
-	AnsweredBy    string              `json:"answeredBy,omitempty"`
-	AnsweredAt    time.Time           `json:"answeredAt"`
+	// AnsweredBy is who answered, as authenticated (see Identity).
+	AnsweredBy Identity  `json:"answeredBy,omitzero"`
+	AnsweredAt time.Time `json:"answeredAt"`
 }
 
 // RunResumed is the data of dev.parley.agent.run.resumed: the snapshot the

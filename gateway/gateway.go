@@ -58,6 +58,12 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// DisableWeb turns off the web chat at "/". Optional. Default: served.
 	DisableWeb bool
+	// Principal is the NATS principal (user) the gateway's connection is
+	// authenticated as: it publishes under parley.in.<Principal>.>, with
+	// the authenticated end user (the token's subject) as the claim the
+	// processor honours only from principals it trusts to speak for users
+	// (--trusted-principals). Optional. Default: events.PrincipalGateway.
+	Principal string
 }
 
 func (o *Options) withDefaults() Options {
@@ -92,6 +98,9 @@ func (o *Options) withDefaults() Options {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
+	if c.Principal == "" {
+		c.Principal = events.PrincipalGateway
+	}
 	return c
 }
 
@@ -108,6 +117,9 @@ func (o Options) validate() error {
 	}
 	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 {
 		errs = append(errs, errors.New("durations: must be positive"))
+	}
+	if err := events.ValidToken("principal", o.Principal); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -355,9 +367,9 @@ type Accepted struct {
 	// elicitation.responded).
 	EventID string `json:"eventId"`
 	Thread  string `json:"thread"`
-	// Status is "published" for messages; for answers "pending": no
-	// rejection arrived within the verdict wait (the outcome follows on
-	// the event stream).
+	// Status is "published" for messages; for answers "accepted" (the
+	// processor took it) or "pending": no verdict arrived within the
+	// verdict wait (the outcome follows on the event stream).
 	Status string `json:"status"`
 }
 
@@ -406,7 +418,13 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		g.unavailable(w, r, err)
 		return
 	}
-	if _, err := g.bus.Publish(r.Context(), events.ChatSubject(thread, events.ChatTurnRequested), e); err != nil {
+	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
+		// The processor would refuse it: say so now, publish nothing.
+		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
+			Detail: fmt.Sprintf("the message with its content blocks and _meta is %d bytes; at most %d", n, events.MaxTurnRequestBytes)})
+		return
+	}
+	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e); err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
@@ -472,13 +490,14 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 	// Watch for the verdict BEFORE publishing, so it cannot be missed.
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.VerdictWait)
 	defer cancel()
-	verdicts, stop, err := g.follow(ctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected)}, 0)
+	verdicts, stop, err := g.follow(ctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected),
+		events.ChatSubject(thread, events.ChatElicitationResponded)}, 0)
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
 	defer stop()
-	if _, err := g.bus.Publish(r.Context(), events.ChatSubject(thread, events.ChatElicitationResponded), e); err != nil {
+	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatElicitationResponded), e); err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
@@ -490,6 +509,13 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 				return
 			}
 			if it.ev == nil {
+				continue
+			}
+			if it.ev.Type() == events.TypeElicitationResponded {
+				if it.ev.ID() == e.ID() { // the processor's echo: accepted
+					writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "accepted"})
+					return
+				}
 				continue
 			}
 			d, err := events.Data[events.ElicitationRejected](it.ev)

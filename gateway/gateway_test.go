@@ -21,6 +21,7 @@ import (
 	josejwt "github.com/go-jose/go-jose/v4/jwt"
 	"github.com/goccy/go-yaml"
 
+	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/bus/bustest"
 )
@@ -39,6 +40,29 @@ func newTestGateway(t *testing.T, opts *Options) *Gateway {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// echoInput copies the gateway's last input on thread (suffix) from
+// PARLEY_INPUT into PARLEY_CHAT, as the processor does once it accepted it
+// (these tests run no processor).
+func echoInput(t *testing.T, g *Gateway, thread, suffix string) {
+	t.Helper()
+	s, err := g.bus.JetStream().Stream(t.Context(), events.StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(t.Context(), events.InputSubject(events.PrincipalGateway, thread, suffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetExtension(events.ExtPrincipal, events.PrincipalGateway)
+	if _, err := g.bus.Publish(t.Context(), events.ChatSubject(thread, suffix), e); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func request(t *testing.T, h http.Handler, method, path, token, body string, hdr map[string]string) *httptest.ResponseRecorder {
@@ -178,6 +202,7 @@ func TestServeShutdownEndsStreams(t *testing.T) {
 	if w := request(t, g.Handler(), "POST", "/v1/threads/s1/messages", devTok, `{"text":"hi"}`, nil); w.Code != 202 {
 		t.Fatalf("post = %d %s", w.Code, w.Body)
 	}
+	echoInput(t, g, "s1", events.ChatTurnRequested)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

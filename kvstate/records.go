@@ -42,9 +42,11 @@ type Elicitation struct {
 	Status string `json:"status"`
 	// Result is the accepted answer, once consumed.
 	Result *schema.ElicitResult `json:"result,omitempty"`
-	// AnsweredBy is who answered (from the responded event); AnsweredAt when.
-	AnsweredBy string    `json:"answeredBy,omitempty"`
-	AnsweredAt time.Time `json:"answeredAt,omitzero"`
+	// AnsweredBy is who answered, as authenticated (the principal of the
+	// responded event's input subject, and the end user it spoke for when
+	// trusted to); AnsweredAt when.
+	AnsweredBy events.Identity `json:"answeredBy,omitzero"`
+	AnsweredAt time.Time       `json:"answeredAt,omitzero"`
 	// ResponseEventID is the elicitation.responded event that consumed it.
 	ResponseEventID string `json:"responseEventId,omitempty"`
 }
@@ -298,10 +300,14 @@ type Thread struct {
 	Agent  string `json:"agent,omitempty"`
 	TurnID string `json:"turnId,omitempty"`
 	RunID  string `json:"runId,omitempty"`
-	// LastTurnSeq is the highest PARLEY_CHAT stream sequence of a
+	// LastTurnSeq is the highest PARLEY_INPUT stream sequence of a
 	// turn.requested recorded for the thread (started, queued, rejected or
 	// dead-lettered): later messages wait for earlier ones (FIFO).
 	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
+	// InputSeqs says LastTurnSeq and PauseMark are PARLEY_INPUT sequences;
+	// a record without it was written when input was in PARLEY_CHAT, and
+	// its sequences do not compare with PARLEY_INPUT's.
+	InputSeqs bool `json:"inputSeqs,omitempty"`
 	// RunSeq is the PARLEY_RUNS stream sequence of the last run outcome
 	// applied to the thread (any turn): an outcome at or below it is stale
 	// (a redelivery after the turn moved on) and is not applied again.
@@ -316,6 +322,14 @@ type Thread struct {
 	Superseded *Supersession `json:"superseded,omitempty"`
 	// TraceParent is the W3C trace context the active turn started in.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Owner is the party whose turn.requested started the thread (set by
+	// the first message recorded); Shared the parties it granted the
+	// thread to (TurnRequested.Share, at most events.MaxShares). Anyone
+	// else's message or answer is rejected forbidden. A record without an
+	// Owner (written before ownership existed) is claimed by its next
+	// message.
+	Owner  *events.Identity  `json:"owner,omitempty"`
+	Shared []events.Identity `json:"shared,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the
 	// active turn.
 	StartedBy string               `json:"startedBy,omitempty"`
@@ -368,11 +382,15 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 }
 
 // historySize is what m counts against MaxHistoryBytes: its text and the
-// JSON of its content blocks.
+// JSON of its content blocks and _meta.
 func historySize(m schema.ChatMessage) int {
 	n := len(m.Text)
 	if len(m.Content) > 0 {
 		b, _ := json.Marshal(m.Content)
+		n += len(b)
+	}
+	if len(m.Meta) > 0 {
+		b, _ := json.Marshal(m.Meta)
 		n += len(b)
 	}
 	return n

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/internal/bench"
+	"github.com/parley-dev/parley/internal/natsauth"
 )
 
 type benchCmd struct {
@@ -68,6 +69,13 @@ func (c *benchCmd) Run(e *env) error {
 	}
 	if c.natsGiven {
 		opts.NATSURL = e.NATS
+		// The bench creates and purges its own streams and buckets: on a
+		// secured server it needs the admin principal.
+		no, err := e.credentials(natsauth.Admin).Options()
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		opts.NATSOptions = no
 	}
 	if c.Storage == "memory" {
 		opts.Storage = jetstream.MemoryStorage

@@ -32,14 +32,19 @@ import (
 type chatCmd struct {
 	Thread string `name:"thread" short:"t" help:"Thread ID (A-Z a-z 0-9 _ -); default: a fresh chat-<random> thread."`
 	AgentN string `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
-	User   string `name:"user" help:"Your name, recorded on messages and answers (default: $USER)."`
+	User   string `name:"user" help:"Your name as the chat shows it (default: $USER). Messages and answers are recorded under your NATS principal (--principal), not this name."`
 	// PublishTimeout bounds the retries of one message or answer.
 	PublishTimeout time.Duration `name:"publish-timeout" default:"30s" help:"How long to retry sending a message or answer (same event ID, so no duplicate) through a reconnect or a JetStream leader election."`
+	principalFlag
 }
+
+// Validate checks the principal (kong calls it after parsing).
+func (c *chatCmd) Validate() error { return c.principalFlag.check() }
 
 // Run chats until stdin ends, the user types /quit, or the context is done
 // (Ctrl-C); all of these end cleanly.
 func (c *chatCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	thread := c.Thread
 	if thread == "" {
 		thread = "chat-" + shortID()
@@ -56,7 +61,7 @@ func (c *chatCmd) Run(e *env) error {
 	if user == "" {
 		user = os.Getenv("USER")
 	}
-	cl, done, err := integrator(e)
+	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return fmt.Errorf("%w (is `parley dev` running?)", err)
 	}
@@ -251,7 +256,9 @@ func (s *chatSession) send(text string) {
 		s.say("  (sending it again with the same ID: if the first one got through, this one is dropped)")
 	} else {
 		var err error
-		if ev, err = s.cl.TurnRequest(s.thread, s.agent, text, s.user); err != nil {
+		// No end user is named: the processor records the principal,
+		// and refuses a name from a principal it does not trust to give one.
+		if ev, err = s.cl.TurnRequest(s.thread, s.agent, text, ""); err != nil {
 			s.say("! %v", err)
 			return
 		}
@@ -486,7 +493,9 @@ func (s *chatSession) handle(it client.Item) {
 			return
 		}
 		s.running++
-		who := d.User
+		// Who sent it, as the processor's echo says (principal, and the
+		// end user when a trusted principal named one).
+		who := events.EchoIdentity(ev).String()
 		if who == "" {
 			who = "someone"
 		}
@@ -546,7 +555,7 @@ func (s *chatSession) handle(it client.Item) {
 		if err != nil || s.mine[ev.ID()] {
 			return
 		}
-		who := d.AnsweredBy
+		who := events.EchoIdentity(ev).String()
 		if who == "" {
 			who = "someone"
 		}
@@ -677,7 +686,7 @@ func (s *chatSession) ask(id string) error {
 	if err != nil {
 		return err
 	}
-	ev, err := s.cl.Response(s.thread, id, res, s.user)
+	ev, err := s.cl.Response(s.thread, id, res, "")
 	if err != nil {
 		s.say("! %v", err)
 		return nil

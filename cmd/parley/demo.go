@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -32,6 +34,7 @@ type demo struct {
 	e       *env
 	cfg     *demoCmd
 	url     string
+	authDir string // the principals' nkey seeds
 	client  *client.Client
 	site    *builtin.Site
 	items   <-chan client.Item
@@ -47,7 +50,15 @@ func (c *demoCmd) Run(e *env) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+	// Like parley dev, the demo runs every role on its own credentials
+	// (its driver, which also creates the streams and the demo site, is
+	// the operator).
+	authDir := filepath.Join(dir, "auth")
+	if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
+		return err
+	}
+	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir,
+		AuthConfig: filepath.Join(authDir, natsauth.AuthFile)})
 	if err != nil {
 		return err
 	}
@@ -59,7 +70,7 @@ func (c *demoCmd) Run(e *env) error {
 	if c.Verbose {
 		logw = e.stderr
 	}
-	d := &demo{e: e, cfg: c, url: srv.ClientURL(), out: e.stdout, note: e.stdout,
+	d := &demo{e: e, cfg: c, url: srv.ClientURL(), authDir: authDir, out: e.stdout, note: e.stdout,
 		logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if c.JSON {
 		d.out, d.note = io.Discard, e.stderr
@@ -70,7 +81,7 @@ func (c *demoCmd) Run(e *env) error {
 
 	// The gate, tool-executor and agent run for the whole demo; the
 	// processor is started separately so scenario 3 can replace it.
-	waitOthers, err := startWorkers(ctx, d.url, []string{"gate", "toolexec", "agent"}, d.workers, wenv)
+	waitOthers, err := startWorkersAs(ctx, d.url, d.creds, []string{"gate", "toolexec", "agent"}, d.workers, wenv)
 	if err != nil {
 		return err
 	}
@@ -79,7 +90,7 @@ func (c *demoCmd) Run(e *env) error {
 		return err
 	}
 
-	nc, err := client.Connect(d.url, "parley-demo")
+	nc, err := natsauth.Connect(d.url, "parley-demo", d.creds(natsauth.Admin), d.logger)
 	if err != nil {
 		return err
 	}
@@ -136,7 +147,7 @@ func (c *demoCmd) Run(e *env) error {
 // cancels it and waits until it has drained.
 func (d *demo) startProcessor(parent context.Context, name string) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(parent)
-	nc, err := client.Connect(d.url, "parley-"+name)
+	nc, err := natsauth.Connect(d.url, "parley-"+name, d.creds(natsauth.Processor), d.logger.With("instance", name))
 	if err != nil {
 		cancel()
 		return nil, err
@@ -150,6 +161,11 @@ func (d *demo) startProcessor(parent context.Context, name string) (stop func(),
 		}
 	}()
 	return func() { cancel(); <-done }, nil
+}
+
+// creds are principal's credentials.
+func (d *demo) creds(principal string) natsauth.Credentials {
+	return natsauth.Credentials{NKeyFile: filepath.Join(d.authDir, natsauth.SeedFile(principal)), Principal: principal}
 }
 
 // waitRegistered waits until the tool-executor has registered its tools.
@@ -235,12 +251,15 @@ func (d *demo) print(it client.Item) {
 }
 
 func (d *demo) send(thread, text string) error {
-	_, err := d.client.Send(d.e.ctx, thread, "", text, "demo-user")
+	_, err := d.client.Send(d.e.ctx, thread, "", text, "")
 	return err
 }
 
-func (d *demo) answer(thread, id string, action schema.ElicitAction, content map[string]any, by string) error {
-	_, err := d.client.Answer(d.e.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, by)
+// answer answers as the demo's principal (integrator), naming no end user:
+// only a principal trusted to speak for users may (the processor's
+// --trusted-principals).
+func (d *demo) answer(thread, id string, action schema.ElicitAction, content map[string]any) error {
+	_, err := d.client.Answer(d.e.ctx, thread, id, schema.ElicitResult{Action: action, Content: content}, "")
 	return err
 }
 
@@ -295,7 +314,7 @@ func (d *demo) aboutPage() error {
 	if choice == "" {
 		return fmt.Errorf("no page titled %q among %v", "About us", prop.EnumNames)
 	}
-	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"id": choice}, "demo-user"); err != nil {
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"id": choice}); err != nil {
 		return err
 	}
 	tc, err := d.completed(thread)
@@ -333,7 +352,7 @@ func (d *demo) createEvent() error {
 	if rs.Properties["title"] == nil || rs.Properties["date"] == nil || rs.Properties["date"].Format != "date" || len(rs.Required) != 2 {
 		return fmt.Errorf("want a form with title and date (format date), both required; got %+v", rs)
 	}
-	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"title": "Launch party", "date": "2026-12-12"}, "demo-user"); err != nil {
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"title": "Launch party", "date": "2026-12-12"}); err != nil {
 		return err
 	}
 	if _, err := d.completed(thread); err != nil {
@@ -379,7 +398,7 @@ func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
 		return errors.New("want a tool confirmation (_meta[drupal.org/ai.tool_call])")
 	}
 	fmt.Fprintln(d.note, "--- declining, with instructions")
-	if err := d.answer(thread, id, schema.ActionDecline, map[string]any{"instructions": instructions}, "editor@example.com"); err != nil {
+	if err := d.answer(thread, id, schema.ActionDecline, map[string]any{"instructions": instructions}); err != nil {
 		return err
 	}
 	tc, err := d.completed(thread)
@@ -412,7 +431,7 @@ func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
 	}
 	defer stopProc2()
 	fmt.Fprintln(d.note, "--- accepting (processor-2 resumes the turn)")
-	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{}, "editor@example.com"); err != nil {
+	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{}); err != nil {
 		return err
 	}
 	tc, err = d.completed(thread)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/internal/health"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/internal/telemetry"
 )
@@ -20,6 +20,7 @@ type devCmd struct {
 	DataDir string `name:"data-dir" env:"PARLEY_DATA_DIR" default:".parley" help:"JetStream file store directory."`
 	Listen  string `name:"listen" env:"PARLEY_LISTEN" default:"127.0.0.1:4222" help:"Client address of the embedded NATS server."`
 	Gateway string `name:"gateway-listen" env:"PARLEY_GATEWAY_LISTEN" default:"127.0.0.1:8080" help:"HTTP address of the gateway and web chat ('off' to not start it)."`
+	NoAuth  bool   `name:"no-auth" env:"PARLEY_DEV_NO_AUTH" help:"Serve NATS without authentication (anyone who can connect may do anything; refused unless --listen is a loopback address). Default: every role, and every client, needs its credentials from <data-dir>/auth."`
 	storeFlags
 	processorFlags
 	agentFlags
@@ -46,7 +47,21 @@ func (c *devCmd) Run(e *env) error {
 		return err
 	}
 	defer unlock()
-	srv, err := natsserver.Start(natsserver.Options{Listen: c.Listen, DataDir: abs})
+	so := natsserver.Options{Listen: c.Listen, DataDir: abs}
+	creds := func(string) natsauth.Credentials { return natsauth.Credentials{} }
+	authDir := devAuthDir(abs)
+	if !c.NoAuth {
+		// Secure by default: one nkey per role, generated at first start
+		// and kept; the server refuses anonymous clients.
+		if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
+			return err
+		}
+		so.AuthConfig = filepath.Join(authDir, natsauth.AuthFile)
+		creds = func(role string) natsauth.Credentials {
+			return natsauth.Credentials{NKeyFile: filepath.Join(authDir, natsauth.SeedFile(role)), Principal: role}
+		}
+	}
+	srv, err := natsserver.Start(so)
 	if err != nil {
 		return err
 	}
@@ -59,14 +74,21 @@ func (c *devCmd) Run(e *env) error {
 		return err
 	}
 	defer stopOps()
-	wait, err := startWorkers(health.With(e.ctx, hs), url, roles, cfg, e)
+	wait, err := startWorkersAs(health.With(e.ctx, hs), url, creds, roles, cfg, e)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "parley dev: NATS with JetStream on %s (data in %s); processor, agent, toolexec and gate running.\n", url, abs)
-	fmt.Fprintf(e.stdout, "Try: parley chat --nats %s   (Ctrl-C stops)\n", url)
+	try := "parley chat --nats " + url
+	if !c.NoAuth {
+		fmt.Fprintf(e.stdout, "Credentials: %s (one nkey seed per principal; anonymous clients are refused).\n", authDir)
+		if fallback, _ := filepath.Abs(devAuthDir(devDataDir())); fallback != authDir {
+			try += " --nats-nkey " + filepath.Join(authDir, natsauth.SeedFile(natsauth.Integrator))
+		}
+	}
+	fmt.Fprintf(e.stdout, "Try: %s   (Ctrl-C stops)\n", try)
 	if c.Gateway != "off" {
-		gw, err := startDevGateway(e.ctx, url, abs, c.Gateway, c.storeFlags, e)
+		gw, err := startDevGateway(e.ctx, url, abs, c.Gateway, c.storeFlags, creds(natsauth.Gateway), e)
 		if err != nil {
 			return err
 		}
@@ -85,6 +107,12 @@ var runRoleFunc = runRole
 // stopped: ..."), after the others have drained. After ctx is cancelled,
 // wait returns nil once every role has stopped.
 func startWorkers(ctx context.Context, url string, roles []string, cfg roleConfig, e *env) (wait func() error, err error) {
+	return startWorkersAs(ctx, url, nil, roles, cfg, e)
+}
+
+// startWorkersAs is startWorkers with each role connecting with
+// creds(role) (nil: no credentials).
+func startWorkersAs(ctx context.Context, url string, creds func(role string) natsauth.Credentials, roles []string, cfg roleConfig, e *env) (wait func() error, err error) {
 	log := e.logger(e.stderr)
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
@@ -96,7 +124,11 @@ func startWorkers(ctx context.Context, url string, roles []string, cfg roleConfi
 		cancel(&workerStopped{role: role, err: err})
 	}
 	for _, role := range roles {
-		nc, err := client.Connect(url, "parley-"+role)
+		var c natsauth.Credentials
+		if creds != nil {
+			c = creds(role)
+		}
+		nc, err := natsauth.Connect(url, "parley-"+role, c, log.With("worker", role))
 		if err != nil {
 			cancel(err)
 			wg.Wait()

@@ -30,13 +30,14 @@ func (c *eventsCmd) Validate() error {
 }
 
 func (c *eventsCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	cl, done, err := integrator(e)
 	if err != nil {
 		return err
 	}
 	defer done()
 	ctx, cancel := context.WithCancel(e.ctx)
-	notes := &lockedWriter{w: e.stderr}
+	notes := &lockedWriter{w: terminalSafe(e.stderr)}
 	var backlog uint64
 	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true, Backlog: &backlog,
 		OnStatus: func(s client.WatchStatus) { fmt.Fprintf(notes, "parley events: %s\n", s) }})
@@ -149,8 +150,8 @@ func describeRaw(ev *event.Event) string {
 			content = " " + string(b)
 		}
 		by := ""
-		if d.AnsweredBy != "" {
-			by = " by " + d.AnsweredBy
+		if who := events.EchoIdentity(ev); !who.IsZero() {
+			by = " by " + who.String()
 		}
 		return fmt.Sprintf("%s %s %s%s%s", head, d.ElicitationID, d.Action, content, by)
 	case events.TypeElicitationRejected:
@@ -248,7 +249,7 @@ func decisions(ds []events.DecisionRecord) string {
 		}
 		if d.Action != "" {
 			fmt.Fprintf(&b, "; %s", d.Action)
-			if d.AnsweredBy != "" {
+			if !d.AnsweredBy.IsZero() {
 				fmt.Fprintf(&b, " by %s", d.AnsweredBy)
 			}
 		}

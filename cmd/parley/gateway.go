@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/gateway"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/workers/bus"
 )
@@ -70,7 +70,7 @@ func (c *gatewayCmd) Run(e *env) error {
 		}
 		auth = append(auth, st)
 	}
-	wait, addr, err := startGateway(e.ctx, e.NATS, auth, c.gatewayFlags, e)
+	wait, addr, err := startGateway(e.ctx, e.NATS, auth, c.gatewayFlags, e.credentials(natsauth.Gateway), e)
 	if err != nil {
 		return err
 	}
@@ -80,9 +80,9 @@ func (c *gatewayCmd) Run(e *env) error {
 
 // startGateway connects to NATS at url and serves the gateway on
 // f.Listen until ctx ends. wait returns Serve's error.
-func startGateway(ctx context.Context, url string, auth gateway.Authenticator, f gatewayFlags, e *env) (wait func() error, addr string, err error) {
+func startGateway(ctx context.Context, url string, auth gateway.Authenticator, f gatewayFlags, creds natsauth.Credentials, e *env) (wait func() error, addr string, err error) {
 	log := e.logger(e.stderr).With("worker", "gateway")
-	nc, err := client.Connect(url, "parley-gateway")
+	nc, err := natsauth.Connect(url, "parley-gateway", creds, log)
 	if err != nil {
 		return nil, "", err
 	}
@@ -134,13 +134,13 @@ func devToken(dataDir string) (gateway.StaticTokens, string, error) {
 
 // startDevGateway runs the gateway of `parley dev` on listen with the
 // data dir's development token and prints its URL and token.
-func startDevGateway(ctx context.Context, url, dataDir, listen string, store storeFlags, e *env) (func() error, error) {
+func startDevGateway(ctx context.Context, url, dataDir, listen string, store storeFlags, creds natsauth.Credentials, e *env) (func() error, error) {
 	st, tok, err := devToken(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	f := gatewayFlags{Listen: listen, RatePerSec: 20, RateBurst: 50, MaxBodyBytes: 512 << 10, storeFlags: store}
-	wait, addr, err := startGateway(ctx, url, st, f, e)
+	wait, addr, err := startGateway(ctx, url, st, f, creds, e)
 	if err != nil {
 		return nil, err
 	}

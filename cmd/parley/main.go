@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/internal/version"
 )
@@ -34,6 +35,7 @@ type Globals struct {
 	NATS      string `name:"nats" env:"PARLEY_NATS" default:"nats://127.0.0.1:4222" help:"NATS server URL (dev and demo start their own server and refuse it)."`
 	LogLevel  string `name:"log-level" env:"PARLEY_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
 	LogFormat string `name:"log-format" env:"PARLEY_LOG_FORMAT" default:"auto" enum:"auto,json,text" help:"Log format (${enum}; auto: text on a terminal, JSON otherwise)."`
+	natsAuthFlags
 }
 
 // logger builds the slog logger the flags ask for, writing to w: text
@@ -66,6 +68,7 @@ type cli struct {
 	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
 	Gateway   gatewayCmd  `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`
 	Bench     benchCmd    `cmd:"" help:"Measure turns/s and pause-to-resume latency next to the raw NATS floor, in the same run."`
+	Auth      authCmd     `cmd:"" help:"Generate NATS credentials and the server's authorization for parley's principals."`
 }
 
 // exitError carries a process exit status.
@@ -170,7 +173,7 @@ func natsFlagGiven(kctx *kong.Context) bool {
 // in its chain ("context deadline exceeded", "nats: no responders
 // available for request") replaced by words for a person.
 func humanize(err error) string {
-	msg := err.Error()
+	msg := natsauth.Redact(err.Error())
 	for _, inner := range []error{context.DeadlineExceeded, context.Canceled, nats.ErrTimeout, nats.ErrNoResponders,
 		jetstream.ErrNoStreamResponse, nats.ErrNoServers, nats.ErrConnectionClosed, nats.ErrDisconnected} {
 		if errors.Is(err, inner) && strings.Contains(msg, inner.Error()) {

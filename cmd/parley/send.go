@@ -18,10 +18,20 @@ import (
 	"github.com/parley-dev/parley/workers/bus"
 )
 
-// integrator opens a client on e.NATS (its publishes retry per
-// client.RetryPolicy's defaults).
-func integrator(e *env) (*client.Client, func(), error) {
-	nc, err := client.Connect(e.NATS, "parley-cli")
+// integrator opens a client on e.NATS with the integrator credentials
+// (the flags', else those of `parley dev`'s data dir; its publishes retry
+// per client.RetryPolicy's defaults).
+func integrator(e *env) (*client.Client, func(), error) { return integratorAs(e, "") }
+
+// integratorAs is integrator publishing as principal (--principal; ""
+// means the credentials' principal). The credentials' inbox prefix
+// follows it unless --nats-principal says otherwise.
+func integratorAs(e *env, principal string) (*client.Client, func(), error) {
+	creds := e.integratorCredentials()
+	if principal != "" && e.NATSPrincipal == "" {
+		creds.Principal = principal
+	}
+	nc, err := e.connectAs("parley-cli", creds)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -30,7 +40,7 @@ func integrator(e *env) (*client.Client, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	return client.New(b, events.SourceCLI), func() { _ = nc.Drain() }, nil
+	return client.NewWithOptions(b, &client.Options{Source: events.SourceCLI, Principal: creds.Principal}), func() { _ = nc.Drain() }, nil
 }
 
 // Exit statuses of send and answer (documented in exitCodesHelp).
@@ -52,6 +62,20 @@ const exitCodesHelp = `Exit status:
        event may or may not be stored: run the same command with --id <ID> to resend it safely
   4    stored, but no verdict within --wait (the thread's state is printed)
   130  interrupted (Ctrl-C)`
+
+// principalFlag names the NATS principal an integrator command publishes
+// as (send, answer, chat): its input subjects are parley.in.<principal>.>.
+type principalFlag struct {
+	Principal string `name:"principal" env:"PARLEY_PRINCIPAL" help:"The NATS principal (user) your credentials authenticate: events go to parley.in.<principal>.<thread>.… (the server lets a principal publish only under its own name). Default: the credentials' principal (--nats-principal, or the name of a <principal>.nk or .creds file), else integrator."`
+}
+
+// check validates the principal token (empty: the credentials').
+func (f principalFlag) check() error {
+	if f.Principal == "" {
+		return nil
+	}
+	return events.ValidToken("--principal", f.Principal)
+}
 
 // deliveryFlags are the flags send and answer share.
 type deliveryFlags struct {
@@ -78,9 +102,10 @@ func (f *deliveryFlags) check() error {
 type sendCmd struct {
 	Thread string   `name:"thread" short:"t" required:"" help:"Thread ID (A-Z a-z 0-9 _ -)."`
 	AgentN string   `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
-	User   string   `name:"user" help:"Who is sending (recorded)."`
+	User   string   `name:"user" help:"The end user you send for (onBehalfOf). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the message is rejected forbidden. Default: none (recorded as your principal)."`
 	Text   []string `arg:"" help:"The message."`
 	deliveryFlags
+	principalFlag
 }
 
 // Help is the long help of send (kong's HelpProvider).
@@ -102,11 +127,15 @@ func (c *sendCmd) Validate() error {
 	if strings.TrimSpace(strings.Join(c.Text, " ")) == "" {
 		return errors.New("message text: required")
 	}
+	if err := c.principalFlag.check(); err != nil {
+		return err
+	}
 	return c.deliveryFlags.check()
 }
 
 func (c *sendCmd) Run(e *env) error {
-	cl, done, err := integrator(e)
+	e = e.withSafeOutput()
+	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return &exitError{code: exitUnconfirmed, err: err}
 	}
@@ -125,9 +154,10 @@ type answerCmd struct {
 	Thread      string `name:"thread" short:"t" required:"" help:"Thread ID."`
 	Elicitation string `name:"elicitation" short:"e" required:"" help:"Elicitation ID (from elicitation.requested)."`
 	Content     string `name:"content" help:"Form content as a JSON object (accept; or {\"instructions\": ...} with a confirmation's decline); @FILE reads it from a file, - from standard input."`
-	By          string `name:"by" help:"Who answers (recorded on the decision; default: $USER)."`
+	By          string `name:"by" help:"The end user you answer for (onBehalfOf, recorded on the decision). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the answer is rejected forbidden. Default: none (recorded as your principal)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
 	deliveryFlags
+	principalFlag
 }
 
 // Help is the long help of answer (kong's HelpProvider).
@@ -143,10 +173,14 @@ func (c *answerCmd) Validate() error {
 	if strings.TrimSpace(c.Elicitation) == "" {
 		return errors.New("--elicitation: required")
 	}
+	if err := c.principalFlag.check(); err != nil {
+		return err
+	}
 	return c.deliveryFlags.check()
 }
 
 func (c *answerCmd) Run(e *env) error {
+	e = e.withSafeOutput()
 	res := schema.ElicitResult{Action: schema.ElicitAction(c.Action)}
 	if c.Content != "" {
 		content, err := readContent(c.Content, e.stdin)
@@ -156,10 +190,7 @@ func (c *answerCmd) Run(e *env) error {
 		res.Content = content
 	}
 	by := c.By
-	if by == "" {
-		by = os.Getenv("USER")
-	}
-	cl, done, err := integrator(e)
+	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
 		return &exitError{code: exitUnconfirmed, err: err}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
@@ -28,6 +29,47 @@ func runCLI(t *testing.T, url string, args ...string) (int, string, string) {
 	var stdout, stderr bytes.Buffer
 	code := run(append(args, "--nats", url), strings.NewReader(""), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
+}
+
+// echoed stores a user message on thread in PARLEY_CHAT as the processor's
+// echo of an accepted turn.requested (these tests run no processor).
+func echoed(t *testing.T, cl *client.Client, thread, text string) {
+	t.Helper()
+	e, err := cl.TurnRequest(thread, "", text, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetExtension(events.ExtPrincipal, events.PrincipalIntegrator)
+	if _, err := client.Publish(t.Context(), cl.Bus(), events.ChatSubject(thread, events.ChatTurnRequested), e, client.RetryPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inputCount counts the messages of PARLEY_INPUT on subject.
+func inputCount(t *testing.T, url, subject string) uint64 {
+	t.Helper()
+	nc, err := client.Connect(url, "input-count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.JetStream().Stream(t.Context(), events.StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
 }
 
 // chatConsumers lists PARLEY_CHAT's consumers that are not durable (those
@@ -176,9 +218,14 @@ func TestSendNoVerdictExits4(t *testing.T) {
 	if code != 4 || !strings.Contains(errOut, "no verdict came within") || !strings.Contains(errOut, "not yet taken by a processor") {
 		t.Errorf("exit %d, stdout %q, stderr %q; want 4 and the thread's state", code, out, errOut)
 	}
+	// Not taken by a processor, so not echoed into PARLEY_CHAT: the
+	// message waits in PARLEY_INPUT.
+	if n := inputCount(t, url, events.InputSubject(events.PrincipalIntegrator, "nv", events.ChatTurnRequested)); n != 1 {
+		t.Errorf("PARLEY_INPUT holds %d messages of nv, want 1", n)
+	}
 	code, out, _ = runCLI(t, url, "events", "-t", "nv")
-	if code != 0 || !strings.Contains(out, "user: hello") {
-		t.Errorf("events: exit %d, %q", code, out)
+	if code != 0 || strings.Contains(out, "user: hello") {
+		t.Errorf("events: exit %d, %q; want 0 and no message (none was accepted yet)", code, out)
 	}
 	if names := chatConsumers(t, url); len(names) != 0 {
 		t.Errorf("consumers left behind on PARLEY_CHAT: %v", names)
@@ -222,9 +269,7 @@ func TestEventsFollowThroughRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := client.New(b, "")
-	if _, err := cl.Send(t.Context(), "ef", "", "first", "tester"); err != nil {
-		t.Fatal(err)
-	}
+	echoed(t, cl, "ef", "first")
 
 	ctx, cancel := context.WithCancel(t.Context())
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
@@ -251,9 +296,7 @@ func TestEventsFollowThroughRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOut(stderr, "reconnected to NATS")
-	if _, err := cl.Send(t.Context(), "ef", "", "second", "tester"); err != nil {
-		t.Fatal(err)
-	}
+	echoed(t, cl, "ef", "second")
 	waitOut(stdout, "user: second")
 	cancel()
 	if err := <-done; err != nil {

@@ -9,8 +9,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/health"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
@@ -39,6 +40,8 @@ func (s storeFlags) storage() jetstream.StorageType {
 type processorFlags struct {
 	PauseTTL    time.Duration `name:"pause-ttl" env:"PARLEY_PAUSE_TTL" default:"24h" help:"How long a paused turn waits for answers (at least 1s)."`
 	Concurrency int           `name:"concurrency" env:"PARLEY_CONCURRENCY" default:"8" help:"Events handled at once per consumer (at least 1)."`
+	// TrustedPrincipals: see processor.Options.TrustedPrincipals.
+	TrustedPrincipals []string `name:"trusted-principals" env:"PARLEY_TRUSTED_PRINCIPALS" default:"gateway" help:"NATS principals trusted to name the end user they act for (onBehalfOf), comma-separated; a name from any other principal is rejected forbidden."`
 }
 
 type agentFlags struct {
@@ -103,6 +106,14 @@ func (p processorFlags) check() error {
 	if p.PauseTTL < time.Second {
 		return fmt.Errorf("--pause-ttl must be at least 1s, got %v", p.PauseTTL)
 	}
+	for _, tp := range p.TrustedPrincipals {
+		if tp == "" {
+			continue // --trusted-principals "": none
+		}
+		if err := events.ValidToken("--trusted-principals", tp); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -161,14 +172,28 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 	startup := bus.StartupPolicy(ctx, cfg.store.startupPolicy(log))
 	startup.Logger = log
 	ctx = bus.WithStartupPolicy(ctx, startup)
-	if err := b.EnsureStreams(ctx); err != nil {
-		return err
+	// The gate answers requests on core NATS and owns no stream: its
+	// principal may not create them.
+	if role != "gate" {
+		if err := b.EnsureStreams(ctx); err != nil {
+			return err
+		}
 	}
 	log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
 	defer log.Info("worker stopped")
 	switch role {
 	case "processor":
-		p, err := processor.New(ctx, b, &processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency})
+		var trusted []string // nil (a config built in code: dev, demo): the default
+		for _, tp := range cfg.processor.TrustedPrincipals {
+			if tp != "" {
+				trusted = append(trusted, tp)
+			}
+		}
+		if trusted == nil && cfg.processor.TrustedPrincipals != nil {
+			trusted = []string{} // --trusted-principals "": none
+		}
+		p, err := processor.New(ctx, b, &processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency,
+			TrustedPrincipals: trusted})
 		if err != nil {
 			return err
 		}
@@ -246,7 +271,7 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 	}
 	defer stopOps()
 	startup := cfg.store.startupPolicy(log)
-	nc, err := connectWorker(e.ctx, e.NATS, "parley-"+role, startup)
+	nc, err := connectWorkerAs(e.ctx, e.NATS, "parley-"+role, e.credentials(role), log, startup)
 	if err != nil {
 		return err
 	}
@@ -261,11 +286,20 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 // NATS (or while its node restarts) waits for it instead of exiting.
 // Bad credentials fail at once.
 func connectWorker(ctx context.Context, url, name string, p bus.RetryPolicy) (*nats.Conn, error) {
+	return connectWorkerAs(ctx, url, name, natsauth.Credentials{}, p.Logger, p)
+}
+
+// connectWorkerAs is connectWorker with credentials; asynchronous NATS
+// errors (permissions violations) are logged to log.
+func connectWorkerAs(ctx context.Context, url, name string, c natsauth.Credentials, log *slog.Logger, p bus.RetryPolicy) (*nats.Conn, error) {
+	if err := c.Check(); err != nil {
+		return nil, &exitError{code: 2, err: err}
+	}
 	var nc *nats.Conn
 	p.AttemptTimeout = 5 * time.Second
 	err := bus.Retry(ctx, "waiting for NATS", p, func(context.Context) error {
 		var err error
-		nc, err = client.Connect(url, name)
+		nc, err = natsauth.Connect(url, name, c, log)
 		return err
 	})
 	return nc, err

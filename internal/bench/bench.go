@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -35,6 +36,9 @@ type Options struct {
 	// "toolexec", and the held phase leaves Held paused records (TTL
 	// SeedTTL) in parley_paused.
 	NATSURL string
+	// NATSOptions are added to every connection to NATSURL (credentials,
+	// TLS: `parley bench` passes its flags'). Optional.
+	NATSOptions []nats.Option
 	// Storage of streams and buckets. Optional. Default: file.
 	Storage jetstream.StorageType
 	// Duration is the budget of each phase (floor, turn, confirm, veto,

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 )
 
@@ -22,6 +23,7 @@ import (
 // opened.
 type benchEnv struct {
 	url        string
+	natsOpts   []nats.Option  // credentials and TLS of an external server
 	srv        *server.Server // nil for an external server
 	dir        string
 	serverDesc string
@@ -36,7 +38,7 @@ type benchEnv struct {
 func startEnv(ctx context.Context, opts *Options) (*benchEnv, error) {
 	var buf [4]byte
 	_, _ = rand.Read(buf[:])
-	e := &benchEnv{url: opts.NATSURL, runID: "b" + hex.EncodeToString(buf[:])}
+	e := &benchEnv{url: opts.NATSURL, natsOpts: opts.NATSOptions, runID: "b" + hex.EncodeToString(buf[:])}
 	if e.url == "" {
 		dir, err := os.MkdirTemp("", "parley-bench-*")
 		if err != nil {
@@ -65,9 +67,9 @@ func (e *benchEnv) own() bool { return e.srv != nil }
 
 // connect opens a connection named parley-bench-<name>, closed by close.
 func (e *benchEnv) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(e.url, nats.Name("parley-bench-"+name), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("parley-bench-" + name), nats.MaxReconnects(-1)}, e.natsOpts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to NATS at %s: %w", e.url, err)
+		return nil, fmt.Errorf("connecting to NATS at %s: %w", natsauth.Redact(e.url), err)
 	}
 	e.mu.Lock()
 	e.conns = append(e.conns, nc)

@@ -184,12 +184,12 @@ func (s *system) send(ctx context.Context, thread string, write bool) error {
 	if write {
 		text = textWrite
 	}
-	_, err := s.client.Send(ctx, thread, "", text, "bench")
+	_, err := s.client.Send(ctx, thread, "", text, "")
 	return err
 }
 
 func (s *system) answer(ctx context.Context, thread, id string) error {
-	_, err := s.client.Answer(ctx, thread, id, schema.ElicitResult{Action: schema.ActionAccept}, "bench")
+	_, err := s.client.Answer(ctx, thread, id, schema.ElicitResult{Action: schema.ActionAccept}, "")
 	return err
 }
 
@@ -359,6 +359,9 @@ func classify(subj, reply string) (kind, class string) {
 	case strings.HasPrefix(subj, "parley.chat."):
 		_, suffix, _ := events.ParseChatSubject(subj)
 		return "js_publish", "chat." + suffix
+	case strings.HasPrefix(subj, "parley.in."):
+		_, _, suffix, _ := events.ParseInputSubject(subj)
+		return "js_publish", "in." + suffix
 	case strings.HasPrefix(subj, "parley.tool.call."):
 		return "js_publish", "tool.call"
 	case strings.HasPrefix(subj, "parley.tool.result."):

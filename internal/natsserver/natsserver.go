@@ -22,6 +22,11 @@ type Options struct {
 	DataDir string
 	// Logs turns on the server's own logging (to stderr).
 	Logs bool
+	// AuthConfig is a nats-server configuration file with the
+	// authorization block clients must pass (natsauth.Render, as written
+	// by natsauth.Init). Empty: no authentication, which Start allows only
+	// on a loopback address.
+	AuthConfig string
 }
 
 // Start starts the server and waits until it accepts clients (10s). An
@@ -36,6 +41,9 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: port %q is not a number", portStr)
 	}
+	if o.AuthConfig == "" && !isLoopback(host) {
+		return nil, fmt.Errorf("listen: %s is not a loopback address: refusing to serve NATS there without authentication", o.Listen)
+	}
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
@@ -46,11 +54,21 @@ func Start(o Options) (*server.Server, error) {
 			return nil, err
 		}
 	}
-	s, err := server.NewServer(&server.Options{
-		ServerName: "parley-dev", Host: host, Port: port,
-		JetStream: true, StoreDir: o.DataDir,
-		NoLog: !o.Logs, NoSigs: true,
-	})
+	opts := &server.Options{}
+	if o.AuthConfig != "" {
+		// The same file a standalone nats-server includes: parsed by the
+		// server's own configuration reader, not a copy of it.
+		if opts, err = server.ProcessConfigFile(o.AuthConfig); err != nil {
+			return nil, fmt.Errorf("auth configuration: %w", err)
+		}
+		if len(opts.Nkeys) == 0 && len(opts.Users) == 0 {
+			return nil, fmt.Errorf("auth configuration %s: no users", o.AuthConfig)
+		}
+	}
+	opts.ServerName, opts.Host, opts.Port = "parley-dev", host, port
+	opts.JetStream, opts.StoreDir = true, o.DataDir
+	opts.NoLog, opts.NoSigs = !o.Logs, true
+	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("configuring nats-server: %w", err)
 	}
@@ -63,6 +81,16 @@ func Start(o Options) (*server.Server, error) {
 		return nil, fmt.Errorf("nats-server did not start on %s within 10s", o.Listen)
 	}
 	return s, nil
+}
+
+// isLoopback reports whether host (an IP or a name) only reaches this
+// machine: a loopback IP or "localhost".
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // probe listens on addr and closes the listener at once.

@@ -2,6 +2,8 @@ package natsserver
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,5 +48,39 @@ func TestStartBadAddress(t *testing.T) {
 			s.Shutdown()
 			t.Errorf("Start(%q): no error", addr)
 		}
+	}
+}
+
+// Without authentication the server listens only on loopback addresses.
+func TestStartRefusesNonLoopbackWithoutAuth(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		s, err := Start(Options{Listen: addr, DataDir: t.TempDir()})
+		if err == nil {
+			s.Shutdown()
+			t.Errorf("Start(%q) without auth: no error", addr)
+		} else if !strings.Contains(err.Error(), "refusing to serve NATS there without authentication") {
+			t.Errorf("Start(%q): %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
+		s, err := Start(Options{Listen: addr, DataDir: t.TempDir()})
+		if err != nil {
+			t.Errorf("Start(%q): %v", addr, err)
+			continue
+		}
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// An auth configuration without users is refused, not served open.
+func TestStartAuthConfigWithoutUsers(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(f, []byte("authorization { }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Start(Options{Listen: "127.0.0.1:0", DataDir: t.TempDir(), AuthConfig: f}); err == nil {
+		s.Shutdown()
+		t.Fatal("no error")
 	}
 }

@@ -423,14 +423,10 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 
 // who names the answerer of a for a decision's reason.
 func who(a events.Answer) string {
-	w := answerer(a)
-	switch {
-	case w == nil:
-		return "the user"
-	case w.OnBehalfOf != "":
-		return w.OnBehalfOf + " (through " + w.Principal + ")"
+	if !a.AnsweredBy.IsZero() {
+		return a.AnsweredBy.String()
 	}
-	return w.Principal
+	return "the user"
 }
 
 // advance drives the run as far as it can go without waiting. rev is the

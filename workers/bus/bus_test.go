@@ -979,3 +979,94 @@ func TestConsumeUndecodableToWorker(t *testing.T) {
 		t.Fatalf("Consume: %v", err)
 	}
 }
+
+// Issue 9 item 6: a duplicate PubAck is checked against what is stored. A
+// message planted under the Nats-Msg-Id of another thread's derived event
+// (another subject, type and thread) does not make Publish report the
+// event stored: the error names both messages. A re-publish of the same
+// event, even with a reworded body, is a plain duplicate.
+func TestPublishDuplicateCheckedAgainstStored(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	real, err := events.NewWithID(events.DerivedID("turn.completed", "victim-turn"), events.SourceProcessor,
+		events.TypeTurnCompleted, "victim", events.TurnCompleted{TurnID: "victim-turn"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planted := &nats.Msg{Subject: events.ChatSubject("attacker", events.ChatProgress), Data: []byte(`{}`),
+		Header: nats.Header{"ce-type": {events.TypeProgress}, "ce-subject": {"attacker"}, "ce-source": {"/evil"}}}
+	if _, err := e.js.PublishMsg(t.Context(), planted, jetstream.WithMsgID(real.ID())); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.c.Publish(t.Context(), events.ChatSubject("victim", events.ChatTurnCompleted), real)
+	var mm *DuplicateMismatchError
+	if !errors.Is(err, ErrDuplicateMismatch) || !errors.As(err, &mm) {
+		t.Fatalf("Publish over a planted duplicate = %v, want ErrDuplicateMismatch", err)
+	}
+	if !strings.Contains(mm.Published, "parley.chat.victim.turn.completed") || !strings.Contains(mm.Stored, "parley.chat.attacker.progress") {
+		t.Errorf("mismatch = %+v, want both subjects named", mm)
+	}
+
+	// The same event again, its body reworded (a re-derived detail): a
+	// duplicate, no error.
+	same, _ := events.NewWithID(events.DerivedID("turn.failed", "t2"), events.SourceProcessor, events.TypeTurnFailed, "t2",
+		events.TurnFailed{TurnID: "t2", Reason: "x", Detail: "after 1 attempt"})
+	if _, err := e.c.Publish(t.Context(), events.ChatSubject("t2", events.ChatTurnFailed), same); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := events.NewWithID(same.ID(), events.SourceProcessor, events.TypeTurnFailed, "t2",
+		events.TurnFailed{TurnID: "t2", Reason: "x", Detail: "after 2 attempts"})
+	if ack, err := e.c.Publish(t.Context(), events.ChatSubject("t2", events.ChatTurnFailed), again); err != nil || !ack.Duplicate {
+		t.Fatalf("re-publish of the same event = %+v, %v; want a duplicate ack", ack, err)
+	}
+}
+
+// Issue 9 item 7: every stream is bounded, work queues discard new
+// messages (the publisher sees the error) and the histories their oldest.
+func TestEveryStreamBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	want := map[string]jetstream.DiscardPolicy{
+		events.StreamChat: jetstream.DiscardOld, events.StreamDeadLetter: jetstream.DiscardOld,
+		events.StreamInput: jetstream.DiscardNew, events.StreamAgent: jetstream.DiscardNew,
+		events.StreamRuns: jetstream.DiscardNew, events.StreamTools: jetstream.DiscardNew,
+	}
+	n := 0
+	for name := range e.js.StreamNames(t.Context()).Name() {
+		if strings.HasPrefix(name, "KV_") || strings.HasPrefix(name, "OBJ_") {
+			continue
+		}
+		n++
+		s, err := e.js.Stream(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		if d, ok := want[name]; !ok || cfg.MaxBytes <= 0 || cfg.Discard != d {
+			t.Errorf("stream %s: max_bytes %d, discard %v; want bounded, discard %v", name, cfg.MaxBytes, cfg.Discard, want[name])
+		}
+	}
+	if n != len(want) {
+		t.Errorf("%d streams, want %d", n, len(want))
+	}
+	// A full work queue refuses the publish; nothing is dropped.
+	small, err := New(e.nc, &Options{Storage: jetstream.MemoryStorage, StreamMaxBytes: 4 << 20, PublishRetry: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := small.EnsureStreams(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", 300<<10)
+	var perr error
+	for i := range 10 {
+		ev, _ := events.New(events.SourceAgent, events.TypeToolCallRequested, "t", map[string]any{"pad": big, "i": i})
+		if _, perr = small.Publish(t.Context(), events.ToolCallSubject("x"), ev); perr != nil {
+			break
+		}
+	}
+	if perr == nil {
+		t.Fatal("10 × 300 KiB into a 1 MiB work queue: no error")
+	}
+	t.Logf("full work queue: %v", perr)
+}

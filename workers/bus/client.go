@@ -36,10 +36,22 @@ type Options struct {
 	// JetStream acknowledgement (no responders, timeout). Optional.
 	// Default: DefaultPublishRetry; negative: one try.
 	PublishRetry time.Duration
+	// StreamMaxBytes bounds the bytes of PARLEY_CHAT; the work queues
+	// (PARLEY_INPUT, PARLEY_AGENT, PARLEY_RUNS, PARLEY_TOOLS) and
+	// PARLEY_DLQ get a quarter of it each (docs/LIMITS.md). JetStream
+	// reserves these bytes in the server's storage (max_file_store /
+	// max_memory_store) when the streams are created. Optional. Default:
+	// DefaultStreamMaxBytes.
+	StreamMaxBytes int64
 }
+
+// DefaultStreamMaxBytes is the default of Options.StreamMaxBytes: 1 GiB
+// for PARLEY_CHAT, 256 MiB for each other stream (2.25 GiB in all).
+const DefaultStreamMaxBytes = 1 << 30
 
 // Client publishes and consumes parley events over one NATS connection.
 type Client struct {
+	maxBytes int64
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	logger   *slog.Logger
@@ -69,6 +81,10 @@ func New(nc *nats.Conn, opts *Options) (*Client, error) {
 	}
 	if c.replicas <= 0 {
 		c.replicas = 1
+	}
+	c.maxBytes = opts.StreamMaxBytes
+	if c.maxBytes <= 0 {
+		c.maxBytes = DefaultStreamMaxBytes
 	}
 	return c, nil
 }
@@ -111,23 +127,36 @@ func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults(
 // (StartupPolicy of ctx, else Options.StartupTimeout), every try logged. A
 // difference JetStream cannot reconcile (storage, retention) fails at once
 // with an error naming the stream and the field.
+//
+// Every stream is bounded (MaxBytes, Options.StreamMaxBytes) with a
+// discard policy chosen for what it holds: the work queues discard new
+// messages at the bound, so a publisher gets an error (and retries, or
+// tells its caller) instead of work being lost silently; PARLEY_CHAT and
+// PARLEY_DLQ, histories read by people, drop their oldest messages (and
+// those past MaxAge). See docs/LIMITS.md.
 func (c *Client) EnsureStreams(ctx context.Context) error {
 	dup := 2 * time.Minute
+	chat, queue := c.maxBytes, max(c.maxBytes/4, 1<<20)
 	specs := []jetstream.StreamConfig{
 		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: dup,
-			Description: "parley chat events: what integrators publish and read"},
+			MaxBytes: chat, Discard: jetstream.DiscardOld,
+			Description: "parley chat events: what parley publishes (with the echo of accepted input) and integrators read"},
+		{Name: events.StreamInput, Subjects: []string{events.SubjectInputAll},
+			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
+			Description: "processor work queue: integrator input (turn.requested, elicitation.responded) under the publisher's principal"},
 		{Name: events.StreamAgent, Subjects: []string{events.SubjectRunRequested, events.SubjectRunResumed, events.SubjectToolResAll},
-			Retention: jetstream.WorkQueuePolicy, Duplicates: dup,
+			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
 			Description: "agent work queue: run requests, resumes and tool results"},
 		{Name: events.StreamRuns, Subjects: []string{events.SubjectRunCompleted, events.SubjectRunPaused, events.SubjectRunFailed},
-			Retention: jetstream.WorkQueuePolicy, Duplicates: dup,
+			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
 			Description: "processor work queue: agent run outcomes"},
 		{Name: events.StreamTools, Subjects: []string{events.SubjectToolCallAll},
-			Retention: jetstream.WorkQueuePolicy, Duplicates: dup,
+			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
 			Description: "tool-executor work queue: tool calls"},
 		{Name: events.StreamDeadLetter, Subjects: []string{events.SubjectDeadLetters},
 			Retention: jetstream.LimitsPolicy, MaxAge: 30 * 24 * time.Hour, Duplicates: dup,
+			MaxBytes: queue, Discard: jetstream.DiscardOld,
 			Description: "events that could not be handled, with the reason"},
 	}
 	p := c.startupPolicy(ctx)
@@ -217,6 +246,12 @@ func StreamConfigChanges(have, want jetstream.StreamConfig) ([]string, error) {
 	if have.MaxAge != want.MaxAge {
 		diff("max_age", have.MaxAge, want.MaxAge)
 	}
+	if want.MaxBytes != 0 && have.MaxBytes != want.MaxBytes {
+		diff("max_bytes", have.MaxBytes, want.MaxBytes)
+	}
+	if have.Discard != want.Discard {
+		diff("discard", have.Discard, want.Discard)
+	}
 	if want.Duplicates != 0 && have.Duplicates != want.Duplicates {
 		diff("duplicate_window", have.Duplicates, want.Duplicates)
 	}
@@ -261,6 +296,12 @@ func sameSet(a, b []string) bool {
 // still have been stored (and a later publish of the same event is dropped
 // as a duplicate within the stream's 2-minute window). An error the stream
 // answered (e.g. a wrong expected sequence) is returned at once.
+//
+// A duplicate is checked against the message stored under the same ID:
+// when that is another event (subject, type, ce-subject or source differ)
+// the error matches ErrDuplicateMismatch, so the caller's handler fails
+// and its message is retried and dead-lettered instead of the event being
+// lost silently.
 func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error) {
 	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrSystem, keyOperation.String("send"), keyOpType.String("send"),
@@ -273,6 +314,9 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 		return nil, err
 	}
 	ack, err := c.publishMsg(ctx, msg, e.ID())
+	if err == nil && ack.Duplicate {
+		err = c.checkDuplicate(ctx, msg, e.ID(), ack)
+	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return nil, fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err)

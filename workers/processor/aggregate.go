@@ -358,7 +358,8 @@ type answerVerdict struct {
 	dropped []string
 }
 
-// applyAnswer checks the answer id (data in) against the paused record rec
+// applyAnswer checks the answer id (data in, from the authenticated party
+// who, recorded as its answerer) against the paused record rec
 // at time now, in the order of the catalogue (unknown_or_expired,
 // invalid_content, already_consumed; invalid_event and state_incompatible
 // are the caller's), and consumes it: the first answer wins, a cancel
@@ -366,7 +367,7 @@ type answerVerdict struct {
 // marked Resumed. A redelivery of the winning answer is neither rejected
 // nor consumed again (consumed false, reason ""): the caller finishes what
 // it started.
-func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationResponded, now time.Time) answerVerdict {
+func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationResponded, who events.Identity, now time.Time) answerVerdict {
 	el := rec.Find(in.ElicitationID)
 	switch {
 	case el == nil:
@@ -406,7 +407,7 @@ func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationRespon
 	}
 	el.Status = kvstate.StatusConsumed
 	el.Result = &result
-	el.AnsweredBy = in.AnsweredBy
+	el.AnsweredBy = who
 	el.AnsweredAt = now.UTC()
 	el.ResponseEventID = id
 	if result.Action == schema.ActionCancel {

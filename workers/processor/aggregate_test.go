@@ -360,6 +360,7 @@ func TestApplyAnswer(t *testing.T) {
 	ans := func(q string, action schema.ElicitAction, content map[string]any) events.ElicitationResponded {
 		return events.ElicitationResponded{ElicitationID: q, Action: action, Content: content, AnsweredBy: "ann"}
 	}
+	ann := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "ann"}
 	date := map[string]any{"date": "2026-12-12"}
 	tests := []struct {
 		name          string
@@ -380,29 +381,29 @@ func TestApplyAnswer(t *testing.T) {
 		{"cancel withdraws the other", rec, "a1", ans("q1", schema.ActionCancel, date), now, "", true, []string{"q2"}, true},
 		{"second answer", func() *kvstate.PausedTurn {
 			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), now)
+			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), ann, now)
 			return r
 		}, "a2", ans("q1", schema.ActionAccept, date), now, events.RejectAlreadyConsumed, false, nil, false},
 		{"redelivered winner", func() *kvstate.PausedTurn {
 			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), now)
+			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), ann, now)
 			return r
 		}, "a1", ans("q1", schema.ActionCancel, nil), now, "", false, []string{"q2"}, true},
 		{"answer to a withdrawn question", func() *kvstate.PausedTurn {
 			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), now)
+			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), ann, now)
 			return r
 		}, "a2", ans("q2", schema.ActionAccept, date), now, events.RejectUnknownOrExpired, false, nil, true},
 		{"last answer settles", func() *kvstate.PausedTurn {
 			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), now)
+			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), ann, now)
 			return r
 		}, "a2", ans("q2", schema.ActionDecline, nil), now, "", true, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tt.rec()
-			v := applyAnswer(r, tt.id, tt.in, tt.at)
+			v := applyAnswer(r, tt.id, tt.in, ann, tt.at)
 			if v.reason != tt.wantReason || v.consumed != tt.wantConsumed || !slices.Equal(v.withdrawn, tt.wantWithdrawn) ||
 				r.Resumed != tt.wantResumed {
 				t.Fatalf("verdict %+v, resumed %v; want reason %q, consumed %v, withdrawn %v, resumed %v",
@@ -410,7 +411,7 @@ func TestApplyAnswer(t *testing.T) {
 			}
 			if v.consumed {
 				el := r.Find(tt.in.ElicitationID)
-				if el.Status != kvstate.StatusConsumed || el.ResponseEventID != tt.id || el.AnsweredBy != "ann" {
+				if el.Status != kvstate.StatusConsumed || el.ResponseEventID != tt.id || el.AnsweredBy != ann {
 					t.Errorf("consumed elicitation = %+v", el)
 				}
 				if el.Result.Action != schema.ActionAccept && el.Result.Content != nil {

@@ -26,7 +26,7 @@ func TestDeclineWithNonObjectContentResumes(t *testing.T) {
 	if err := e.SetData("application/json", json.RawMessage(`{"elicitationId":"q1","action":"decline","content":"a string"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.p.HandleChat(h.ctx, &bus.Delivery{Event: &e, Subject: events.ChatSubject("t", events.ChatElicitationResponded),
+	if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: &e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatElicitationResponded),
 		StreamSeq: 100, NumDelivered: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
@@ -107,9 +107,11 @@ func (p *Processor) dropStalePause(ctx context.Context, thread string, rev, runS
 }
 
 // lastTurnRequested returns the stream sequence of the thread's last
-// turn.requested in PARLEY_CHAT (0 if none).
+// turn.requested still in PARLEY_INPUT, from any principal (0 if none;
+// the work queue keeps only messages not yet handled, and handled ones
+// are recorded in the thread already).
 func (p *Processor) lastTurnRequested(ctx context.Context, thread string) (uint64, error) {
-	m, err := p.chat.GetLastMsgForSubject(ctx, events.ChatSubject(thread, events.ChatTurnRequested))
+	m, err := p.input.GetLastMsgForSubject(ctx, events.InputThreadSubjects(thread, events.ChatTurnRequested))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return 0, nil
@@ -169,7 +171,8 @@ func compactArgs(pe events.PendingElicitation) string {
 
 // onResponded checks an answer in the design's order and consumes it:
 // unknown_or_expired, invalid_content (stays pending), already_consumed.
-func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Event) error {
+func (p *Processor) onResponded(ctx context.Context, src input) error {
+	thread, e := src.thread, src.d.Event
 	in, err := events.Data[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
@@ -195,9 +198,30 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
+	// Who answers, as authenticated, and whether the thread is theirs:
+	// checked before the paused record is touched, so a refused answer
+	// consumes nothing.
+	who, err := p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
+	if err == nil {
+		var t *kvstate.Thread
+		if t, _, err = p.threads.Load(ctx, thread); err != nil {
+			return p.failIncompatible(ctx, thread, err)
+		}
+		err = mayUse(t, who)
+	}
+	if detail, ok := isForbidden(err); ok {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
+	} else if err != nil {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+	}
+	// Sizes, before anything reaches the paused record.
+	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
+			"the answer is too large; the question is still open", vs)
+	}
 	var v answerVerdict
 	rec, err := p.paused.Mutate(ctx, thread, func(rec *kvstate.PausedTurn) error {
-		v = applyAnswer(rec, e.ID(), in, time.Now())
+		v = applyAnswer(rec, e.ID(), in, who, time.Now())
 		if !v.consumed {
 			return kvstate.ErrNoChange
 		}
@@ -228,11 +252,15 @@ func (p *Processor) onResponded(ctx context.Context, thread string, e *event.Eve
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
-			"action", in.Action, "answered_by", in.AnsweredBy)
+			"action", in.Action, "answered_by", who.String())
 		metrics.Answered(ctx, string(in.Action))
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
-	// started (each step is idempotent).
+	// started (each step is idempotent), the echo first, so readers of
+	// PARLEY_CHAT see the answer accepted before the resumed turn's events.
+	if err := p.echo(ctx, thread, events.ChatElicitationResponded, e, who); err != nil {
+		return err
+	}
 	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
 		return err
 	}
@@ -384,4 +412,36 @@ func (p *Processor) onExpired(ctx context.Context, thread string) error {
 	return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
 		events.DerivedID("elicitation.expired", t.Expired.TurnID), t.Expired.TurnID,
 		events.ElicitationExpired{TurnID: t.Expired.TurnID, ElicitationIDs: t.Expired.ElicitationIDs})
+}
+
+// answerSize checks an answer's size: the whole data (n bytes) against
+// events.MaxAnswerBytes, and every string in its content, at any depth,
+// against events.MaxAnswerField. The violations name the fields.
+func answerSize(n int, in events.ElicitationResponded) []schema.Violation {
+	var vs []schema.Violation
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case string:
+			if len(x) > events.MaxAnswerField {
+				vs = append(vs, schema.Violation{Path: path, Rule: fmt.Sprintf("%d bytes is over the limit of %d", len(x), events.MaxAnswerField)})
+			}
+		case map[string]any:
+			for k, e := range x {
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	for k, v := range in.Content {
+		walk("content."+k, v)
+	}
+	if n > events.MaxAnswerBytes && len(vs) == 0 {
+		vs = append(vs, schema.Violation{Path: "data", Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxAnswerBytes)})
+	}
+	slices.SortFunc(vs, func(a, b schema.Violation) int { return strings.Compare(a.Path, b.Path) })
+	return vs
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,17 @@ type Options struct {
 	// is released to be retried (bus.RetryLater: waiting does not count as
 	// a failure). Optional. Default: 10s.
 	OrderWait time.Duration
+	// TrustedPrincipals are the NATS principals trusted to speak for end
+	// users: only an input from one of them may name the user it acts for
+	// (onBehalfOf), which then becomes part of the party that owns a
+	// thread or answered a question; a claim from any other principal is
+	// rejected forbidden. Optional. Default: DefaultTrustedPrincipals.
+	TrustedPrincipals []string
 }
+
+// DefaultTrustedPrincipals is the default of Options.TrustedPrincipals:
+// the gateway, which authenticates its users itself.
+var DefaultTrustedPrincipals = []string{events.PrincipalGateway}
 
 // Processor is the processor worker.
 type Processor struct {
@@ -45,7 +56,7 @@ type Processor struct {
 	pub     publisher
 	threads threadStore
 	paused  pausedStore
-	chat    chatReader
+	input   inputReader
 	opts    Options
 	log     *slog.Logger
 	faults  faults
@@ -75,6 +86,14 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if o.OrderWait <= 0 {
 		o.OrderWait = 10 * time.Second
 	}
+	if o.TrustedPrincipals == nil {
+		o.TrustedPrincipals = DefaultTrustedPrincipals
+	}
+	for _, tp := range o.TrustedPrincipals {
+		if err := events.ValidToken("TrustedPrincipals", tp); err != nil {
+			return nil, err
+		}
+	}
 	js := b.JetStream()
 	threads, err := kvstate.OpenThreads(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
 	if err != nil {
@@ -84,14 +103,14 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, err
 	}
-	chat, err := js.Stream(ctx, events.StreamChat)
+	input, err := js.Stream(ctx, events.StreamInput)
 	if err != nil {
-		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamChat, err)
+		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return &Processor{bus: b, pub: b, threads: threads, paused: paused, chat: chat, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return &Processor{bus: b, pub: b, threads: inputSeqThreads{threads}, paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
-// Run consumes chat events and run outcomes and watches for expired pauses
+// Run consumes integrator input (PARLEY_INPUT) and run outcomes and watches for expired pauses
 // until ctx is cancelled; then it drains and returns nil (or the first error
 // that stopped a part).
 func (p *Processor) Run(ctx context.Context) error {
@@ -109,14 +128,13 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	run(func(ctx context.Context) error {
 		return p.bus.Consume(ctx, bus.ConsumerSpec{
-			Stream: events.StreamChat, Durable: "processor", Concurrency: p.opts.Concurrency,
-			FilterSubjects: []string{
-				events.ChatSubject("*", events.ChatTurnRequested),
-				events.ChatSubject("*", events.ChatElicitationResponded),
-			},
-			OnDeadLetter:  p.onDeadLetter,
-			OnUndecodable: p.onUndecodable,
-		}, p.HandleChat)
+			// Every input subject, so that one that does not parse is
+			// dead-lettered with the reason rather than left in the stream.
+			Stream: events.StreamInput, Durable: "processor", Concurrency: p.opts.Concurrency,
+			FilterSubjects: []string{events.SubjectInputAll},
+			OnDeadLetter:   p.onDeadLetter,
+			OnUndecodable:  p.onUndecodable,
+		}, p.HandleInput)
 	})
 	run(func(ctx context.Context) error {
 		return p.bus.Consume(ctx, bus.ConsumerSpec{
@@ -138,19 +156,54 @@ func (p *Processor) Run(ctx context.Context) error {
 	return <-errs
 }
 
-// HandleChat handles turn.requested and elicitation.responded.
-func (p *Processor) HandleChat(ctx context.Context, d *bus.Delivery) error {
-	thread, suffix, ok := events.ParseChatSubject(d.Subject)
-	if !ok {
-		return bus.Permanent(fmt.Errorf("subject %q is not a chat subject", d.Subject))
+// runSubjectPrefix is the prefix of PARLEY_RUNS subjects.
+const runSubjectPrefix = "parley.agent.run."
+
+// HandleInput handles an integrator's turn.requested or
+// elicitation.responded from PARLEY_INPUT, published by the principal its
+// subject names (parley.in.<principal>.<thread>.<suffix>). A subject that
+// does not parse is a permanent error naming the rule (the message is
+// dead-lettered with it).
+func (p *Processor) HandleInput(ctx context.Context, d *bus.Delivery) error {
+	principal, thread, suffix, err := events.ParseInputSubject(d.Subject)
+	if err != nil {
+		p.log.WarnContext(ctx, "input on a bad subject dead-lettered", "subject", d.Subject, "error", err)
+		return bus.Permanent(err)
 	}
+	in := input{principal: principal, thread: thread, d: d}
 	switch suffix {
 	case events.ChatTurnRequested:
-		return p.onTurnRequested(ctx, thread, d)
-	case events.ChatElicitationResponded:
-		return p.onResponded(ctx, thread, d.Event)
+		return p.onTurnRequested(ctx, in)
+	default: // events.ChatElicitationResponded
+		return p.onResponded(ctx, in)
 	}
-	return bus.Permanent(fmt.Errorf("subject %q is not handled by the processor", d.Subject))
+}
+
+// input is one integrator event being handled: its authenticated
+// principal (the subject's token), its thread and its delivery.
+type input struct {
+	principal string
+	thread    string
+	d         *bus.Delivery
+}
+
+// echo republishes the accepted input e into PARLEY_CHAT on
+// parley.chat.<thread>.<suffix>, with the same event ID (so a redelivery
+// stores it once) and the extension attributes principal and, when the
+// claim was honoured, onbehalfof; any such attributes the integrator set
+// are replaced.
+func (p *Processor) echo(ctx context.Context, thread, suffix string, e *event.Event, who events.Identity) error {
+	out := e.Clone()
+	out.SetExtension(events.ExtPrincipal, who.Principal)
+	if who.OnBehalfOf != "" {
+		out.SetExtension(events.ExtOnBehalfOf, who.OnBehalfOf)
+	} else {
+		out.SetExtension(events.ExtOnBehalfOf, nil) // nil removes it
+	}
+	if _, err := p.pub.Publish(ctx, events.ChatSubject(thread, suffix), &out); err != nil {
+		return fmt.Errorf("echoing %s into %s: %w", e.ID(), events.StreamChat, err)
+	}
+	return nil
 }
 
 // HandleRun handles agent run outcomes.
@@ -183,8 +236,14 @@ func (p *Processor) HandleRun(ctx context.Context, d *bus.Delivery) error {
 // active turn), an answer gets elicitation.rejected, and a run outcome
 // fails its turn and frees the thread.
 func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
-	thread, suffix, ok := events.ParseChatSubject(d.Subject)
-	if !ok && d.Event != nil {
+	_, thread, suffix, perr := events.ParseInputSubject(d.Subject)
+	if perr != nil {
+		// Only a run outcome names its thread in the event; an input
+		// whose subject does not parse names none (its dead letter
+		// carries the reason).
+		if d.Event == nil || !strings.HasPrefix(d.Subject, runSubjectPrefix) {
+			return
+		}
 		thread = d.Event.Subject()
 	}
 	if events.ValidToken("thread", thread) != nil {
@@ -242,9 +301,9 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 // elicitation.rejected, reason invalid_event. A turn.requested is recorded
 // as dealt with, so later messages of the thread stop waiting for it.
 func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause error) error {
-	thread, suffix, ok := events.ParseChatSubject(d.Subject)
-	if !ok || events.ValidToken("thread", thread) != nil {
-		return bus.Permanent(cause)
+	_, thread, suffix, err := events.ParseInputSubject(d.Subject)
+	if err != nil {
+		return bus.Permanent(errors.Join(cause, err))
 	}
 	v := schema.Violation{Path: "event", Rule: cause.Error()}
 	var ae *events.AttributeError

@@ -222,7 +222,7 @@ func (m *memPub) of(typ string) []*event.Event {
 	return out
 }
 
-// memChat answers the PARLEY_CHAT reads of the processor: the last
+// memChat answers the PARLEY_INPUT reads of the processor: the last
 // turn.requested sequence per subject.
 type memChat struct {
 	mu   sync.Mutex
@@ -257,17 +257,17 @@ func newHarness(t *testing.T) *harness {
 	pub := &memPub{}
 	chat := &memChat{last: map[string]uint64{}}
 	paused := &memPaused{recs: map[string]memRecord{}}
-	p := &Processor{pub: pub, threads: &memThreads{recs: map[string]memRecord{}}, paused: paused, chat: chat,
+	p := &Processor{pub: pub, threads: inputSeqThreads{&memThreads{recs: map[string]memRecord{}}}, paused: paused, input: chat,
 		opts: Options{PauseTTL: time.Hour, DefaultAgent: "default", OrderWait: time.Second},
 		log:  slog.New(slog.DiscardHandler)}
 	return &harness{t: t, p: p, pub: pub, chat: chat, paused: paused, ctx: t.Context()}
 }
 
-// inStream records that a turn.requested of thread t is in PARLEY_CHAT at seq.
+// inStream records that a turn.requested of thread t is in PARLEY_INPUT at seq.
 func (h *harness) inStream(seq uint64) {
 	h.chat.mu.Lock()
 	defer h.chat.mu.Unlock()
-	subject := events.ChatSubject("t", events.ChatTurnRequested)
+	subject := events.InputThreadSubjects("t", events.ChatTurnRequested)
 	h.chat.last[subject] = max(h.chat.last[subject], seq)
 }
 
@@ -280,7 +280,7 @@ func (h *harness) message(id string, seq uint64) error {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return h.p.HandleChat(h.ctx, &bus.Delivery{Event: e, Subject: events.ChatSubject("t", events.ChatTurnRequested),
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatTurnRequested),
 		StreamSeq: seq, NumDelivered: 1})
 }
 
@@ -319,7 +319,7 @@ func (h *harness) answer(id, question string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.p.HandleChat(h.ctx, &bus.Delivery{Event: e, Subject: events.ChatSubject("t", events.ChatElicitationResponded),
+	if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatElicitationResponded),
 		StreamSeq: 100, NumDelivered: 1}); err != nil {
 		h.t.Fatalf("answer %s: %v", id, err)
 	}

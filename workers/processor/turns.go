@@ -19,14 +19,23 @@ import (
 // onTurnRequested starts a turn, queues the message behind the running
 // turn (FIFO), or, on a paused thread, cancels the pending elicitations and
 // starts the new turn.
-func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.Delivery) error {
+func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
+	thread, d := src.thread, src.d
 	e := d.Event
 	in, verr := p.validateTurn(thread, e)
+	who, ierr := p.identify(src.principal, e, in.User, "data.user")
+	if verr == nil && ierr != nil {
+		if _, ok := isForbidden(ierr); !ok {
+			verr = []schema.Violation{{Path: "extensions." + events.ExtOnBehalfOf, Rule: ierr.Error()}}
+		}
+	}
 	if verr != nil {
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
-		reason := events.RejectInvalidEvent
-		if len(verr) == 1 && strings.Contains(verr[0].Rule, "over the limit") {
-			reason = events.RejectMessageTooLarge
+		reason := events.RejectMessageTooLarge
+		for _, v := range verr {
+			if !strings.Contains(v.Rule, "over the limit") {
+				reason = events.RejectInvalidEvent
+			}
 		}
 		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
@@ -44,7 +53,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 	if err != nil {
 		return err
 	}
-	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: in.User, Message: in.Message,
+	if ierr != nil { // a claim this principal may not make
+		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ierr)
+	}
+	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: who.OnBehalfOf, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
 
 	// A message sent after the thread's turn paused supersedes it: its
@@ -69,6 +81,12 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 			}
 		}
 		po = pauseOutcome{}
+		// Only the thread's owner and those it was shared with may send
+		// to it: checked before anything (a paused turn's questions) is
+		// touched, and again in the write.
+		if err := checkOwnership(cur, who, in.Share); err != nil && !cur.Seen(e.ID()) {
+			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		}
 		if classifyMessage(cur, e.ID(), d.StreamSeq) == msgSupersede {
 			if po, err = p.withdraw(ctx, cur, e.ID()); err != nil {
 				return err
@@ -76,10 +94,18 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		}
 		// From cur if it is still current (a conflict reads again).
 		t, err = p.threads.MutateAt(ctx, cur, rev, func(t *kvstate.Thread) error {
+			if !t.Seen(e.ID()) {
+				if err := applyOwnership(t, who, in.Share); err != nil {
+					return err
+				}
+			}
 			var err error
 			refused, started, err = applyMessage(t, queued, d.StreamSeq, po)
 			return err
 		})
+		if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
+			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		}
 		if err == nil && started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
 			p.fault(faultAfterSupersede)
 		}
@@ -102,12 +128,35 @@ func (p *Processor) onTurnRequested(ctx context.Context, thread string, d *bus.D
 		// have published.
 		started = startedByMessage(t, e.ID())
 	}
+	// Accepted (started or queued): readers of PARLEY_CHAT see the
+	// message before anything the turn it starts publishes.
+	if err := p.echo(ctx, thread, events.ChatTurnRequested, e, who); err != nil {
+		return err
+	}
 	if sup := t.Superseded; sup != nil && sup.By == e.ID() {
 		if err := p.announceEnd(ctx, thread, sup); err != nil {
 			return err
 		}
 	}
 	return p.requestRun(ctx, t, started)
+}
+
+// refuseTurn rejects the turn.requested id at PARLEY_INPUT sequence seq for
+// cause, a refusal of the owner rules (forbidden) or too many shares
+// (invalid_event), and records it as dealt with, queueing nothing.
+func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint64, cause error) error {
+	reason, v := events.RejectForbidden, schema.Violation{Path: "principal", Rule: cause.Error()}
+	if errors.Is(cause, errTooManyShares) {
+		reason, v = events.RejectInvalidEvent, schema.Violation{Path: "data.share",
+			Rule: fmt.Sprintf("the thread would be shared with more than %d parties", events.MaxShares)}
+	}
+	p.log.WarnContext(ctx, "turn refused", "subject", thread, "event_id", id, "reason", reason, "detail", v.Rule)
+	if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+		events.DerivedID("turn.rejected", id), "",
+		events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}); err != nil {
+		return err
+	}
+	return p.recordSeq(ctx, thread, seq)
 }
 
 // recordSeq records that the turn.requested at stream sequence seq was
@@ -125,7 +174,8 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 }
 
 // awaitPredecessors holds a user message until every earlier
-// turn.requested of its thread (by stream sequence) is recorded, so that
+// turn.requested of its thread (by PARLEY_INPUT sequence, whichever
+// principal sent it) is recorded, so that
 // messages of one thread are taken in order (FIFO) even when replicas
 // handle them in parallel. It polls the thread record and the stream (a
 // subject-filtered get of the next message after the last recorded one),
@@ -134,7 +184,7 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // When the message may go on, it returns the thread as last read and its
 // revision (nil when that read failed: the caller reads again and reports).
 func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*kvstate.Thread, uint64, error) {
-	subject := events.ChatSubject(thread, events.ChatTurnRequested)
+	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for {
 		t, rev, err := p.threads.Load(ctx, thread)
@@ -144,7 +194,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, nil // recorded already, or a late message: take it now
 		}
-		next, err := p.chat.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
+		next, err := p.input.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return t, rev, nil
@@ -175,6 +225,12 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if e.Subject() != thread {
 		vs = append(vs, schema.Violation{Path: "subject", Rule: fmt.Sprintf("must equal the thread of the NATS subject (%q)", thread)})
 	}
+	// The whole event data (text, content blocks, _meta, share), so no
+	// part of a message can overflow the thread record.
+	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
+		return events.TurnRequested{}, append(vs, schema.Violation{Path: "data",
+			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxTurnRequestBytes)})
+	}
 	in, err := events.Data[events.TurnRequested](e)
 	if err != nil {
 		return in, append(vs, schema.Violation{Path: "data", Rule: err.Error()})
@@ -185,6 +241,10 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if err := events.ValidToken("agent", in.Agent); err != nil {
 		vs = append(vs, schema.Violation{Path: "data.agent", Rule: err.Error()})
 	}
+	if len(in.User) > maxOnBehalfOf {
+		vs = append(vs, schema.Violation{Path: "data.user", Rule: fmt.Sprintf("%d bytes; at most %d", len(in.User), maxOnBehalfOf)})
+	}
+	vs = append(vs, validateShare(in.Share)...)
 	if in.Message.Role == "" {
 		in.Message.Role = schema.RoleUser
 	}
