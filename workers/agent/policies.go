@@ -310,26 +310,10 @@ func (a *Agent) recordDecision(ctx context.Context, run *Run, c *CallState, ann 
 // answerers were authenticated) and {principal, onBehalfOf?}. nil when it
 // names nobody.
 func answerer(ans events.Answer) *kvstate.Answerer {
-	raw, err := json.Marshal(ans)
-	if err != nil {
+	if ans.AnsweredBy.IsZero() {
 		return nil
 	}
-	var v struct {
-		AnsweredBy json.RawMessage `json:"answeredBy"`
-	}
-	if json.Unmarshal(raw, &v) != nil || len(v.AnsweredBy) == 0 {
-		return nil
-	}
-	var name string
-	if json.Unmarshal(v.AnsweredBy, &name) == nil {
-		if name == "" {
-			return nil
-		}
-		return &kvstate.Answerer{Principal: name}
-	}
-	var who kvstate.Answerer
-	if json.Unmarshal(v.AnsweredBy, &who) != nil || who.Principal == "" {
-		return nil
-	}
-	return &who
+	// A legacy free-text answeredBy decodes with no Principal: it stays
+	// an unverified onBehalfOf, never a principal.
+	return &kvstate.Answerer{Principal: ans.AnsweredBy.Principal, OnBehalfOf: ans.AnsweredBy.OnBehalfOf}
 }

@@ -168,7 +168,7 @@ func TestConfirmationWordedByTheAgent(t *testing.T) {
 	// The person accepts (answeredBy in the shape the processor sends).
 	resumed, err := events.New("/test/processor", events.TypeRunResumed, "t1", json.RawMessage(`{"runId":"run-confirm",
 	  "turnId":"turn-run-confirm","thread":"t1","agent":"default","snapshot":`+string(paused.Snapshot)+`,
-	  "answers":[{"elicitationId":"`+pe.ID+`","result":{"action":"accept"},"answeredBy":"alice","answeredAt":"2026-11-30T12:00:00Z"}]}`))
+	  "answers":[{"elicitationId":"`+pe.ID+`","result":{"action":"accept"},"answeredBy":{"principal":"alice"},"answeredAt":"2026-11-30T12:00:00Z"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestCombine(t *testing.T) {
 // authenticated) or as {principal, onBehalfOf}.
 func TestAnswererShapes(t *testing.T) {
 	for raw, want := range map[string]*kvstate.Answerer{
-		`{"elicitationId":"e","result":{"action":"accept"},"answeredBy":"alice","answeredAt":"2026-11-30T12:00:00Z"}`:                                    {Principal: "alice"},
+		`{"elicitationId":"e","result":{"action":"accept"},"answeredBy":"alice","answeredAt":"2026-11-30T12:00:00Z"}`:                                    {OnBehalfOf: "alice"},
 		`{"elicitationId":"e","result":{"action":"accept"},"answeredBy":{"principal":"gateway","onBehalfOf":"bob"},"answeredAt":"2026-11-30T12:00:00Z"}`: {Principal: "gateway", OnBehalfOf: "bob"},
 		`{"elicitationId":"e","result":{"action":"accept"},"answeredAt":"2026-11-30T12:00:00Z"}`:                                                         nil,
 	} {

@@ -45,10 +45,13 @@ func TestHungToolTimesOut(t *testing.T) {
 		{"srv__write", "Outcome unknown: srv__write was started but did not finish within 200ms"},
 		{"srv__read", "srv__read did not finish within 200ms and was stopped"},
 	} {
+		in := events.ToolCallRequested{RunID: "run-1", Thread: "thread-1", Call: schema.ToolCall{ID: fmt.Sprint("call-", i), Name: c.tool}}
+		// The agent's decision record, without which a tool that is not
+		// read-only is not run at all.
+		recordDecision(t, f.x.decisions, in, c.tool, in.Call.Arguments)
 		d := func() *bus.Delivery {
 			d := delivery(t, c.tool)
-			d.Event, _ = events.New(events.SourceAgent, events.TypeToolCallRequested, "thread-1", events.ToolCallRequested{
-				RunID: "run-1", Thread: "thread-1", Call: schema.ToolCall{ID: fmt.Sprint("call-", i), Name: c.tool}})
+			d.Event, _ = events.New(events.SourceAgent, events.TypeToolCallRequested, "thread-1", in)
 			return d
 		}
 		start := time.Now()
