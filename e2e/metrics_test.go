@@ -91,7 +91,7 @@ func TestMetricsDuringPausedTurn(t *testing.T) {
 
 	s := start(t, options{})
 	before := scrapeURL(t, url)
-	if _, err := s.client.Send(s.ctx, "mx", "", deleteDrafts, "tester"); err != nil {
+	if _, err := s.client.Send(s.ctx, "mx", "", deleteDrafts, ""); err != nil {
 		t.Fatal(err)
 	}
 	id, _ := s.question("mx", 1)
@@ -114,7 +114,7 @@ func TestMetricsDuringPausedTurn(t *testing.T) {
 		}
 	}
 
-	if _, err := s.client.Answer(s.ctx, "mx", id, schema.ElicitResult{Action: schema.ActionAccept}, "tester"); err != nil {
+	if _, err := s.client.Answer(s.ctx, "mx", id, schema.ElicitResult{Action: schema.ActionAccept}, ""); err != nil {
 		t.Fatal(err)
 	}
 	s.completed("mx", 1)

@@ -116,7 +116,7 @@ func TestReadyzFollowsNATS(t *testing.T) {
 	for _, c := range r.Checks {
 		names = append(names, c.Name)
 	}
-	for _, want := range []string{"start-up processor", "stream PARLEY_CHAT", "stream KV_parley_paused", "consumer PARLEY_CHAT/", "consumer PARLEY_RUNS/"} {
+	for _, want := range []string{"start-up processor", "stream PARLEY_CHAT", "stream KV_parley_paused", "consumer PARLEY_INPUT/", "consumer PARLEY_RUNS/"} {
 		if !strings.Contains(strings.Join(names, "\n"), want) {
 			t.Errorf("ready report lacks %q: %v", want, names)
 		}

@@ -489,6 +489,7 @@ func TestNamesMatchCode(t *testing.T) {
 		natsauth.StreamTools:          events.StreamTools,
 		natsauth.StreamDeadLetter:     events.StreamDeadLetter,
 		natsauth.InputPrefix + ">":    events.SubjectInputAll,
+		natsauth.SubjectLookup:        events.SubjectLookupEntities,
 		natsauth.Integrator:           events.PrincipalIntegrator,
 		natsauth.Gateway:              events.PrincipalGateway,
 		natsauth.BucketPaused:         kvstate.BucketPaused,

@@ -65,6 +65,9 @@ const (
 	// parley.in.<principal>.<thread>.turn.requested and
 	// parley.in.<principal>.<thread>.elicitation.responded.
 	InputPrefix = "parley.in."
+	// SubjectLookup is the entity lookup's request subject
+	// (events.SubjectLookupEntities).
+	SubjectLookup = "parley.lookup.entities"
 )
 
 // Kind is what a principal is for; it selects its permissions.
@@ -231,6 +234,11 @@ func (p Principal) Permissions() Permissions {
 			// WatchThread: a waiting tool learns that its turn went on
 			// (core NATS, live chat events of the call's thread).
 			sub("parley.chat.>")
+			// The read-only entity lookup (NATS micro, queue "lookup"):
+			// it answers through allow_responses, and micro answers
+			// discovery ($SRV.PING|INFO|STATS).
+			sub(SubjectLookup, "$SRV.>")
+			perm.AllowResponses = true
 		}
 	case KindPolicy:
 		// Policy services answer requests through allow_responses, and
@@ -248,6 +256,9 @@ func (p Principal) Permissions() Permissions {
 		// a confirmation names from the built-in site (parley_content),
 		// so a person confirms titles, not bare IDs.
 		pub(bucketRead(BucketThreads, BucketContent)...)
+		// The entity lookup behind the web chat's autocomplete
+		// (request-reply to the tool-executor).
+		pub(SubjectLookup)
 		sub(inbox)
 		if p.Kind == KindGateway {
 			pub(bucketOwn(BucketGatewayThreads)...)
