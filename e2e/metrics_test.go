@@ -105,7 +105,7 @@ func TestMetricsDuringPausedTurn(t *testing.T) {
 		{"parley_turns_started_total", nil, 1},
 		{"parley_turns_paused_total", nil, 1},
 		{"parley_elicitations_requested_total", nil, 1},
-		{"parley_policy_decisions_total", []string{`parley_policy_decision="confirm"`, `parley_policy_name="parley-gate"`}, 1},
+		{"parley_policy_decisions_total", []string{`parley_policy_decision="confirm"`, `parley_policy_name="gate"`}, 1},
 		{"parley_turns_completed_total", nil, 0},
 		{"parley_elicitations_answered_total", nil, 0},
 	} {
