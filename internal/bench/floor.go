@@ -225,39 +225,53 @@ func startFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorS
 
 // ensure creates the floor's streams and buckets, configured as parley's.
 func (f *floor) ensure(ctx context.Context, js jetstream.JetStream) error {
-	st, dup := f.opts.Storage, 2*time.Minute
-	for _, cfg := range []jetstream.StreamConfig{
-		{Name: floorChat, Subjects: []string{floorPrefix + ".chat.>"}, Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour},
-		{Name: floorAgent, Subjects: []string{floorPrefix + ".agent.run.requested", floorPrefix + ".agent.run.resumed", floorPrefix + ".tool.result.>"}, Retention: jetstream.WorkQueuePolicy},
-		{Name: floorRuns, Subjects: []string{floorPrefix + ".agent.run.completed", floorPrefix + ".agent.run.paused"}, Retention: jetstream.WorkQueuePolicy},
-		{Name: floorTools, Subjects: []string{floorPrefix + ".tool.call.>"}, Retention: jetstream.WorkQueuePolicy},
-	} {
-		cfg.Storage, cfg.Duplicates, cfg.Replicas = st, dup, 1
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("floor stream %s: %w", cfg.Name, err)
-		}
+	kvs, err := ensureChain(ctx, js, f.opts.Storage, "floor", floorPrefix, [4]string{floorChat, floorAgent, floorRuns, floorTools},
+		[]jetstream.KeyValueConfig{
+			{Bucket: floorThreads, TTL: 30 * 24 * time.Hour},
+			{Bucket: floorRunsKV, TTL: 48 * time.Hour},
+			{Bucket: floorResults, TTL: 48 * time.Hour},
+			{Bucket: floorPaused, LimitMarkerTTL: time.Minute},
+			{Bucket: floorToolsKV},
+		})
+	if err != nil {
+		return err
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{
-		{Bucket: floorThreads, TTL: 30 * 24 * time.Hour},
-		{Bucket: floorRunsKV, TTL: 48 * time.Hour},
-		{Bucket: floorResults, TTL: 48 * time.Hour},
-		{Bucket: floorPaused, LimitMarkerTTL: time.Minute},
-		{Bucket: floorToolsKV},
-	} {
-		cfg.History, cfg.Storage, cfg.Replicas, cfg.MaxValueSize = 1, st, 1, 1<<20
-		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("floor bucket %s: %w", cfg.Bucket, err)
-		}
-		if cfg.Bucket == floorToolsKV {
-			for _, t := range []string{toolRead, toolWrite} {
-				if _, err := kv.Put(ctx, t, f.pad(f.sizes.kvTool)); err != nil {
-					return err
-				}
-			}
+	for _, t := range []string{toolRead, toolWrite} {
+		if _, err := kvs[floorToolsKV].Put(ctx, t, f.pad(f.sizes.kvTool)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// ensureChain creates the streams of a floor chain — names are its chat,
+// agent, runs and tools streams on subjects under prefix — and its buckets,
+// configured as parley's (limits chat stream, work queues, 2 min duplicate
+// window, KV history 1, 1 MiB values), on storage st. label names the
+// floor in errors. It returns the buckets by name.
+func ensureChain(ctx context.Context, js jetstream.JetStream, st jetstream.StorageType, label, prefix string, names [4]string,
+	buckets []jetstream.KeyValueConfig) (map[string]jetstream.KeyValue, error) {
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: names[0], Subjects: []string{prefix + ".chat.>"}, Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour},
+		{Name: names[1], Subjects: []string{prefix + ".agent.run.requested", prefix + ".agent.run.resumed", prefix + ".tool.result.>"}, Retention: jetstream.WorkQueuePolicy},
+		{Name: names[2], Subjects: []string{prefix + ".agent.run.completed", prefix + ".agent.run.paused"}, Retention: jetstream.WorkQueuePolicy},
+		{Name: names[3], Subjects: []string{prefix + ".tool.call.>"}, Retention: jetstream.WorkQueuePolicy},
+	} {
+		cfg.Storage, cfg.Duplicates, cfg.Replicas = st, 2*time.Minute, 1
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("%s stream %s: %w", label, cfg.Name, err)
+		}
+	}
+	kvs := make(map[string]jetstream.KeyValue, len(buckets))
+	for _, cfg := range buckets {
+		cfg.History, cfg.Storage, cfg.Replicas, cfg.MaxValueSize = 1, st, 1, 1<<20
+		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s bucket %s: %w", label, cfg.Bucket, err)
+		}
+		kvs[cfg.Bucket] = kv
+	}
+	return kvs, nil
 }
 
 // pad returns a shared payload of n bytes.

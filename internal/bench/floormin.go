@@ -148,29 +148,13 @@ func startMinFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *flo
 // ensure creates the minimal floor's streams and buckets, configured as
 // parley's.
 func (m *minFloor) ensure(ctx context.Context, js jetstream.JetStream) error {
-	st, dup := m.opts.Storage, 2*time.Minute
-	for _, cfg := range []jetstream.StreamConfig{
-		{Name: minChat, Subjects: []string{minPrefix + ".chat.>"}, Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour},
-		{Name: minAgent, Subjects: []string{minPrefix + ".agent.run.requested", minPrefix + ".agent.run.resumed", minPrefix + ".tool.result.>"}, Retention: jetstream.WorkQueuePolicy},
-		{Name: minRuns, Subjects: []string{minPrefix + ".agent.run.completed", minPrefix + ".agent.run.paused"}, Retention: jetstream.WorkQueuePolicy},
-		{Name: minTools, Subjects: []string{minPrefix + ".tool.call.>"}, Retention: jetstream.WorkQueuePolicy},
-	} {
-		cfg.Storage, cfg.Duplicates, cfg.Replicas = st, dup, 1
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("minimal floor stream %s: %w", cfg.Name, err)
-		}
-	}
-	for _, cfg := range []jetstream.KeyValueConfig{
-		{Bucket: minThreads, TTL: 30 * 24 * time.Hour},
-		{Bucket: minRunsKV, TTL: 48 * time.Hour},
-		{Bucket: minPaused, LimitMarkerTTL: time.Minute},
-	} {
-		cfg.History, cfg.Storage, cfg.Replicas, cfg.MaxValueSize = 1, st, 1, 1<<20
-		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-			return fmt.Errorf("minimal floor bucket %s: %w", cfg.Bucket, err)
-		}
-	}
-	return nil
+	_, err := ensureChain(ctx, js, m.opts.Storage, "minimal floor", minPrefix, [4]string{minChat, minAgent, minRuns, minTools},
+		[]jetstream.KeyValueConfig{
+			{Bucket: minThreads, TTL: 30 * 24 * time.Hour},
+			{Bucket: minRunsKV, TTL: 48 * time.Hour},
+			{Bucket: minPaused, LimitMarkerTTL: time.Minute},
+		})
+	return err
 }
 
 func (m *minFloor) stop() {
