@@ -102,10 +102,19 @@ func (s *Site) once(ctx context.Context, tool string, req Request, plan planFunc
 			return Result{}, fmt.Errorf("reading ledger %s: %w", key, err)
 		}
 		rec, fail, err := plan(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		if fail != nil {
+		if err != nil || fail != nil {
+			// The plan may have read the site after a concurrent execution
+			// of this call recorded and applied its effect (its records
+			// gone, its entity already there): a record now in the ledger
+			// wins, and this execution replays it instead of reporting the
+			// effect it could not plan. A record is created before its
+			// effect is applied, so a plan that saw the effect finds it.
+			if kve, gerr := s.kv.Get(ctx, key); gerr == nil {
+				return s.replay(ctx, tool, fp, kve, apply)
+			}
+			if err != nil {
+				return Result{}, err
+			}
 			return *fail, nil
 		}
 		rec.CallID, rec.RunID, rec.Tool, rec.Round, rec.Fingerprint = req.CallID, req.RunID, tool, req.Round, fp
