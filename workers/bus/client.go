@@ -347,8 +347,13 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		}
 		wait := p.backoff(try)
 		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
-			return nil, &RetryError{What: "no JetStream acknowledgement (the event may or may not be stored; " +
-				"publishing it again is safe within the duplicate window)", Tries: try, Elapsed: time.Since(start), Last: err}
+			what := "no JetStream acknowledgement (the event may or may not be stored; " +
+				"publishing it again is safe within the duplicate window)"
+			if isStreamFull(err) {
+				what = "the stream is full and refused the event (it was not stored; " +
+					"publish it again when the stream's consumers have caught up)"
+			}
+			return nil, &RetryError{What: what, Tries: try, Elapsed: time.Since(start), Last: err}
 		}
 		c.logger.WarnContext(ctx, "publish not acknowledged; retrying", "subject", msg.Subject, "msg_id", id,
 			"try", try, "retry_in", wait.Round(time.Millisecond).String(), "error", err)

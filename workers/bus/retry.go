@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -248,7 +249,21 @@ var finalErrors = []error{
 const (
 	jsErrReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 not supported in non-clustered mode
 	jsErrNoSuitablePeers      jetstream.ErrorCode = 10005 // {err}: no suitable peers for placement
+	jsErrStreamStoreFailed    jetstream.ErrorCode = 10077 // {err}: storing a message failed (503)
 )
+
+// isStreamFull reports whether err is a stream's refusal to store a
+// message because a DiscardNew limit is reached (JSStreamStoreFailedF,
+// err_code 10077, "maximum messages exceeded" / "maximum bytes exceeded" /
+// "maximum messages per subject exceeded"). The server answers it with
+// code 503, so the publish is retried like an election (a work queue may
+// drain within the budget); when the budget runs out the event was
+// certainly not stored, which the error says.
+func isStreamFull(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jsErrStreamStoreFailed &&
+		strings.Contains(api.Description, "exceeded")
+}
 
 // isPublishRetryable reports whether a JetStream publish that failed with
 // err may be sent again: nobody answered (no responders while the stream

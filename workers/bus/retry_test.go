@@ -171,6 +171,34 @@ func TestPublishRetryBudgetRunsOut(t *testing.T) {
 	}
 }
 
+// A full work queue (DiscardNew at its limit) answers 503 like an
+// election: the publish is retried within the budget, and then the error
+// says the event was not stored, not that its fate is unknown.
+func TestPublishStreamFullSaysNotStored(t *testing.T) {
+	t.Parallel()
+	srv := bustest.NewServer(t)
+	nc, js := srv.JetStream(t)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "FULL", Subjects: []string{"parley.full"},
+		Storage: jetstream.MemoryStorage, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(nc, &Options{PublishRetry: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Publish(t.Context(), "parley.full", runRequested(t, "r1")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Publish(t.Context(), "parley.full", runRequested(t, "r2"))
+	var re *RetryError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "was not stored") || strings.Contains(err.Error(), "may or may not") {
+		t.Fatalf("Publish to a full stream = %v, want a *RetryError saying it was not stored", err)
+	}
+	if !strings.Contains(err.Error(), "maximum messages exceeded") {
+		t.Errorf("error %q does not name the limit", err)
+	}
+}
+
 // A stream the server holds with other storage cannot be updated in
 // place: EnsureStreams fails at once naming the stream and the field.
 func TestEnsureStreamsStorageMismatch(t *testing.T) {
