@@ -403,8 +403,12 @@ func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Even
 	}
 }
 
-// PublishCore sends e on subject over core NATS (not stored), for
-// ephemeral events such as progress.
+// PublishCore sends e on subject over core NATS without waiting for a
+// JetStream acknowledgement, for best-effort events such as progress and
+// message deltas: a stream whose subjects capture subject (PARLEY_CHAT
+// captures parley.chat.>) still stores it, but a lost message is not
+// retried and no duplicate check applies. The error is only the local
+// connection's (closed, payload too large).
 func (c *Client) PublishCore(ctx context.Context, subject string, e *event.Event) error {
 	msg, err := c.message(ctx, subject, e)
 	if err != nil {
