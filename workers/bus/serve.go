@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,15 @@ type Endpoint struct {
 // Serve runs fn for every request on ep.Subject until ctx is cancelled, then
 // stops the service (draining its subscription) and returns nil. The
 // service answers NATS micro discovery ($SRV.PING/INFO/STATS).
+//
+// Only requests whose reply subject is an inbox (IsInbox) are answered; any
+// other is dropped unanswered and logged. The requester chooses the reply
+// subject, and the responder publishes there with its own permissions: a
+// reply to "$KV.parley_tools.x" or "parley.agent.run.resumed" would write
+// where the requester may not (the tool-executor answering an integrator's
+// entity lookup). Inboxes are the one place nobody may publish but through
+// a reply (internal/natsauth), so a reply there reaches only the
+// requester.
 func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 	cfg := micro.Config{Name: ep.Service, Version: ep.Version, Description: ep.Description, QueueGroup: ep.QueueGroup}
 	svc, err := micro.AddService(c.nc, cfg)
@@ -51,6 +61,12 @@ func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 			trace.WithAttributes(attrSystem, keyOperation.String("process"), keyOpType.String("process"),
 				keyDestination.String(r.Subject())))
 		defer span.End()
+		if !IsInbox(r.Reply()) {
+			span.SetStatus(codes.Error, "reply subject is not an inbox")
+			c.logger.WarnContext(rctx, "request refused: its reply subject is not an inbox (_INBOX.> or _INBOX_<principal>.>)",
+				"service", ep.Service, "subject", r.Subject(), "reply", truncate(r.Reply(), 200))
+			return
+		}
 		req, err := events.Decode(events.Header(h), r.Data())
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -76,4 +92,15 @@ func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 	}
 	<-ctx.Done()
 	return svc.Stop()
+}
+
+// IsInbox reports whether subject is a NATS inbox: "_INBOX.<...>" (the
+// nats.go default prefix) or "_INBOX_<principal>.<...>" (parley's
+// per-principal inbox prefix, natsauth.InboxPrefix).
+func IsInbox(subject string) bool {
+	head, rest, ok := strings.Cut(subject, ".")
+	if !ok || rest == "" {
+		return false
+	}
+	return head == "_INBOX" || (strings.HasPrefix(head, "_INBOX_") && len(head) > len("_INBOX_"))
 }
