@@ -56,6 +56,40 @@ func TestCrossThreadMsgIDPreclaimCannotSuppress(t *testing.T) {
 	}
 }
 
+// The same pre-claim through the processor's echo (found by the breaker):
+// a VALID turn.requested on the attacker's own thread, with the ID of the
+// victim's future turn.completed, is accepted and echoed into PARLEY_CHAT.
+// The echo's Nats-Msg-Id is namespaced by the principal (bus.MsgID), so
+// the victim's turn.completed is still stored under its derived ID and
+// delivered, not dropped as a duplicate and dead-lettered.
+func TestEchoCannotPreclaimDerivedID(t *testing.T) {
+	s := start(t, options{})
+	victim, err := s.client.TurnRequest("victim", "", "list everything", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	completedID := events.DerivedID("turn.completed", events.DerivedID("turn", victim.ID()))
+	claim, err := s.client.TurnRequest("attacker", "", "list everything", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.SetID(completedID)
+	if _, err := s.client.Publish(s.ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	s.rec.await(t, 10*time.Second, "attacker", events.TypeTurnCompleted, 1)
+	if _, err := s.client.Publish(s.ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	done := s.rec.await(t, 10*time.Second, "victim", events.TypeTurnCompleted, 1)
+	if done.ID() != completedID {
+		t.Fatalf("turn.completed id %s, want the derived %s", done.ID(), completedID)
+	}
+	if d, _ := events.Data[events.TurnCompleted](done); !strings.Contains(d.Message.Text, "Found") {
+		t.Fatalf("victim's answer = %q", d.Message.Text)
+	}
+}
+
 // Issue 9 item 7: input on a subject that does not parse — a thread "a.b"
 // (one token too many), too few tokens, a principal that is not a token —
 // is dead-lettered with the reason, never ignored.

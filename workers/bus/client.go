@@ -282,8 +282,9 @@ func sameSet(a, b []string) bool {
 }
 
 // Publish stores e on subject in JetStream in binary content mode, with
-// Nats-Msg-Id = e.ID() so that a republish within the stream's duplicate
-// window is dropped, and with ctx's trace context in the "traceparent"
+// Nats-Msg-Id = MsgID(e) (e.ID(), namespaced for a principal's echoed
+// input) so that a republish within the stream's duplicate window is
+// dropped, and with ctx's trace context in the "traceparent"
 // header. It returns the PubAck (Duplicate is true for a dropped copy).
 //
 // A publish that got no acknowledgement (no responders while the stream
@@ -313,9 +314,10 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 		span.SetStatus(codes.Error, err.Error())
 		return nil, err
 	}
-	ack, err := c.publishMsg(ctx, msg, e.ID())
+	id := MsgID(e)
+	ack, err := c.publishMsg(ctx, msg, id)
 	if err == nil && ack.Duplicate {
-		err = c.checkDuplicate(ctx, msg, e.ID(), ack)
+		err = c.checkDuplicate(ctx, msg, id, ack)
 	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -379,7 +381,7 @@ func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Even
 	msg, err := c.message(ctx, subject, e)
 	if err == nil {
 		var f jetstream.PubAckFuture
-		if f, err = c.js.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID())); err == nil {
+		if f, err = c.js.PublishMsgAsync(msg, jetstream.WithMsgID(MsgID(e))); err == nil {
 			go func() {
 				t := time.NewTimer(timeout)
 				defer t.Stop()
@@ -481,4 +483,20 @@ func templateOf(subject string) string {
 		return "parley.chat.{thread}." + suffix
 	}
 	return subject
+}
+
+// MsgID is the Nats-Msg-Id (the stream's duplicate-detection key) of e:
+// e.ID(), except for an event carrying the principal extension attribute
+// (events.ExtPrincipal: the processor's echo into PARLEY_CHAT of input a
+// principal published), whose ID that principal chose: "in:<principal>:<id>".
+// A chosen ID then never collides with an ID parley derives
+// (events.DerivedID, computable by anyone who reads the thread) nor with
+// another principal's: an integrator that picks as its input's ID the ID
+// of a victim's future turn.completed can no longer make the victim's
+// event a "duplicate" that the stream drops.
+func MsgID(e *event.Event) string {
+	if p, ok := e.Extensions()[events.ExtPrincipal].(string); ok && p != "" {
+		return "in:" + p + ":" + e.ID()
+	}
+	return e.ID()
 }
