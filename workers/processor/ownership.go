@@ -25,7 +25,10 @@ import (
 // other party's message or answer is refused forbidden, and nothing is
 // queued or consumed.
 
-// errForbidden is a refusal of the thread's owner rules; its text is the
+// errForbidden is a refusal of the thread's owner rules. Its text reaches
+// the thread's events, which its owner reads: it never quotes the sender's
+// data (an attacker's text would appear in the victim's thread) nor names
+// the owner (an end user's name would reach another principal). Its text is the
 // rejection's detail.
 type errForbidden struct{ detail string }
 
@@ -55,8 +58,7 @@ func (p *Processor) identify(principal string, e *event.Event, claim, claimField
 	ext, _ := e.Extensions()[events.ExtOnBehalfOf].(string)
 	switch {
 	case ext != "" && claim != "" && ext != claim:
-		return who, forbidden("the extension attribute %s (%q) and %s (%q) name different users",
-			events.ExtOnBehalfOf, ext, claimField, claim)
+		return who, forbidden("the extension attribute %s and %s name different users", events.ExtOnBehalfOf, claimField)
 	case ext != "":
 		claim, claimField = ext, "the extension attribute "+events.ExtOnBehalfOf
 	}
@@ -67,8 +69,8 @@ func (p *Processor) identify(principal string, e *event.Event, claim, claimField
 		return who, fmt.Errorf("%s: %d bytes; at most %d", claimField, len(claim), maxOnBehalfOf)
 	}
 	if !slices.Contains(p.opts.TrustedPrincipals, principal) {
-		return who, forbidden("principal %q is not trusted to speak for users, so %s (%q) cannot be honoured "+
-			"(the processor's --trusted-principals lists those that are); send it without", principal, claimField, claim)
+		return who, forbidden("principal %q is not trusted to speak for users, so %s cannot be honoured "+
+			"(the processor's --trusted-principals lists those that are); send it without", principal, claimField)
 	}
 	who.OnBehalfOf = claim
 	return who, nil
@@ -81,7 +83,7 @@ func mayUse(t *kvstate.Thread, who events.Identity) error {
 	if t.Owner == nil || t.Owner.Same(who) || slices.ContainsFunc(t.Shared, who.Same) {
 		return nil
 	}
-	return forbidden("thread %s belongs to %s; %s may not use it", t.ID, t.Owner, who)
+	return forbidden("thread %s belongs to another party; %s may not use it", t.ID, who)
 }
 
 // checkOwnership reports (nil) whether applyOwnership would accept who's
@@ -112,7 +114,7 @@ func applyOwnership(t *kvstate.Thread, who events.Identity, share []events.Ident
 		return nil
 	}
 	if !t.Owner.Same(who) {
-		return forbidden("only the owner of thread %s (%s) may share it", t.ID, t.Owner)
+		return forbidden("only the owner of thread %s may share it", t.ID)
 	}
 	for _, s := range share {
 		if !s.Same(*t.Owner) && !slices.ContainsFunc(t.Shared, s.Same) {
