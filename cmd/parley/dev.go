@@ -88,11 +88,15 @@ func (c *devCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "Try: %s   (Ctrl-C stops)\n", try)
 	if c.Gateway != "off" {
-		gw, err := startDevGateway(e.ctx, url, abs, c.Gateway, c.storeFlags, creds(natsauth.Gateway), e)
+		// The gateway stops with the workers: when one dies, wait returns
+		// and dev exits rather than serving a web chat with nothing behind.
+		gctx, stopGateway := context.WithCancel(e.ctx)
+		defer stopGateway()
+		gw, err := startDevGateway(gctx, url, abs, c.Gateway, c.storeFlags, creds(natsauth.Gateway), e)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = gw() }()
+		defer func() { stopGateway(); _ = gw() }()
 	}
 	return wait()
 }
