@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
@@ -32,6 +33,15 @@ func integratorAs(e *env, principal string) (*client.Client, func(), error) {
 		creds.Principal = principal
 	}
 	nc, err := e.connectAs("parley-cli", creds)
+	if errors.Is(err, nats.ErrAuthorization) {
+		// Not transient: nothing was sent, and trying again will not help.
+		hint := "pass the integrator's credentials with --nats-nkey or --nats-creds"
+		if !creds.Authenticated() {
+			hint = "no credentials were found: run from the directory that holds parley dev's data dir (" +
+				devDataDir() + "), set PARLEY_DATA_DIR, or pass --nats-nkey <data-dir>/auth/integrator.nk"
+		}
+		return nil, nil, &exitError{code: exitRefused, err: fmt.Errorf("%w (nothing was sent)\n%s", err, hint)}
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -41,6 +51,18 @@ func integratorAs(e *env, principal string) (*client.Client, func(), error) {
 		return nil, nil, err
 	}
 	return client.NewWithOptions(b, &client.Options{Source: events.SourceCLI, Principal: creds.Principal}), func() { _ = nc.Drain() }, nil
+}
+
+// connectExit is the exit of send and answer when they could not
+// connect: an *exitError as integratorAs made it (a refused credential:
+// exitRefused), else exitUnconfirmed (no server reachable yet; nothing
+// was sent, so the same command may simply be run again).
+func connectExit(err error) error {
+	var xe *exitError
+	if errors.As(err, &xe) {
+		return err
+	}
+	return &exitError{code: exitUnconfirmed, err: err}
 }
 
 // Exit statuses of send and answer (documented in exitCodesHelp).
@@ -56,10 +78,12 @@ const (
 const exitCodesHelp = `Exit status:
   0    done: send: the turn completed, or paused with questions (printed, with their IDs);
        answer: the processor took the answer; with --no-wait: JetStream stored the event
-  1    refused: turn.rejected, turn.failed or elicitation.rejected (printed), or another error
+  1    refused: turn.rejected, turn.failed or elicitation.rejected (printed), credentials
+       refused by the server (nothing sent), or another error
   2    usage error
   3    not confirmed: NATS or the stream did not acknowledge within --publish-timeout; the
-       event may or may not be stored: run the same command with --id <ID> to resend it safely
+       event may or may not be stored: run the same command with --id <ID> to resend it safely;
+       or no NATS server was reachable (nothing sent): run the same command again
   4    stored, but no verdict within --wait (the thread's state is printed)
   130  interrupted (Ctrl-C)`
 
@@ -137,7 +161,7 @@ func (c *sendCmd) Run(e *env) error {
 	e = e.withSafeOutput()
 	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
-		return &exitError{code: exitUnconfirmed, err: err}
+		return connectExit(err)
 	}
 	defer done()
 	ev, err := cl.TurnRequest(c.Thread, c.AgentN, strings.Join(c.Text, " "), c.User)
@@ -192,7 +216,7 @@ func (c *answerCmd) Run(e *env) error {
 	by := c.By
 	cl, done, err := integratorAs(e, c.Principal)
 	if err != nil {
-		return &exitError{code: exitUnconfirmed, err: err}
+		return connectExit(err)
 	}
 	defer done()
 	ev, err := cl.Response(c.Thread, c.Elicitation, res, by)
