@@ -11,8 +11,8 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -82,9 +82,13 @@ type NoVerdictError struct {
 	EventID string
 	// Waited is how long Deliver waited.
 	Waited time.Duration
-	// State describes the thread, read from its record: "running",
-	// "queued at position N", "paused", or "not yet taken by a processor"
-	// ("" when the record could not be read).
+	// State describes where the event stands, from a fold of the
+	// thread's events (threadstate): not yet taken by a processor,
+	// queued behind N earlier messages, running, paused on questions; for
+	// an answer, whether its question is still open or was settled. ""
+	// when the events could not be read. The processor's exact queue
+	// position is not in the events: the count of accepted messages still
+	// open before it stands for it.
 	State string
 	// Ack is the JetStream acknowledgement of the publish.
 	Ack *jetstream.PubAck
@@ -118,7 +122,10 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 	if err := events.ValidToken("thread", thread); err != nil {
 		return nil, err
 	}
-	var m matcher
+	var (
+		m         matcher
+		answering string // the elicitation ID an answer is for
+	)
 	switch e.Type() {
 	case events.TypeTurnRequested:
 		m = newTurnMatcher(e.ID())
@@ -128,6 +135,7 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 			return nil, err
 		}
 		m = &answerMatcher{respondedID: e.ID(), elicitationID: d.ElicitationID}
+		answering = d.ElicitationID
 	default:
 		return nil, fmt.Errorf("delivering %s: only %s and %s have a verdict", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}
@@ -171,58 +179,64 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 				v.Ack = ack
 				if v.Outcome == OutcomeAccepted {
 					// Best effort: what the thread still waits for.
-					if qs, err := c.PendingQuestions(ctx, thread); err == nil || errors.Is(err, ErrPendingTruncated) {
-						f := pendingFold{open: qs}
-						v.Pending = f.pendingIDs()
+					if f, err := c.FoldThread(ctx, thread); f != nil && (err == nil || errors.Is(err, ErrPendingTruncated)) {
+						v.Pending = f.PendingIDs()
 					}
 				}
 				return v, nil
 			}
 		case <-timer.C:
-			return nil, &NoVerdictError{EventID: e.ID(), Waited: wait, State: c.threadState(ctx, thread, e.ID()), Ack: ack}
+			return nil, &NoVerdictError{EventID: e.ID(), Waited: wait, State: c.threadState(ctx, thread, e.ID(), answering), Ack: ack}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// threadState describes where a message stands from the thread's record.
-func (c *Client) threadState(ctx context.Context, thread, eventID string) string {
+// threadState describes where the event eventID (a turn.requested, or an
+// elicitation.responded answering elicitationID) stands, from a fold of
+// the thread's events (best effort: "" when they cannot be read within
+// 2 s).
+func (c *Client) threadState(ctx context.Context, thread, eventID, elicitationID string) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	kv, err := c.bus.JetStream().KeyValue(ctx, kvstate.BucketThreads)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return "not yet taken by a processor (none has run on this server)"
-	}
-	if err != nil {
+	f, err := c.FoldThread(ctx, thread)
+	if f == nil || (err != nil && !errors.Is(err, ErrPendingTruncated)) {
 		return ""
 	}
-	entry, err := kv.Get(ctx, thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "not yet taken by a processor (is one running?)"
-	}
-	if err != nil {
-		return ""
-	}
-	var t kvstate.Thread
-	if json.Unmarshal(entry.Value(), &t) != nil {
-		return ""
-	}
-	if i := slices.IndexFunc(t.Queue, func(q kvstate.QueuedMessage) bool { return q.EventID == eventID }); i >= 0 {
-		return fmt.Sprintf("queued at position %d behind the running turn %s", i+1, t.TurnID)
-	}
-	if t.StartedBy == eventID {
-		switch t.State {
-		case kvstate.ThreadPaused:
-			return fmt.Sprintf("turn %s is paused, waiting for answers %v", t.TurnID, t.Pending)
-		case kvstate.ThreadRunning:
-			return fmt.Sprintf("turn %s started and is still running (is an agent running?)", t.TurnID)
+	return describeWait(f, eventID, elicitationID)
+}
+
+// describeWait says where a published event stands in a thread's fold:
+// a message not yet accepted, queued behind others, running or paused; an
+// answer whose question is still open or was settled. A message's exact
+// place in the processor's queue is not in the events: the count of
+// accepted messages still open before it stands for it.
+func describeWait(f *threadstate.Fold, eventID, elicitationID string) string {
+	if elicitationID != "" {
+		if _, open := f.Question(elicitationID); open {
+			return fmt.Sprintf("question %s is still open: the answer was not taken yet (is a processor running?)", elicitationID)
 		}
+		if s, ok := f.Settlement(elicitationID); ok {
+			return fmt.Sprintf("question %s was %s before this answer arrived", elicitationID, s.How)
+		}
+		return fmt.Sprintf("question %s is not open on the thread (is a processor running?)", elicitationID)
 	}
-	if slices.Contains(t.Handled, eventID) {
-		return "handled by the processor; its outcome was not seen (see `parley events`)"
+	accepted, ahead := f.Position(eventID)
+	switch {
+	case !accepted:
+		if f.Events == 0 {
+			return "not yet taken by a processor (is one running?)"
+		}
+		return fmt.Sprintf("not yet taken by a processor (is one running?); the thread is %s", f.Status())
+	case ahead > 0:
+		return fmt.Sprintf("accepted and queued behind %d earlier message(s) of the thread", ahead)
+	case ahead == 0 && f.Status() == threadstate.Paused:
+		return fmt.Sprintf("turn %s is paused, waiting for answers %v", f.TurnID, f.PendingIDs())
+	case ahead == 0:
+		return fmt.Sprintf("turn %s started and is still running (is an agent running?)", f.TurnID)
 	}
-	return "not yet taken by a processor (is one running?)"
+	return "handled by the processor; its outcome was not seen (see `parley events`)"
 }
 
 // matcher recognizes the verdict on one published event.

@@ -112,6 +112,10 @@ type Change struct {
 	// DataErr is set when the data of a known type does not decode: the
 	// event changed nothing.
 	DataErr error
+	// About is the ID of the input event this event is the processor's
+	// outcome of (requestEventId of turn.paused, .completed, .failed and
+	// .rejected; respondedEventId of elicitation.rejected); "" otherwise.
+	About string
 	// From and To are the thread's status before and after the event.
 	From, To Status
 	// Opened is the question an elicitation.requested opened, or that an
@@ -268,6 +272,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.About = d.RequestEventID
 		ch.Ended = f.close(d.RequestEventID)
 		f.advance()
 	case events.TypeElicitationRequested:
@@ -287,6 +292,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.About = d.RequestEventID
 		f.TurnID, f.paused, f.pausedReq, f.Progress = d.TurnID, true, d.RequestEventID, nil
 	case events.TypeElicitationResponded:
 		// In PARLEY_CHAT only as the processor's echo: accepted.
@@ -312,6 +318,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.About = d.RespondedEventID
 		q, ok := f.answers[d.RespondedEventID]
 		delete(f.answers, d.RespondedEventID)
 		if ok && d.Reason == events.RejectInvalidContent {
@@ -350,6 +357,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.About = d.RequestEventID
 		ch.Settled = f.endTurn(d.TurnID, d.RequestEventID, e.ID())
 		ch.Ended, f.failed = true, false
 	case events.TypeTurnFailed:
@@ -357,6 +365,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.About = d.RequestEventID
 		if d.TurnID == "" {
 			// A message that failed before it started a turn leaves
 			// the active (or paused) turn as it is.
