@@ -185,6 +185,14 @@ func (s *Session) Settlement(id string) (threadstate.Settled, bool) {
 	return s.fold.Settlement(id)
 }
 
+// Mine reports whether the event ID id is one this session published (or
+// tried to).
+func (s *Session) Mine(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.mine, id)
+}
+
 // remember marks an event ID as this session's own.
 func (s *Session) remember(id string) {
 	s.mu.Lock()

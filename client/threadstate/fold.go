@@ -126,6 +126,10 @@ type Change struct {
 	Reopened bool
 	// Settled lists the questions the event settled.
 	Settled []Settled
+	// Unasked lists, for turn.paused, the elicitation IDs it names that
+	// no elicitation.requested opened (its prose is then the only way a
+	// reader sees those questions).
+	Unasked []string
 	// Ended is set when the event ended a turn or a message (completed,
 	// failed, rejected, expired, every question withdrawn).
 	Ended bool
@@ -293,6 +297,11 @@ func (f *Fold) apply(ch *Change) {
 			return
 		}
 		ch.About = d.RequestEventID
+		for _, id := range d.ElicitationIDs {
+			if _, ok := f.Question(id); !ok {
+				ch.Unasked = append(ch.Unasked, id)
+			}
+		}
 		f.TurnID, f.paused, f.pausedReq, f.Progress = d.TurnID, true, d.RequestEventID, nil
 	case events.TypeElicitationResponded:
 		// In PARLEY_CHAT only as the processor's echo: accepted.
@@ -385,6 +394,13 @@ func (f *Fold) apply(ch *Change) {
 			f.Progress = &p
 		}
 	}
+}
+
+// Decode decodes one event alone, with no thread state: the Change has
+// its Data (or DataErr) and About, for a renderer of single events.
+func Decode(e *event.Event) Change {
+	var f Fold
+	return f.Apply(0, e)
 }
 
 // decode decodes e's data into ch.Data, or records why it cannot.
