@@ -175,7 +175,7 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 			if it.Event == nil {
 				continue
 			}
-			if v := m.event(it.Event); v != nil {
+			if v := m.event(threadstate.Decode(it.Event)); v != nil {
 				v.Ack = ack
 				if v.Outcome == OutcomeAccepted {
 					// Best effort: what the thread still waits for.
@@ -239,9 +239,22 @@ func describeWait(f *threadstate.Fold, eventID, elicitationID string) string {
 	return "handled by the processor; its outcome was not seen (see `parley events`)"
 }
 
-// matcher recognizes the verdict on one published event.
+// verdictOf maps the event types that carry a processor's decision on an
+// input event to its outcome (the event names the input by Change.About,
+// or by the turn it started).
+var verdictOf = map[events.Type]Outcome{
+	events.TypeTurnPaused:           OutcomePaused,
+	events.TypeTurnCompleted:        OutcomeCompleted,
+	events.TypeTurnFailed:           OutcomeFailed,
+	events.TypeTurnRejected:         OutcomeRejected,
+	events.TypeElicitationRejected:  OutcomeRejected,
+	events.TypeElicitationResponded: OutcomeAccepted,
+}
+
+// matcher recognizes the verdict on one published event among the
+// thread's events, decoded once by threadstate.
 type matcher interface {
-	event(ev *event.Event) *Verdict
+	event(ch threadstate.Change) *Verdict
 }
 
 // turnMatcher recognizes the outcome of a turn.requested: by its
@@ -257,45 +270,29 @@ func newTurnMatcher(requestID string) *turnMatcher {
 	return &turnMatcher{requestID: requestID, turnID: events.DerivedID("turn", requestID)}
 }
 
-func (m *turnMatcher) mine(requestID, turnID string) bool {
-	return (requestID != "" && requestID == m.requestID) || (turnID != "" && turnID == m.turnID)
-}
-
-func (m *turnMatcher) event(ev *event.Event) *Verdict {
-	switch ev.Type() {
-	case events.TypeElicitationRequested:
-		if tid, _ := ev.Extensions()[events.ExtTurnID].(string); tid == m.turnID {
-			m.questions = append(m.questions, ev)
-		}
-	case events.TypeTurnPaused:
-		d, err := events.Data[events.TurnPaused](ev)
-		if err != nil || !m.mine(d.RequestEventID, d.TurnID) {
-			return nil
-		}
-		var qs []*event.Event
+func (m *turnMatcher) event(ch threadstate.Change) *Verdict {
+	if ch.Opened != nil && !ch.Reopened && ch.TurnID == m.turnID {
+		m.questions = append(m.questions, ch.Event)
+		return nil
+	}
+	typ := events.Type(ch.Event.Type())
+	outcome, ok := verdictOf[typ]
+	if !ok || ch.Data == nil || outcome == OutcomeAccepted {
+		return nil
+	}
+	// A turn.rejected names only the request (it started no turn).
+	if ch.About != m.requestID && (ch.TurnID == "" || ch.TurnID != m.turnID || typ == events.TypeTurnRejected) {
+		return nil
+	}
+	v := &Verdict{Outcome: outcome, Event: ch.Event}
+	if d, ok := ch.Data.(events.TurnPaused); ok {
 		for _, q := range m.questions {
 			if slices.Contains(d.ElicitationIDs, elicitationID(q)) {
-				qs = append(qs, q)
+				v.Questions = append(v.Questions, q)
 			}
 		}
-		return &Verdict{Outcome: OutcomePaused, Event: ev, Questions: qs}
-	case events.TypeTurnCompleted:
-		d, err := events.Data[events.TurnCompleted](ev)
-		if err == nil && m.mine(d.RequestEventID, d.TurnID) {
-			return &Verdict{Outcome: OutcomeCompleted, Event: ev}
-		}
-	case events.TypeTurnFailed:
-		d, err := events.Data[events.TurnFailed](ev)
-		if err == nil && m.mine(d.RequestEventID, d.TurnID) {
-			return &Verdict{Outcome: OutcomeFailed, Event: ev}
-		}
-	case events.TypeTurnRejected:
-		d, err := events.Data[events.TurnRejected](ev)
-		if err == nil && d.RequestEventID == m.requestID {
-			return &Verdict{Outcome: OutcomeRejected, Event: ev}
-		}
 	}
-	return nil
+	return v
 }
 
 // elicitationID returns the _meta elicitation ID of an
@@ -316,16 +313,12 @@ type answerMatcher struct {
 	respondedID, elicitationID string
 }
 
-func (m *answerMatcher) event(ev *event.Event) *Verdict {
-	if ev.Type() == events.TypeElicitationResponded && ev.ID() == m.respondedID {
-		return &Verdict{Outcome: OutcomeAccepted, Event: ev}
-	}
-	if ev.Type() != events.TypeElicitationRejected {
+func (m *answerMatcher) event(ch threadstate.Change) *Verdict {
+	typ := events.Type(ch.Event.Type())
+	mine := (typ == events.TypeElicitationResponded && ch.Event.ID() == m.respondedID) ||
+		(typ == events.TypeElicitationRejected && ch.About == m.respondedID && ch.Data != nil)
+	if !mine {
 		return nil
 	}
-	d, err := events.Data[events.ElicitationRejected](ev)
-	if err != nil || d.RespondedEventID != m.respondedID {
-		return nil
-	}
-	return &Verdict{Outcome: OutcomeRejected, Event: ev}
+	return &Verdict{Outcome: verdictOf[typ], Event: ch.Event}
 }

@@ -116,6 +116,10 @@ type Change struct {
 	// outcome of (requestEventId of turn.paused, .completed, .failed and
 	// .rejected; respondedEventId of elicitation.rejected); "" otherwise.
 	About string
+	// TurnID is the turn the event names (turnId of turn.paused,
+	// .completed, .failed, elicitation.expired and .cancelled; the turnid
+	// extension of elicitation.requested); "" otherwise.
+	TurnID string
 	// From and To are the thread's status before and after the event.
 	From, To Status
 	// Opened is the question an elicitation.requested opened, or that an
@@ -286,6 +290,7 @@ func (f *Fold) apply(ch *Change) {
 		}
 		q := Question{ID: ElicitationID(p), Params: p}
 		q.TurnID, _ = e.Extensions()[events.ExtTurnID].(string)
+		ch.TurnID = q.TurnID
 		if q.ID == "" {
 			return // unanswerable; a renderer says so
 		}
@@ -296,7 +301,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
-		ch.About = d.RequestEventID
+		ch.About, ch.TurnID = d.RequestEventID, d.TurnID
 		for _, id := range d.ElicitationIDs {
 			if _, ok := f.Question(id); !ok {
 				ch.Unasked = append(ch.Unasked, id)
@@ -341,6 +346,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.TurnID = d.TurnID
 		ch.Settled = f.settleAll(Expired, "", e.ID())
 		f.endPause(d.TurnID)
 		ch.Ended = true
@@ -349,6 +355,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
+		ch.TurnID = d.TurnID
 		for _, id := range d.ElicitationIDs {
 			if q, ok := f.take(id); ok {
 				s := Settled{Question: q, How: Withdrawn, Reason: d.Reason, EventID: e.ID()}
@@ -366,7 +373,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
-		ch.About = d.RequestEventID
+		ch.About, ch.TurnID = d.RequestEventID, d.TurnID
 		ch.Settled = f.endTurn(d.TurnID, d.RequestEventID, e.ID())
 		ch.Ended, f.failed = true, false
 	case events.TypeTurnFailed:
@@ -374,7 +381,7 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
-		ch.About = d.RequestEventID
+		ch.About, ch.TurnID = d.RequestEventID, d.TurnID
 		if d.TurnID == "" {
 			// A message that failed before it started a turn leaves
 			// the active (or paused) turn as it is.
