@@ -140,11 +140,19 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 		return nil, fmt.Errorf("delivering %s: only %s and %s have a verdict", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	items, err := c.Watch(wctx, WatchOptions{Thread: thread})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
+	// On return, stop the watch and wait until its consumer is deleted
+	// from the server, so a CLI that exits right after leaves none.
+	stop := func() {
+		cancel()
+		for range items {
+		}
+	}
+	defer func() { stop() }()
 	ack, err := c.Publish(ctx, e)
 	if err != nil {
 		return nil, err
@@ -154,14 +162,19 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 		// be in the past. Read the thread again from the start of the
 		// window (input and chat are separate streams, so the original's
 		// input sequence says nothing about PARLEY_CHAT).
-		cancel()
-		for range items { // wait until the first watch is cleaned up
-		}
-		wctx, cancel = context.WithCancel(ctx)
-		defer cancel()
+		stop() // wait until the first watch is cleaned up
+		actx, acancel := context.WithCancel(ctx)
 		from := time.Now().Add(-InputDuplicateWindow - time.Minute)
-		if items, err = c.Watch(wctx, WatchOptions{Thread: thread, StartTime: from}); err != nil {
+		again, err := c.Watch(actx, WatchOptions{Thread: thread, StartTime: from})
+		if err != nil {
+			acancel()
+			stop = func() {}
 			return nil, err
+		}
+		items, stop = again, func() {
+			acancel()
+			for range again {
+			}
 		}
 	}
 	timer := time.NewTimer(wait)
