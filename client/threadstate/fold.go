@@ -122,8 +122,9 @@ type Change struct {
 	TurnID string
 	// From and To are the thread's status before and after the event.
 	From, To Status
-	// Opened is the question an elicitation.requested opened, or that an
-	// invalid_content rejection of an accepted answer opened again.
+	// Opened is the question an elicitation.requested opened, or that
+	// waits again for an answer after an invalid_content rejection (of an
+	// answer taken, which reopens it, or of one refused before).
 	Opened *Question
 	// Reopened is set when Opened is a question asked before whose answer
 	// was refused invalid_content.
@@ -335,10 +336,17 @@ func (f *Fold) apply(ch *Change) {
 		ch.About = d.RespondedEventID
 		q, ok := f.answers[d.RespondedEventID]
 		delete(f.answers, d.RespondedEventID)
-		if ok && d.Reason == events.RejectInvalidContent {
+		if d.Reason != events.RejectInvalidContent {
+			return
+		}
+		if ok {
 			// The answer was taken, then found invalid: the question
 			// waits again.
 			f.open1(q)
+			ch.Opened, ch.Reopened = &q, true
+		} else if q, open := f.Question(d.ElicitationID); open {
+			// Refused before it was taken: the question still waits,
+			// for another answer.
 			ch.Opened, ch.Reopened = &q, true
 		}
 	case events.TypeElicitationExpired:

@@ -467,6 +467,7 @@ func (s *chatSession) handle(it client.SessionItem) {
 	}
 	if it.Opened != nil {
 		// A new question, or one whose answer was refused: ask it (again).
+		delete(s.answered, it.Opened.ID)
 		s.enqueue(it.Opened.ID, it.Reopened)
 	}
 	s.settled(it.Settled)
