@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
@@ -78,8 +77,8 @@ func TestSession(t *testing.T) {
 	if _, err := s.Respond(t.Context(), "nope", schema.ElicitResult{Action: schema.ActionCancel}); !errors.Is(err, ErrNotPending) {
 		t.Errorf("answer to an unknown question: %v, want ErrNotPending", err)
 	}
-	if n := countInput(t, cl, events.InputThreadSubjects(th, events.ChatElicitationResponded)); n != 0 {
-		t.Errorf("%d answers published, want none", n)
+	if n := inputMsgs(t, cl); n != 0 {
+		t.Errorf("%d inputs published, want none", n)
 	}
 
 	// A valid answer is published on the principal's input subject.
@@ -90,8 +89,8 @@ func TestSession(t *testing.T) {
 	if n := storedWithID(t, cl, events.InputSubject(events.PrincipalIntegrator, th, events.ChatElicitationResponded), ans.ID()); n != 1 {
 		t.Errorf("the answer is stored %d times, want 1", n)
 	}
-	if n := countInput(t, cl, events.InputThreadSubjects(th, events.ChatElicitationResponded)); n != 1 {
-		t.Errorf("%d answers published, want 1", n)
+	if n := inputMsgs(t, cl); n != 1 {
+		t.Errorf("%d inputs published, want 1", n)
 	}
 
 	// The processor withdraws the question: the session delivers the
@@ -124,22 +123,18 @@ func TestSession(t *testing.T) {
 	}
 }
 
-// countInput counts PARLEY_INPUT's messages on subject (a filter).
-func countInput(t *testing.T, cl *Client, subject string) uint64 {
+// inputMsgs returns how many messages PARLEY_INPUT holds.
+func inputMsgs(t *testing.T, cl *Client) uint64 {
 	t.Helper()
 	st, err := cl.Bus().JetStream().Stream(t.Context(), events.StreamInput)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(subject))
+	info, err := st.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
+	return info.State.Msgs
 }
 
 // next returns the session's next item within 5 s.
