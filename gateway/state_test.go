@@ -10,7 +10,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-func mustEvent(t *testing.T, typ string, data any) *event.Event {
+func mustEvent(t *testing.T, typ events.Type, data any) *event.Event {
 	t.Helper()
 	e, err := events.New("/test", typ, "th", data)
 	if err != nil {
@@ -38,7 +38,7 @@ func pendingIDs(st *ThreadState) []string {
 func TestFold(t *testing.T) {
 	var f threadstate.Fold
 	seq := uint64(0)
-	add := func(typ string, data any) *event.Event {
+	add := func(typ events.Type, data any) *event.Event {
 		seq++
 		e := mustEvent(t, typ, data)
 		f.Apply(seq, e)

@@ -23,7 +23,7 @@ type step struct {
 	opened  string
 }
 
-func mk(t *testing.T, id, typ string, data any, ext ...string) func() *event.Event {
+func mk(t *testing.T, id string, typ events.Type, data any, ext ...string) func() *event.Event {
 	return func() *event.Event {
 		t.Helper()
 		e, err := events.NewWithID(id, "/test", typ, "th", data)
