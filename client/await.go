@@ -11,8 +11,8 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -82,9 +82,13 @@ type NoVerdictError struct {
 	EventID string
 	// Waited is how long Deliver waited.
 	Waited time.Duration
-	// State describes the thread, read from its record: "running",
-	// "queued at position N", "paused", or "not yet taken by a processor"
-	// ("" when the record could not be read).
+	// State describes where the event stands, from a fold of the
+	// thread's events (threadstate): not yet taken by a processor,
+	// queued behind N earlier messages, running, paused on questions; for
+	// an answer, whether its question is still open or was settled. ""
+	// when the events could not be read. The processor's exact queue
+	// position is not in the events: the count of accepted messages still
+	// open before it stands for it.
 	State string
 	// Ack is the JetStream acknowledgement of the publish.
 	Ack *jetstream.PubAck
@@ -118,7 +122,10 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 	if err := events.ValidToken("thread", thread); err != nil {
 		return nil, err
 	}
-	var m matcher
+	var (
+		m         matcher
+		answering string // the elicitation ID an answer is for
+	)
 	switch e.Type() {
 	case events.TypeTurnRequested:
 		m = newTurnMatcher(e.ID())
@@ -128,15 +135,24 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 			return nil, err
 		}
 		m = &answerMatcher{respondedID: e.ID(), elicitationID: d.ElicitationID}
+		answering = d.ElicitationID
 	default:
 		return nil, fmt.Errorf("delivering %s: only %s and %s have a verdict", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	items, err := c.Watch(wctx, WatchOptions{Thread: thread})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
+	// On return, stop the watch and wait until its consumer is deleted
+	// from the server, so a CLI that exits right after leaves none.
+	stop := func() {
+		cancel()
+		for range items {
+		}
+	}
+	defer func() { stop() }()
 	ack, err := c.Publish(ctx, e)
 	if err != nil {
 		return nil, err
@@ -146,14 +162,19 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 		// be in the past. Read the thread again from the start of the
 		// window (input and chat are separate streams, so the original's
 		// input sequence says nothing about PARLEY_CHAT).
-		cancel()
-		for range items { // wait until the first watch is cleaned up
-		}
-		wctx, cancel = context.WithCancel(ctx)
-		defer cancel()
+		stop() // wait until the first watch is cleaned up
+		actx, acancel := context.WithCancel(ctx)
 		from := time.Now().Add(-InputDuplicateWindow - time.Minute)
-		if items, err = c.Watch(wctx, WatchOptions{Thread: thread, StartTime: from}); err != nil {
+		again, err := c.Watch(actx, WatchOptions{Thread: thread, StartTime: from})
+		if err != nil {
+			acancel()
+			stop = func() {}
 			return nil, err
+		}
+		items, stop = again, func() {
+			acancel()
+			for range again {
+			}
 		}
 	}
 	timer := time.NewTimer(wait)
@@ -167,67 +188,86 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 			if it.Event == nil {
 				continue
 			}
-			if v := m.event(it.Event); v != nil {
+			if v := m.event(threadstate.Decode(it.Event)); v != nil {
 				v.Ack = ack
 				if v.Outcome == OutcomeAccepted {
 					// Best effort: what the thread still waits for.
-					if qs, err := c.PendingQuestions(ctx, thread); err == nil || errors.Is(err, ErrPendingTruncated) {
-						f := pendingFold{open: qs}
-						v.Pending = f.pendingIDs()
+					if f, err := c.FoldThread(ctx, thread); f != nil && (err == nil || errors.Is(err, ErrPendingTruncated)) {
+						v.Pending = f.PendingIDs()
 					}
 				}
 				return v, nil
 			}
 		case <-timer.C:
-			return nil, &NoVerdictError{EventID: e.ID(), Waited: wait, State: c.threadState(ctx, thread, e.ID()), Ack: ack}
+			return nil, &NoVerdictError{EventID: e.ID(), Waited: wait, State: c.threadState(ctx, thread, e.ID(), answering), Ack: ack}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
 }
 
-// threadState describes where a message stands from the thread's record.
-func (c *Client) threadState(ctx context.Context, thread, eventID string) string {
+// threadState describes where the event eventID (a turn.requested, or an
+// elicitation.responded answering elicitationID) stands, from a fold of
+// the thread's events (best effort: "" when they cannot be read within
+// 2 s).
+func (c *Client) threadState(ctx context.Context, thread, eventID, elicitationID string) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	kv, err := c.bus.JetStream().KeyValue(ctx, kvstate.BucketThreads)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return "not yet taken by a processor (none has run on this server)"
-	}
-	if err != nil {
+	f, err := c.FoldThread(ctx, thread)
+	if f == nil || (err != nil && !errors.Is(err, ErrPendingTruncated)) {
 		return ""
 	}
-	entry, err := kv.Get(ctx, thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "not yet taken by a processor (is one running?)"
-	}
-	if err != nil {
-		return ""
-	}
-	var t kvstate.Thread
-	if json.Unmarshal(entry.Value(), &t) != nil {
-		return ""
-	}
-	if i := slices.IndexFunc(t.Queue, func(q kvstate.QueuedMessage) bool { return q.EventID == eventID }); i >= 0 {
-		return fmt.Sprintf("queued at position %d behind the running turn %s", i+1, t.TurnID)
-	}
-	if t.StartedBy == eventID {
-		switch t.State {
-		case kvstate.ThreadPaused:
-			return fmt.Sprintf("turn %s is paused, waiting for answers %v", t.TurnID, t.Pending)
-		case kvstate.ThreadRunning:
-			return fmt.Sprintf("turn %s started and is still running (is an agent running?)", t.TurnID)
-		}
-	}
-	if slices.Contains(t.Handled, eventID) {
-		return "handled by the processor; its outcome was not seen (see `parley events`)"
-	}
-	return "not yet taken by a processor (is one running?)"
+	return describeWait(f, eventID, elicitationID)
 }
 
-// matcher recognizes the verdict on one published event.
+// describeWait says where a published event stands in a thread's fold:
+// a message not yet accepted, queued behind others, running or paused; an
+// answer whose question is still open or was settled. A message's exact
+// place in the processor's queue is not in the events: the count of
+// accepted messages still open before it stands for it.
+func describeWait(f *threadstate.Fold, eventID, elicitationID string) string {
+	if elicitationID != "" {
+		if _, open := f.Question(elicitationID); open {
+			return fmt.Sprintf("question %s is still open: the answer was not taken yet (is a processor running?)", elicitationID)
+		}
+		if s, ok := f.Settlement(elicitationID); ok {
+			return fmt.Sprintf("question %s was %s before this answer arrived", elicitationID, s.How)
+		}
+		return fmt.Sprintf("question %s is not open on the thread (is a processor running?)", elicitationID)
+	}
+	accepted, ahead := f.Position(eventID)
+	switch {
+	case !accepted:
+		if f.Events == 0 {
+			return "not yet taken by a processor (is one running?)"
+		}
+		return fmt.Sprintf("not yet taken by a processor (is one running?); the thread is %s", f.Status())
+	case ahead > 0:
+		return fmt.Sprintf("accepted and queued behind %d earlier message(s) of the thread", ahead)
+	case ahead == 0 && f.Status() == threadstate.Paused:
+		return fmt.Sprintf("turn %s is paused, waiting for answers %v", f.TurnID, f.PendingIDs())
+	case ahead == 0:
+		return fmt.Sprintf("turn %s started and is still running (is an agent running?)", f.TurnID)
+	}
+	return "handled by the processor; its outcome was not seen (see `parley events`)"
+}
+
+// verdictOf maps the event types that carry a processor's decision on an
+// input event to its outcome (the event names the input by Change.About,
+// or by the turn it started).
+var verdictOf = map[events.Type]Outcome{
+	events.TypeTurnPaused:           OutcomePaused,
+	events.TypeTurnCompleted:        OutcomeCompleted,
+	events.TypeTurnFailed:           OutcomeFailed,
+	events.TypeTurnRejected:         OutcomeRejected,
+	events.TypeElicitationRejected:  OutcomeRejected,
+	events.TypeElicitationResponded: OutcomeAccepted,
+}
+
+// matcher recognizes the verdict on one published event among the
+// thread's events, decoded once by threadstate.
 type matcher interface {
-	event(ev *event.Event) *Verdict
+	event(ch threadstate.Change) *Verdict
 }
 
 // turnMatcher recognizes the outcome of a turn.requested: by its
@@ -243,45 +283,29 @@ func newTurnMatcher(requestID string) *turnMatcher {
 	return &turnMatcher{requestID: requestID, turnID: events.DerivedID("turn", requestID)}
 }
 
-func (m *turnMatcher) mine(requestID, turnID string) bool {
-	return (requestID != "" && requestID == m.requestID) || (turnID != "" && turnID == m.turnID)
-}
-
-func (m *turnMatcher) event(ev *event.Event) *Verdict {
-	switch ev.Type() {
-	case events.TypeElicitationRequested:
-		if tid, _ := ev.Extensions()[events.ExtTurnID].(string); tid == m.turnID {
-			m.questions = append(m.questions, ev)
-		}
-	case events.TypeTurnPaused:
-		d, err := events.Data[events.TurnPaused](ev)
-		if err != nil || !m.mine(d.RequestEventID, d.TurnID) {
-			return nil
-		}
-		var qs []*event.Event
+func (m *turnMatcher) event(ch threadstate.Change) *Verdict {
+	if ch.Opened != nil && !ch.Reopened && ch.TurnID == m.turnID {
+		m.questions = append(m.questions, ch.Event)
+		return nil
+	}
+	typ := events.Type(ch.Event.Type())
+	outcome, ok := verdictOf[typ]
+	if !ok || ch.Data == nil || outcome == OutcomeAccepted {
+		return nil
+	}
+	// A turn.rejected names only the request (it started no turn).
+	if ch.About != m.requestID && (ch.TurnID == "" || ch.TurnID != m.turnID || typ == events.TypeTurnRejected) {
+		return nil
+	}
+	v := &Verdict{Outcome: outcome, Event: ch.Event}
+	if d, ok := ch.Data.(events.TurnPaused); ok {
 		for _, q := range m.questions {
 			if slices.Contains(d.ElicitationIDs, elicitationID(q)) {
-				qs = append(qs, q)
+				v.Questions = append(v.Questions, q)
 			}
 		}
-		return &Verdict{Outcome: OutcomePaused, Event: ev, Questions: qs}
-	case events.TypeTurnCompleted:
-		d, err := events.Data[events.TurnCompleted](ev)
-		if err == nil && m.mine(d.RequestEventID, d.TurnID) {
-			return &Verdict{Outcome: OutcomeCompleted, Event: ev}
-		}
-	case events.TypeTurnFailed:
-		d, err := events.Data[events.TurnFailed](ev)
-		if err == nil && m.mine(d.RequestEventID, d.TurnID) {
-			return &Verdict{Outcome: OutcomeFailed, Event: ev}
-		}
-	case events.TypeTurnRejected:
-		d, err := events.Data[events.TurnRejected](ev)
-		if err == nil && d.RequestEventID == m.requestID {
-			return &Verdict{Outcome: OutcomeRejected, Event: ev}
-		}
 	}
-	return nil
+	return v
 }
 
 // elicitationID returns the _meta elicitation ID of an
@@ -302,16 +326,12 @@ type answerMatcher struct {
 	respondedID, elicitationID string
 }
 
-func (m *answerMatcher) event(ev *event.Event) *Verdict {
-	if ev.Type() == events.TypeElicitationResponded && ev.ID() == m.respondedID {
-		return &Verdict{Outcome: OutcomeAccepted, Event: ev}
-	}
-	if ev.Type() != events.TypeElicitationRejected {
+func (m *answerMatcher) event(ch threadstate.Change) *Verdict {
+	typ := events.Type(ch.Event.Type())
+	mine := (typ == events.TypeElicitationResponded && ch.Event.ID() == m.respondedID) ||
+		(typ == events.TypeElicitationRejected && ch.About == m.respondedID && ch.Data != nil)
+	if !mine {
 		return nil
 	}
-	d, err := events.Data[events.ElicitationRejected](ev)
-	if err != nil || d.RespondedEventID != m.respondedID {
-		return nil
-	}
-	return &Verdict{Outcome: OutcomeRejected, Event: ev}
+	return &Verdict{Outcome: verdictOf[typ], Event: ch.Event}
 }

@@ -15,10 +15,9 @@
 // It publishes on parley.in.<principal>.<thread>.<kind> (PARLEY_INPUT), the
 // principal being the NATS user it is authenticated as (Options.Principal),
 // and reads PARLEY_CHAT, where the processor echoes every accepted input:
-// an answer's acceptance and a thread's pending questions come from those
-// events, never from a worker's bucket. Only the description of a message
-// that got no verdict in time reads parley_threads, when the connection
-// may (best effort).
+// an answer's acceptance, a thread's pending questions and where a message
+// without a verdict stands all come from those events (folded by
+// threadstate), never from a worker's bucket. Session follows one thread.
 package client
 
 import (
@@ -26,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
@@ -475,7 +474,7 @@ func Connect(url, name string) (*nats.Conn, error) {
 func (c *Client) Bus() *bus.Client { return c.bus }
 
 // MaxPendingScan bounds how many of a thread's events PendingQuestions
-// reads (from the thread's first stored event); past it, it reports the
+// and FoldThread read (from the thread's first stored event); past it, it reports the
 // questions found so far with ErrPendingTruncated.
 const MaxPendingScan = 10000
 
@@ -486,26 +485,38 @@ var ErrPendingTruncated = errors.New("thread too long to read in full")
 
 // PendingQuestions returns the questions a paused turn of thread still
 // waits on (elicitation/create params, with their elicitation IDs in
-// _meta), so a client that joins a paused thread can ask them. It reads
-// the thread's events in PARLEY_CHAT (elicitation.requested, and what
-// settles a question: the echo of an accepted elicitation.responded,
-// elicitation.cancelled and .expired, turn.completed and .failed), never
-// the processor's bucket, so it needs only read access to PARLEY_CHAT.
-// None when the thread is not paused.
+// _meta), so a client that joins a paused thread can ask them. It folds
+// the thread's events in PARLEY_CHAT (threadstate.Fold), never the
+// processor's bucket, so it needs only read access to PARLEY_CHAT. None
+// when the thread is not paused.
 func (c *Client) PendingQuestions(ctx context.Context, thread string) ([]schema.ElicitRequestParams, error) {
+	f, err := c.FoldThread(ctx, thread)
+	if f == nil {
+		return nil, err
+	}
+	return f.PendingParams(), err
+}
+
+// FoldThread reads thread's stored events in PARLEY_CHAT, up to the last
+// one stored when it starts, and folds them (threadstate.Fold: status,
+// turn, pending and settled questions). A thread with no events (or no
+// stream yet) is an idle fold. Past MaxPendingScan events it returns the
+// fold so far with an error matching ErrPendingTruncated.
+func (c *Client) FoldThread(ctx context.Context, thread string) (*threadstate.Fold, error) {
 	if err := events.ValidToken("thread", thread); err != nil {
 		return nil, err
 	}
+	f := &threadstate.Fold{}
 	s, err := c.bus.JetStream().Stream(ctx, events.StreamChat)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
+		return f, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %s", events.StreamChat, Explain(err))
 	}
 	last, err := s.GetLastMsgForSubject(ctx, events.ChatThreadSubjects(thread))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
+		return f, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the last event of %s: %s", thread, Explain(err))
@@ -521,74 +532,20 @@ func (c *Client) PendingQuestions(ctx context.Context, thread string) ([]schema.
 		for range items { // until the watch deleted its consumer
 		}
 	}()
-	var f pendingFold
 	n := 0
 	for it := range items {
 		if it.Event != nil {
-			f.add(it.Event)
+			f.Apply(it.Seq, it.Event)
 		}
 		if n++; it.Seq >= last.Sequence {
 			break
 		}
 		if n >= MaxPendingScan {
-			return f.questions(), fmt.Errorf("pending questions of %s: %w (%d events read)", thread, ErrPendingTruncated, n)
+			return f, fmt.Errorf("thread %s: %w (%d events read)", thread, ErrPendingTruncated, n)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return f.questions(), nil
-}
-
-// pendingFold follows a thread's events in stream order and keeps the
-// questions not yet settled.
-type pendingFold struct {
-	open []schema.ElicitRequestParams
-}
-
-func (f *pendingFold) drop(ids ...string) {
-	f.open = slices.DeleteFunc(f.open, func(p schema.ElicitRequestParams) bool {
-		id, _ := p.Meta[schema.MetaElicitationID].(string)
-		return slices.Contains(ids, id)
-	})
-}
-
-func (f *pendingFold) add(e *event.Event) {
-	switch e.Type() {
-	case events.TypeElicitationRequested:
-		if p, err := events.Data[schema.ElicitRequestParams](e); err == nil {
-			f.open = append(f.open, p)
-		}
-	case events.TypeElicitationResponded:
-		// In PARLEY_CHAT only as the processor's echo: accepted.
-		if d, err := events.Data[events.ElicitationResponded](e); err == nil {
-			f.drop(d.ElicitationID)
-		}
-	case events.TypeElicitationCancelled:
-		if d, err := events.Data[events.ElicitationCancelled](e); err == nil {
-			f.drop(d.ElicitationIDs...)
-		}
-	case events.TypeTurnFailed:
-		// A failed message that never started a turn (no turnId) leaves
-		// the paused turn as it is.
-		if d, err := events.Data[events.TurnFailed](e); err == nil && d.TurnID == "" {
-			return
-		}
-		f.open = nil
-	case events.TypeElicitationExpired, events.TypeTurnCompleted:
-		f.open = nil
-	}
-}
-
-func (f *pendingFold) questions() []schema.ElicitRequestParams { return f.open }
-
-// pendingIDs lists the elicitation IDs of f's open questions.
-func (f *pendingFold) pendingIDs() []string {
-	var ids []string
-	for _, p := range f.open {
-		if id, _ := p.Meta[schema.MetaElicitationID].(string); id != "" {
-			ids = append(ids, id)
-		}
-	}
-	return ids
+	return f, nil
 }

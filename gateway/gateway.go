@@ -18,6 +18,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
@@ -636,25 +637,24 @@ func (g *Gateway) threadState(ctx context.Context, thread string) (ThreadState, 
 		return st, err
 	}
 	defer stop()
-	f := newFold()
-	n := 0
+	var f threadstate.Fold
+	n, truncated := 0, false
 	for it := range items {
 		if it.ev != nil {
-			f.add(it.seq, it.ev)
+			f.Apply(it.seq, it.ev)
 		}
 		n++
 		if it.seq >= last.Sequence || it.numPending == 0 {
 			break
 		}
 		if n >= MaxStateEvents {
-			f.truncated = true
+			truncated = true
 			break
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return st, fmt.Errorf("reading the events of %s: %w", thread, err)
 	}
-	st.State, st.LastEventID, st.Truncated = f.state(), f.lastSeq, f.truncated
-	st.Pending = append(st.Pending, f.pending...)
+	stateOf(&st, &f, truncated)
 	return st, nil
 }

@@ -5,11 +5,12 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 )
 
-func mustEvent(t *testing.T, typ string, data any) *event.Event {
+func mustEvent(t *testing.T, typ events.Type, data any) *event.Event {
 	t.Helper()
 	e, err := events.New("/test", typ, "th", data)
 	if err != nil {
@@ -22,32 +23,35 @@ func question(id string) schema.ElicitRequestParams {
 	return schema.ElicitRequestParams{Message: "q " + id, Meta: schema.Meta{schema.MetaElicitationID: id}}
 }
 
-func pendingIDs(f *fold) []string {
+// pendingIDs lists the elicitation IDs of st's pending questions.
+func pendingIDs(st *ThreadState) []string {
 	var out []string
-	for _, p := range f.pending {
-		out = append(out, elicitationID(p))
+	for _, p := range st.Pending {
+		out = append(out, threadstate.ElicitationID(p))
 	}
 	return out
 }
 
-// The state fold follows a thread through a pause with two questions, an
+// GET /v1/threads/{thread}'s state, from the thread's fold, follows a thread through a pause with two questions, an
 // invalid answer (question stays open), a valid one, a withdrawal and an
 // expiry.
 func TestFold(t *testing.T) {
-	f := newFold()
+	var f threadstate.Fold
 	seq := uint64(0)
-	add := func(typ string, data any) *event.Event {
+	add := func(typ events.Type, data any) *event.Event {
 		seq++
 		e := mustEvent(t, typ, data)
-		f.add(seq, e)
+		f.Apply(seq, e)
 		return e
 	}
+	var st ThreadState
 	check := func(step, state string, pending ...string) {
 		t.Helper()
-		if got := f.state(); got != state {
+		stateOf(&st, &f, false)
+		if got := st.State; got != state {
 			t.Errorf("%s: state = %s, want %s", step, got, state)
 		}
-		if got := pendingIDs(f); len(got) != len(pending) || (len(got) > 0 && got[0] != pending[0]) {
+		if got := pendingIDs(&st); len(got) != len(pending) || (len(got) > 0 && got[0] != pending[0]) {
 			t.Errorf("%s: pending = %v, want %v", step, got, pending)
 		}
 	}
@@ -66,8 +70,8 @@ func TestFold(t *testing.T) {
 	check("a valid", StatePaused, "b")
 	add(events.TypeElicitationCancelled, events.ElicitationCancelled{TurnID: "turn1", ElicitationIDs: []string{"b"}, Reason: "superseded"})
 	check("b withdrawn", StateIdle)
-	if f.lastSeq != seq {
-		t.Errorf("lastSeq = %d, want %d", f.lastSeq, seq)
+	if st.LastEventID != seq {
+		t.Errorf("lastEventId = %d, want %d", st.LastEventID, seq)
 	}
 
 	// A second turn pauses and expires: the thread is idle again.
@@ -83,4 +87,9 @@ func TestFold(t *testing.T) {
 	check("running", StateRunning)
 	add(events.TypeTurnCompleted, events.TurnCompleted{TurnID: "turn3", RequestEventID: req3.ID()})
 	check("completed", StateIdle)
+
+	// A fourth fails: the thread says so until a new message.
+	req4 := add(events.TypeTurnRequested, events.TurnRequested{Message: schema.ChatMessage{Role: "user", Text: "break"}})
+	add(events.TypeTurnFailed, events.TurnFailed{TurnID: "turn4", RequestEventID: req4.ID(), Reason: "agent_failed"})
+	check("failed", StateFailed)
 }

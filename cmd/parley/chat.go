@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
@@ -69,10 +70,28 @@ func (c *chatCmd) Run(e *env) error {
 
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	// Watch before anything is sent, so no answer is missed. Link changes
-	// (disconnected, reconnected) are shown by the session's goroutine.
+	// Follow the thread before anything is sent, so no answer is missed.
+	// Link changes (disconnected, reconnected) are shown by the chat's
+	// goroutine.
 	status := make(chan client.WatchStatus, 8)
-	items, err := cl.Watch(ctx, client.WatchOptions{Thread: thread, OnStatus: func(st client.WatchStatus) {
+	s := &chatSession{
+		ctx: ctx, out: e.stdout, status: status,
+		lines: readLines(ctx, e.stdin), echo: !isTerminal(e.stdin),
+		thread: thread, user: user, answered: map[string]bool{},
+		unconfirmed: map[string]*event.Event{},
+		titles:      entityTitles(ctx, cl), budget: c.PublishTimeout,
+	}
+	budget := c.PublishTimeout
+	if budget <= 0 {
+		budget = client.DefaultPublishBudget
+	}
+	// Say once per publish that it is retried, and why.
+	cl = cl.WithRetry(client.RetryPolicy{Budget: budget, OnRetry: func(attempt int, err error) {
+		if attempt == 1 {
+			s.say("  (not confirmed yet: %s; retrying with the same ID for up to %s)", client.Explain(err), budget)
+		}
+	}})
+	sess, err := cl.Follow(ctx, thread, &client.SessionOptions{Agent: c.AgentN, OnStatus: func(st client.WatchStatus) {
 		select {
 		case status <- st:
 		default: // a burst of changes: the latest ones will do
@@ -81,14 +100,7 @@ func (c *chatCmd) Run(e *env) error {
 	if err != nil {
 		return fmt.Errorf("%w (are parley's workers running on %s?)", err, e.NATS)
 	}
-	s := &chatSession{
-		ctx: ctx, cl: cl, out: e.stdout, items: items, status: status,
-		lines: readLines(ctx, e.stdin), echo: !isTerminal(e.stdin),
-		thread: thread, agent: c.AgentN, user: user,
-		mine: map[string]bool{}, known: map[string]*schema.ElicitRequestParams{},
-		counted: map[string]bool{}, unconfirmed: map[string]*event.Event{},
-		titles: entityTitles(ctx, cl), budget: c.PublishTimeout,
-	}
+	s.sess, s.items = sess, sess.Items()
 	who := user
 	if who == "" {
 		who = "anonymous"
@@ -100,19 +112,10 @@ func (c *chatCmd) Run(e *env) error {
 	fmt.Fprintf(e.stdout, "parley chat: thread %s, agent %s, you are %s.\n", thread, agent, who)
 	fmt.Fprintln(e.stdout, "Type a message and press Enter; /quit or Ctrl-D ends the chat.")
 	// Joining a paused thread: ask what it is waiting for.
-	pending, err := cl.PendingQuestions(ctx, thread)
-	if err != nil {
-		return err
-	}
-	for i := range pending {
-		p := pending[i]
-		if id, _ := p.Meta[schema.MetaElicitationID].(string); id != "" {
-			s.known[id] = &p
-			s.enqueue(id, false)
-		}
+	for _, q := range sess.Pending() {
+		s.enqueue(q.ID, false)
 	}
 	if len(s.queue) > 0 {
-		s.running, s.paused = 1, true
 		fmt.Fprintf(e.stdout, "The thread is waiting for %d answer(s).\n", len(s.queue))
 	}
 	return s.loop()
@@ -169,14 +172,15 @@ var (
 	errStop = errors.New("stopped")
 )
 
-// chatSession is the state of one chat: everything runs on the goroutine
-// of loop, which multiplexes input lines and thread events.
+// chatSession is the UI of one chat on top of a client.Session (which
+// folds the thread, publishes and validates): everything runs on the
+// goroutine of loop, which multiplexes input lines and thread events.
 type chatSession struct {
 	ctx   context.Context
-	cl    *client.Client
+	sess  *client.Session
 	out   io.Writer
 	lines <-chan string
-	items <-chan client.Item
+	items <-chan client.SessionItem
 	// status carries the watch's link changes (nil in unit tests).
 	status <-chan client.WatchStatus
 	// budget bounds the retries of a publish (0: the client's default).
@@ -185,32 +189,21 @@ type chatSession struct {
 	// nil: no lookups).
 	titles func(id string) string
 	// echo repeats input lines on out (when stdin is not a terminal).
-	echo                bool
-	thread, agent, user string
+	echo         bool
+	thread, user string
 
-	// mine holds the IDs of the events this session published (or tried
-	// to).
-	mine map[string]bool
-	// counted holds the IDs of this session's messages whose turn is
-	// counted in running: once JetStream confirmed them, or they were
-	// seen on the thread.
-	counted map[string]bool
+	// answered holds the questions this chat answered whose settlement
+	// has not arrived yet: the turn goes on meanwhile (waiting).
+	answered map[string]bool
 	// unconfirmed holds, by text, the messages whose publish was not
 	// confirmed: typing the same text again resends the same event (same
 	// ID), so JetStream drops it if the first one got through.
 	unconfirmed map[string]*event.Event
-	// known holds every elicitation requested on the thread, by ID.
-	known map[string]*schema.ElicitRequestParams
 	// queue holds the elicitation IDs waiting to be asked, in order.
 	queue []string
 	// asking is the elicitation being asked; aborted, when set, says why
 	// it stopped before it was answered.
 	asking, aborted string
-	// running counts the turns of the thread that have started (or
-	// queued) and not ended; paused is set while the active turn waits
-	// for answers.
-	running int
-	paused  bool
 	// prompt is the prompt on screen that no newline has ended yet.
 	prompt string
 	// progress drives the working indicator (chat_progress.go).
@@ -258,20 +251,20 @@ func (s *chatSession) send(text string) {
 		var err error
 		// No end user is named: the processor records the principal,
 		// and refuses a name from a principal it does not trust to give one.
-		if ev, err = s.cl.TurnRequest(s.thread, s.agent, text, ""); err != nil {
+		if ev, err = s.sess.Message(text); err != nil {
 			s.say("! %v", err)
 			return
 		}
 	}
-	s.mine[ev.ID()] = true
-	ack, err := s.publish(ev)
+	// Once confirmed, the session counts the turn as running: its
+	// turn.requested may arrive after the end of input.
+	ack, err := s.sess.Send(s.ctx, ev)
 	switch {
 	case err == nil:
 		delete(s.unconfirmed, text)
 		if ack.Duplicate {
 			s.say("  (it had already arrived: not sent twice)")
 		}
-		s.count(ev.ID()) // counted now: its turn.requested may arrive after the end of input
 	case s.ctx.Err() != nil:
 	case errors.Is(err, client.ErrNotConfirmed):
 		s.unconfirmed[text] = ev
@@ -281,21 +274,6 @@ func (s *chatSession) send(text string) {
 		s.unconfirmed[text] = ev
 		s.say("! the message was not sent: %s", client.Explain(err))
 	}
-}
-
-// publish publishes ev within the session's budget, saying when a try
-// was not confirmed and it retries.
-func (s *chatSession) publish(ev *event.Event) (*jetstream.PubAck, error) {
-	budget := s.budget
-	if budget <= 0 {
-		budget = client.DefaultPublishBudget
-	}
-	cl := s.cl.WithRetry(client.RetryPolicy{Budget: budget, OnRetry: func(attempt int, err error) {
-		if attempt == 1 {
-			s.say("  (not confirmed yet: %s; retrying with the same ID for up to %s)", client.Explain(err), budget)
-		}
-	}})
-	return cl.Publish(s.ctx, ev)
 }
 
 // linkChanged shows a change of the link to the server; on reconnecting
@@ -313,14 +291,13 @@ func (s *chatSession) linkChanged(st client.WatchStatus) {
 		if ev == nil {
 			continue // confirmed meanwhile
 		}
-		if _, err := s.publish(ev); err != nil {
+		if _, err := s.sess.Send(s.ctx, ev); err != nil {
 			continue // still unconfirmed; it is resent on the next reconnect
 		}
 		if s.unconfirmed[text] != nil {
 			delete(s.unconfirmed, text)
 			s.say("  (your message %q arrived after all)", text)
 		}
-		s.count(ev.ID())
 	}
 }
 
@@ -333,23 +310,25 @@ func lastTry(err error) error {
 	return err
 }
 
-// count counts the turn of one of this session's messages as running,
-// once.
-func (s *chatSession) count(id string) {
-	if !s.counted[id] {
-		s.counted[id] = true
-		s.running++
-	}
-}
-
 // waiting reports whether a turn runs on the thread (and is not waiting
-// for the user), so an answer is coming.
-func (s *chatSession) waiting() bool { return s.running > 0 && !s.paused }
-
-// turnEnded counts one turn as ended.
-func (s *chatSession) turnEnded() {
-	s.running = max(s.running-1, 0)
-	s.paused = false
+// for the user), so an answer is coming: the thread runs, or is paused
+// only on questions this chat answered (their settlement is on its way).
+func (s *chatSession) waiting() bool {
+	if s.sess == nil {
+		return false
+	}
+	switch s.sess.Status() {
+	case threadstate.Running:
+		return true
+	case threadstate.Paused:
+		for _, q := range s.sess.Pending() {
+			if !s.answered[q.ID] {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // end turns what stopped the loop into Run's result: the end of input
@@ -466,154 +445,74 @@ func (s *chatSession) say(format string, args ...any) {
 	fmt.Fprintf(s.out, format+"\n", args...)
 }
 
-// handle renders one event of the thread and updates the session.
-func (s *chatSession) handle(it client.Item) {
+// handle renders one event of the thread (the one renderer, chat mode)
+// and updates the chat: questions to ask, settled questions to drop, the
+// working indicator. The state itself is the session's fold.
+func (s *chatSession) handle(it client.SessionItem) {
 	if it.Err != nil {
 		s.say("! unreadable event on %s: %v", it.Subject, it.Err)
 		return
 	}
-	ev := it.Event
-	s.heardEvent(ev)
-	switch ev.Type() {
-	case events.TypeProgress:
-		s.showProgress(ev)
-	case events.TypeTurnRequested:
-		d, err := events.Data[events.TurnRequested](ev)
-		if err != nil {
-			return
-		}
-		if s.mine[ev.ID()] {
-			for text, u := range s.unconfirmed {
-				if u.ID() == ev.ID() {
-					delete(s.unconfirmed, text)
-					s.say("  (your message %q arrived after all)", text)
-				}
+	s.heardEvent(it.Change)
+	if _, ok := it.Data.(events.TurnRequested); ok && it.Mine {
+		for text, u := range s.unconfirmed {
+			if u.ID() == it.Event.ID() {
+				delete(s.unconfirmed, text)
+				s.say("  (your message %q arrived after all)", text)
 			}
-			s.count(ev.ID())
-			return
 		}
-		s.running++
-		// Who sent it, as the processor's echo says (principal, and the
-		// end user when a trusted principal named one).
-		who := events.EchoIdentity(ev).String()
-		if who == "" {
-			who = "someone"
-		}
-		s.say("%s: %s", who, indentRest(d.Message.Text))
-	case events.TypeTurnCompleted:
-		s.turnEnded()
-		d, err := events.Data[events.TurnCompleted](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		s.say("%s", renderMessage(d.Message))
-	case events.TypeTurnPaused:
-		s.paused = true
-		d, err := events.Data[events.TurnPaused](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		// The prose restates questions asked below; show it only when
-		// a question did not arrive as an elicitation.
-		if len(d.ElicitationIDs) > 0 && !slices.ContainsFunc(d.ElicitationIDs, func(id string) bool { return s.known[id] == nil }) {
-			return
-		}
-		s.say("%s", renderMessage(d.Message))
-	case events.TypeTurnFailed:
-		s.turnEnded()
-		d, err := events.Data[events.TurnFailed](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		s.say("! the turn failed (%s): %s", d.Reason, d.Detail)
-	case events.TypeTurnRejected:
-		d, err := events.Data[events.TurnRejected](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		s.turnEnded()
-		s.say("! message rejected (%s)%s", d.Reason, violationList(d.Errors))
-	case events.TypeElicitationRequested:
-		p, err := events.Data[schema.ElicitRequestParams](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		id, _ := p.Meta[schema.MetaElicitationID].(string)
-		if id == "" {
-			s.say("! a question without an elicitation ID (it cannot be answered): %s", p.Message)
-			return
-		}
-		s.known[id] = &p
-		s.enqueue(id, false)
-	case events.TypeElicitationResponded:
-		d, err := events.Data[events.ElicitationResponded](ev)
-		if err != nil || s.mine[ev.ID()] {
-			return
-		}
-		who := events.EchoIdentity(ev).String()
-		if who == "" {
-			who = "someone"
-		}
-		note := fmt.Sprintf("%s answered elsewhere (%s)", who, d.Action)
-		switch {
-		case s.asking == d.ElicitationID:
-			s.aborted = "  · " + note
-		case s.dequeue(d.ElicitationID):
-			s.say("· a question was %s", note)
-		default:
-			return
-		}
-		s.paused = len(s.queue) > 0 // the turn resumes once every question is settled
-	case events.TypeElicitationRejected:
-		d, err := events.Data[events.ElicitationRejected](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		whose := "your answer"
-		if !s.mine[d.RespondedEventID] {
-			whose = "an answer from elsewhere"
-		}
-		detail := ""
-		if d.Detail != "" {
-			detail = ": " + d.Detail
-		}
-		s.say("! %s was rejected (%s)%s%s", whose, d.Reason, detail, violationList(d.Errors))
-		if d.Reason == events.RejectInvalidContent && s.known[d.ElicitationID] != nil {
-			// The elicitation stays pending: ask it again.
-			s.enqueue(d.ElicitationID, true)
-		}
-	case events.TypeElicitationExpired:
-		s.turnEnded()
-		d, err := events.Data[events.ElicitationExpired](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		s.settle(d.ElicitationIDs, "expired unanswered; the turn has ended")
-	case events.TypeElicitationCancelled:
-		d, err := events.Data[events.ElicitationCancelled](ev)
-		if err != nil {
-			s.badEvent(ev, err)
-			return
-		}
-		s.turnEnded() // the paused turn was superseded
-		reason := "was withdrawn"
-		if d.Reason != "" {
-			reason += ": " + d.Reason
-		}
-		s.settle(d.ElicitationIDs, reason)
 	}
+	if text := render(it.Change, renderChat, it.Mine); text != "" && s.showing(it.Change, text) {
+		s.say("%s", text)
+	}
+	if it.Opened != nil {
+		// A new question, or one whose answer was refused: ask it (again).
+		delete(s.answered, it.Opened.ID)
+		s.enqueue(it.Opened.ID, it.Reopened)
+	}
+	s.settled(it.Settled)
 }
 
-// badEvent reports an event whose data does not decode.
-func (s *chatSession) badEvent(ev *event.Event, err error) {
-	s.say("! %s event with unreadable data: %v", ev.Type(), err)
+// settled drops questions that can no longer be answered and says why:
+// answered elsewhere, expired, withdrawn. This chat's own answers settle
+// silently (it said "→ accepted").
+func (s *chatSession) settled(ss []threadstate.Settled) {
+	var expired, withdrawn []string
+	reason := ""
+	for _, st := range ss {
+		delete(s.answered, st.ID)
+		switch st.How {
+		case threadstate.Expired:
+			expired = append(expired, st.ID)
+		case threadstate.Withdrawn:
+			withdrawn, reason = append(withdrawn, st.ID), st.Reason
+		default: // answered, declined or cancelled
+			if s.sess.Mine(st.EventID) {
+				continue
+			}
+			who := st.By.String()
+			if who == "" {
+				who = "someone"
+			}
+			note := fmt.Sprintf("%s answered elsewhere (%s)", who, st.How)
+			switch {
+			case s.asking == st.ID:
+				s.aborted = "  · " + note
+			case s.dequeue(st.ID):
+				s.say("· a question was %s", note)
+			}
+		}
+	}
+	if len(expired) > 0 {
+		s.settle(expired, "expired unanswered; the turn has ended")
+	}
+	if len(withdrawn) > 0 {
+		why := "was withdrawn"
+		if reason != "" {
+			why += ": " + reason
+		}
+		s.settle(withdrawn, why)
+	}
 }
 
 // settle drops questions that can no longer be answered and says why.
@@ -660,10 +559,11 @@ func (s *chatSession) dequeue(id string) bool {
 // ask asks one question and sends the answer. Only the end of input, the
 // context or the event stream stopping are errors.
 func (s *chatSession) ask(id string) error {
-	req := s.known[id]
-	if req == nil {
-		return nil
+	q, ok := s.sess.Question(id)
+	if !ok {
+		return nil // settled meanwhile
 	}
+	req := &q.Params
 	s.asking, s.aborted = id, ""
 	defer func() { s.asking, s.aborted = "", "" }()
 	s.say("")
@@ -686,13 +586,18 @@ func (s *chatSession) ask(id string) error {
 	if err != nil {
 		return err
 	}
-	ev, err := s.cl.Response(s.thread, id, res, "")
-	if err != nil {
-		s.say("! %v", err)
+	_, err = s.sess.Respond(s.ctx, id, res)
+	var invalid *schema.ValidationError
+	switch {
+	case errors.Is(err, client.ErrNotPending):
+		s.say("  ! %v", err) // settled while it was asked
+		return nil
+	case errors.As(err, &invalid):
+		s.say("  ! %v", err)
+		s.enqueue(id, true)
 		return nil
 	}
-	s.mine[ev.ID()] = true
-	if _, err := s.publish(ev); err != nil {
+	if err != nil {
 		if s.ctx.Err() != nil {
 			return s.ctx.Err()
 		}
@@ -703,7 +608,7 @@ func (s *chatSession) ask(id string) error {
 		s.enqueue(id, true)
 		return nil
 	}
-	s.paused = len(s.queue) > 0
+	s.answered[id] = true
 	s.say("  → %s", actionWord(res.Action))
 	return nil
 }
@@ -1186,65 +1091,6 @@ func prettyJSON(raw json.RawMessage, prefix string) string {
 	var b bytes.Buffer
 	if err := json.Indent(&b, raw, prefix, "  "); err != nil {
 		return string(raw)
-	}
-	return b.String()
-}
-
-// maxBlocks is how many content blocks of a message are shown.
-const maxBlocks = 8
-
-// renderMessage renders an assistant message: its text, then its blocks,
-// suggested replies and citations, one per line.
-func renderMessage(m schema.ChatMessage) string {
-	var b strings.Builder
-	b.WriteString("assistant: ")
-	cs, _ := m.Meta.Citations()
-	b.WriteString(indentRest(markCitations(m.Text, cs)))
-	for i, c := range m.Content {
-		if i == maxBlocks && len(m.Content) > maxBlocks+1 {
-			fmt.Fprintf(&b, "\n  (%d more content blocks; `parley events` shows them all)", len(m.Content)-i)
-			break
-		}
-		b.WriteString("\n  ")
-		b.WriteString(renderBlock(c))
-	}
-	for i, c := range cs {
-		title := c.Title
-		if title == "" {
-			title = "source"
-		}
-		fmt.Fprintf(&b, "\n  [%d] %s <%s>", i+1, title, c.URL)
-	}
-	if rs, err := m.Meta.SuggestedReplies(); err == nil && len(rs) > 0 {
-		fmt.Fprintf(&b, "\n  suggestions: %s", strings.Join(rs, " | "))
-	}
-	return b.String()
-}
-
-// markCitations puts "[n]" after each span of text that citation n (from
-// 1) anchors (offsets in code points; anchors outside the text are
-// ignored).
-func markCitations(text string, cs []schema.Citation) string {
-	at := map[int][]int{}
-	runes := []rune(text)
-	for i, c := range cs {
-		for _, a := range c.Anchors {
-			if a.Start >= 0 && a.End > a.Start && a.End <= len(runes) && !slices.Contains(at[a.End], i+1) {
-				at[a.End] = append(at[a.End], i+1)
-			}
-		}
-	}
-	if len(at) == 0 {
-		return text
-	}
-	var b strings.Builder
-	for k := 0; k <= len(runes); k++ {
-		for _, n := range at[k] {
-			fmt.Fprintf(&b, "[%d]", n)
-		}
-		if k < len(runes) {
-			b.WriteRune(runes[k])
-		}
 	}
 	return b.String()
 }

@@ -1,11 +1,10 @@
 package main
 
 import (
+	"strings"
 	"time"
 
-	"github.com/cloudevents/sdk-go/v2/event"
-
-	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -23,33 +22,28 @@ type progressState struct {
 	warned bool
 }
 
-// heardEvent records that the thread is alive.
-func (s *chatSession) heardEvent(ev *event.Event) {
+// heardEvent records that the thread is alive; a turn that paused or
+// ended clears the status line.
+func (s *chatSession) heardEvent(ch threadstate.Change) {
 	s.progress.heard = time.Now()
 	s.progress.warned = false
-	switch ev.Type() {
-	case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeTurnPaused, events.TypeTurnRejected:
+	if ch.Ended || ch.To == threadstate.Paused || ch.To == threadstate.Idle || ch.To == threadstate.Failed {
 		s.progress.status = ""
 	}
 }
 
-// showProgress renders a progress event of the running turn as a working
-// indicator: its status item (_meta["drupal.org/ai.status_item"], else its
-// message), once per change.
-func (s *chatSession) showProgress(ev *event.Event) {
-	p, err := events.Data[schema.Progress](ev)
-	if err != nil || !s.waiting() {
-		return
+// showing decides whether the chat shows a rendered event: a progress
+// notification is the working indicator, shown once per change of its
+// status while the chat waits for the turn; everything else is shown.
+func (s *chatSession) showing(ch threadstate.Change, text string) bool {
+	if _, ok := ch.Data.(schema.Progress); !ok {
+		return true
 	}
-	st, _ := p.Meta.StatusItem()
-	if st == "" {
-		st = p.Message
+	if !s.waiting() || text == s.progress.status || strings.TrimSpace(strings.TrimPrefix(text, "  …")) == "" {
+		return false
 	}
-	if st == "" || st == s.progress.status {
-		return
-	}
-	s.progress.status = st
-	s.say("  … %s", st)
+	s.progress.status = text
+	return true
 }
 
 // silence returns a channel that fires when the running turn has been

@@ -19,7 +19,7 @@ func TestRenderMessageCitations(t *testing.T) {
 		"  [1] Hours <https://cafe.example/hours>\n" +
 		"  [2] source <https://cafe.example/>\n" +
 		"  suggestions: Open on Monday? | Menu"
-	if got := renderMessage(m); got != want {
+	if got := renderMessage(m, renderChat); got != want {
 		t.Errorf("renderMessage =\n%s\nwant\n%s", got, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/parley-dev/parley/client"
+	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 )
@@ -99,97 +100,10 @@ func printItem(w, notes io.Writer, it client.Item, asJSON bool) {
 	fmt.Fprintln(w, describe(it.Event))
 }
 
-// describe renders an event as one or more readable lines (no trailing
-// spaces).
+// describe renders an event alone as one or more readable lines (no
+// trailing spaces): the one renderer, in log mode.
 func describe(ev *event.Event) string {
-	return trimLines(describeRaw(ev))
-}
-
-func describeRaw(ev *event.Event) string {
-	thread := ev.Subject()
-	short := strings.TrimPrefix(ev.Type(), "dev.parley.")
-	head := fmt.Sprintf("[%s] %-22s", thread, short)
-	switch ev.Type() {
-	case events.TypeTurnRequested:
-		d, err := events.Data[events.TurnRequested](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s user: %s%s", head, indent(d.Message.Text), blocks(d.Message.Content))
-	case events.TypeTurnCompleted:
-		d, err := events.Data[events.TurnCompleted](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s assistant: %s%s%s", head, indent(d.Message.Text), blocks(d.Message.Content), decisions(d.Decisions))
-	case events.TypeTurnPaused:
-		d, err := events.Data[events.TurnPaused](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s assistant: %s", head, indent(d.Message.Text))
-	case events.TypeElicitationRequested:
-		d, err := events.Data[schema.ElicitRequestParams](ev)
-		if err != nil {
-			break
-		}
-		id, _ := d.Meta[schema.MetaElicitationID].(string)
-		kind := "form"
-		if d.IsToolConfirmation() {
-			kind = "confirmation"
-		}
-		return fmt.Sprintf("%s %s %s %q%s", head, kind, id, d.Message, fields(&d.RequestedSchema))
-	case events.TypeElicitationResponded:
-		d, err := events.Data[events.ElicitationResponded](ev)
-		if err != nil {
-			break
-		}
-		content := ""
-		if len(d.Content) > 0 {
-			b, _ := json.Marshal(d.Content)
-			content = " " + string(b)
-		}
-		by := ""
-		if who := events.EchoIdentity(ev); !who.IsZero() {
-			by = " by " + who.String()
-		}
-		return fmt.Sprintf("%s %s %s%s%s", head, d.ElicitationID, d.Action, content, by)
-	case events.TypeElicitationRejected:
-		d, err := events.Data[events.ElicitationRejected](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s %s %s%s", head, d.ElicitationID, d.Reason, detailAndErrors(d.Detail, d.Errors))
-	case events.TypeElicitationExpired:
-		d, err := events.Data[events.ElicitationExpired](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s %s unanswered; turn %s ended, the thread is idle", head, strings.Join(d.ElicitationIDs, ", "), d.TurnID)
-	case events.TypeElicitationCancelled:
-		d, err := events.Data[events.ElicitationCancelled](ev)
-		if err != nil {
-			break
-		}
-		reason := ""
-		if d.Reason != "" {
-			reason = ": " + d.Reason
-		}
-		return fmt.Sprintf("%s %s withdrawn (turn %s)%s", head, strings.Join(d.ElicitationIDs, ", "), d.TurnID, reason)
-	case events.TypeTurnRejected:
-		d, err := events.Data[events.TurnRejected](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s message %s refused: %s%s", head, d.RequestEventID, d.Reason, detailAndErrors("", d.Errors))
-	case events.TypeTurnFailed:
-		d, err := events.Data[events.TurnFailed](ev)
-		if err != nil {
-			break
-		}
-		return fmt.Sprintf("%s %s%s", head, d.Reason, detailAndErrors(d.Detail, nil))
-	}
-	return fmt.Sprintf("%s %s", head, string(ev.Data()))
+	return render(threadstate.Decode(ev), renderLog, false)
 }
 
 // detailAndErrors renders ": detail | errors: a; b" (the parts present).
@@ -269,17 +183,12 @@ func trimLines(s string) string {
 	return strings.Join(lines, "\n")
 }
 
+// blocks renders a user message's content blocks, one per line.
 func blocks(cs schema.ContentList) string {
 	var b strings.Builder
 	for _, c := range cs {
-		switch c := c.(type) {
-		case *schema.ResourceLink:
-			fmt.Fprintf(&b, "\n    [%s] %s <%s>", c.ContentType(), c.Name, c.URI)
-		case *schema.TextContent:
-			fmt.Fprintf(&b, "\n    [text] %s", c.Text)
-		default:
-			fmt.Fprintf(&b, "\n    [%s]", c.ContentType())
-		}
+		b.WriteString("\n    ")
+		b.WriteString(renderBlock(c))
 	}
 	return b.String()
 }

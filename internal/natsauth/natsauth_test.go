@@ -203,6 +203,15 @@ func TestForbidden(t *testing.T) {
 		{"gateway", "$JS.API.STREAM.DELETE.PARLEY_CHAT"},
 		{"gateway", "$JS.API.STREAM.PURGE.PARLEY_INPUT"},
 		{"gateway", "$KV.parley_threads.t1"},
+		// Nor read the processor's thread records: a thread's state
+		// comes from its events (client/threadstate).
+		{"integrator", "$JS.API.DIRECT.GET.KV_parley_threads.$KV.parley_threads.t1"},
+		{"integrator", "$JS.API.STREAM.MSG.GET.KV_parley_threads"},
+		{"integrator", "$JS.API.STREAM.INFO.KV_parley_threads"},
+		{"integrator", "$JS.API.CONSUMER.CREATE.KV_parley_threads"},
+		{"acme", "$JS.API.DIRECT.GET.KV_parley_threads.$KV.parley_threads.t1"},
+		{"gateway", "$JS.API.DIRECT.GET.KV_parley_threads.$KV.parley_threads.t1"},
+		{"gateway", "$JS.API.STREAM.INFO.KV_parley_threads"},
 		// Nobody publishes on an inbox (policies answer only the request
 		// they received, through allow_responses).
 		{"gate", "_INBOX_agent.abc"},
@@ -303,20 +312,23 @@ func TestAllowed(t *testing.T) {
 	}
 
 	// ... and reads PARLEY_CHAT through an ordered consumer, and the
-	// threads bucket.
+	// built-in site's bucket (entity titles; never a worker's state).
 	proc := s.connect(t, natsauth.Processor)
 	pjs, _ := jetstream.New(proc.Conn)
 	if _, err := pjs.Publish(ctx, "parley.chat.t1.turn.completed", []byte(`{"n":1}`)); err != nil {
 		t.Fatalf("processor publishing chat output: %v", err)
 	}
-	paused, err := pjs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natsauth.BucketThreads})
-	if err != nil {
-		t.Fatalf("processor creating its bucket: %v", err)
-	}
-	if _, err := paused.Put(ctx, "t1", []byte("{}")); err != nil {
-		t.Fatalf("processor writing its bucket: %v", err)
-	}
 	proc.noViolations(t)
+	te := s.connect(t, natsauth.Toolexec)
+	tejs, _ := jetstream.New(te.Conn)
+	content, err := tejs.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: natsauth.BucketContent})
+	if err != nil {
+		t.Fatalf("toolexec creating its bucket: %v", err)
+	}
+	if _, err := content.Put(ctx, "entity.1", []byte("{}")); err != nil {
+		t.Fatalf("toolexec writing its bucket: %v", err)
+	}
+	te.noViolations(t)
 
 	in := s.connect(t, natsauth.Integrator)
 	ijs, _ := jetstream.New(in.Conn)
@@ -327,18 +339,18 @@ func TestAllowed(t *testing.T) {
 	if m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil || string(m.Data()) != `{"n":1}` {
 		t.Fatalf("integrator reading PARLEY_CHAT: %v", err)
 	}
-	kv, err := ijs.KeyValue(ctx, natsauth.BucketThreads)
+	kv, err := ijs.KeyValue(ctx, natsauth.BucketContent)
 	if err != nil {
-		t.Fatalf("integrator opening %s: %v", natsauth.BucketThreads, err)
+		t.Fatalf("integrator opening %s: %v", natsauth.BucketContent, err)
 	}
-	if _, err := kv.Get(ctx, "t1"); err != nil {
-		t.Fatalf("integrator reading %s: %v", natsauth.BucketThreads, err)
+	if _, err := kv.Get(ctx, "entity.1"); err != nil {
+		t.Fatalf("integrator reading %s: %v", natsauth.BucketContent, err)
 	}
-	w, err := kv.Watch(ctx, "t1", jetstream.UpdatesOnly())
+	w, err := kv.Watch(ctx, "entity.1", jetstream.UpdatesOnly())
 	if err != nil {
-		t.Fatalf("integrator watching %s: %v", natsauth.BucketThreads, err)
+		t.Fatalf("integrator watching %s: %v", natsauth.BucketContent, err)
 	}
-	if _, err := paused.Put(ctx, "t1", []byte(`{"v":2}`)); err != nil {
+	if _, err := content.Put(ctx, "entity.1", []byte(`{"v":2}`)); err != nil {
 		t.Fatal(err)
 	}
 	select {

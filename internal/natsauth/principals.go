@@ -251,11 +251,11 @@ func (p Principal) Permissions() Permissions {
 		pub(InputPrefix + p.Name + ".>")
 		pub(msgGet(StreamInput)...)
 		pub(chatReader()...)
-		// The client reads (never writes) where a message waits
-		// (client.Await); `parley chat` reads the titles of the entities
-		// a confirmation names from the built-in site (parley_content),
-		// so a person confirms titles, not bare IDs.
-		pub(bucketRead(BucketThreads, BucketContent)...)
+		// `parley chat` reads the titles of the entities a confirmation
+		// names from the built-in site (parley_content), so a person
+		// confirms titles, not bare IDs. No worker's state bucket: a
+		// thread's state comes from its events (client/threadstate).
+		pub(bucketRead(BucketContent)...)
 		// The entity lookup behind the web chat's autocomplete
 		// (request-reply to the tool-executor).
 		pub(SubjectLookup)
