@@ -68,7 +68,11 @@ type pendingCall struct {
 	ctx       context.Context // the call's (toolexec.WatchThread)
 	current   *elicitQ        // the question put to the person, while waiting (guarded by Server.pmu)
 	waiting   atomic.Bool     // a question is with the person
-	stopWatch func()          // ends the thread watch while waiting
+	stopWatch func()          // ends the thread watch (see watch)
+	// ended names the event that ended the call's turn (turn.completed,
+	// turn.failed, elicitation.expired or elicitation.cancelled); set
+	// before the call is cancelled.
+	ended atomic.Pointer[string]
 }
 
 type elicitQ struct {
@@ -118,9 +122,12 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	params.SetProgressToken(tok)
 	call, _ := toolexec.CallFrom(ctx)
 	s.calls.Store(tok, running{ctx: callCtx, call: call, pc: pc})
+	// For as long as the call runs, the end of its turn cancels it.
+	t.watch(pc, call.RunID)
 	go func() {
 		res, err := cs.CallTool(callCtx, params)
 		s.calls.Delete(tok)
+		pc.stopWatch()
 		pc.done <- callOutcome{res, err}
 		stopAfter()
 		cancel()
@@ -136,6 +143,9 @@ func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, erro
 	defer timer.Stop()
 	select {
 	case o := <-pc.done:
+		if why := pc.ended.Load(); why != nil && o.err != nil {
+			return builtin.Result{Call: turnEnded(s.name+"__"+t.name, *why)}, nil
+		}
 		return t.finish(o)
 	case q := <-pc.questions:
 		s.pmu.Lock()
@@ -146,7 +156,6 @@ func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, erro
 		pc.waiting.Store(true)
 		s.pending[pc.handle] = pc
 		s.pmu.Unlock()
-		t.watch(pc)
 		return builtin.Result{InputRequired: &schema.InputRequiredResult{
 			ResultType:    schema.ResultTypeInputRequired,
 			InputRequests: map[string]schema.InputRequest{BridgeKey: {Method: "elicitation/create", Params: q.params}},
@@ -193,7 +202,6 @@ func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (
 	q := pc.current
 	pc.current = nil
 	s.pmu.Unlock()
-	pc.stopWatch()
 	ans, ok := req.InputResponses[BridgeKey]
 	if !ok {
 		ans = schema.ElicitResult{Action: schema.ActionCancel}
@@ -203,11 +211,20 @@ func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (
 	return t.await(ctx, pc)
 }
 
-// watch ends the server's wait when the turn goes on without retrying the
-// call: the agent settles a declined or cancelled input request itself,
-// and a question can expire or be superseded. The server then gets the
-// person's decline or cancel (the last one seen on the thread), or cancel.
-func (t *tool) watch(pc *pendingCall) {
+// watch follows the call's thread for as long as the call runs, and
+// cancels the call when its turn ends without it: the turn completed or
+// failed (it timed out, the agent gave up), a newer message superseded the
+// paused turn (elicitation.cancelled), or the pause expired
+// (elicitation.expired). The server then gets notifications/cancelled for
+// its tools/call (the SDK sends it when the call's context ends), and, if
+// it was waiting for the person, the person's decline or cancel (the last
+// one seen on the thread) or cancel. A call whose turn has ended is never
+// retried, so nothing else would end the server's work.
+//
+// Only the events of the call's own turn count: their turnid extension
+// (or data turnId) equals the call's runId, parley's run ID being the ID
+// of the turn it runs (processor: startTurn).
+func (t *tool) watch(pc *pendingCall, run string) {
 	s := t.s
 	var mu sync.Mutex
 	last := schema.ActionCancel
@@ -222,29 +239,59 @@ func (t *tool) watch(pc *pendingCall) {
 			}
 			return
 		case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeElicitationExpired, events.TypeElicitationCancelled:
+			if run == "" || eventTurnID(e) != run {
+				return
+			}
 		default:
 			return
 		}
-		s.pmu.Lock()
-		if s.pending[pc.handle] != pc {
-			s.pmu.Unlock()
+		why := e.Type()
+		if !pc.ended.CompareAndSwap(nil, &why) {
 			return
 		}
-		delete(s.pending, pc.handle)
-		q := pc.current
-		pc.current = nil
+		s.pmu.Lock()
+		var q *elicitQ
+		if s.pending[pc.handle] == pc {
+			delete(s.pending, pc.handle)
+			q = pc.current
+			pc.current = nil
+		}
 		s.pmu.Unlock()
-		mu.Lock()
-		action := last
-		mu.Unlock()
-		pc.waiting.Store(false)
-		s.log.Info("turn went on without the server's answer; telling the server", "action", action, "event", e.Type())
-		q.answer <- schema.ElicitResult{Action: action}
+		if q != nil {
+			mu.Lock()
+			action := last
+			mu.Unlock()
+			pc.waiting.Store(false)
+			s.log.Info("turn went on without the server's answer; telling the server", "action", action, "event", why)
+			q.answer <- schema.ElicitResult{Action: action}
+		}
+		s.log.Info("the call's turn ended; cancelling the call", "event", why, "run_id", run)
+		pc.cancel() // notifications/cancelled
 	})
 	if err != nil {
-		s.log.Warn("cannot watch the thread of a call waiting for a person", "error", err)
+		s.log.Warn("cannot watch the thread of a running call; the end of its turn will not cancel it", "error", err)
 	}
 	pc.stopWatch = stop
+}
+
+// eventTurnID returns the turn a chat event is about: its turnid
+// extension, else its data's turnId ("" when neither is set).
+func eventTurnID(e *event.Event) string {
+	if v, ok := e.Extensions()[events.ExtTurnID].(string); ok && v != "" {
+		return v
+	}
+	var d struct {
+		TurnID string `json:"turnId"`
+	}
+	_ = json.Unmarshal(e.Data(), &d)
+	return d.TurnID
+}
+
+// turnEnded is the result recorded for a call cancelled because its turn
+// ended (nobody reads it: the run is over; it keeps the record honest).
+func turnEnded(tool string, why events.Type) *schema.CallToolResult {
+	return schema.ErrorResult(fmt.Sprintf("%s was cancelled because its turn ended (%s) while it ran; the server was "+
+		"sent notifications/cancelled, so it may or may not have taken effect.", tool, why))
 }
 
 // errElsewhere wraps a retry-later error for a call held by another
