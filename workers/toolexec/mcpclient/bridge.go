@@ -97,6 +97,18 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	if h, ok := strings.CutPrefix(req.RequestState, bridgePrefix); ok {
 		return t.resume(ctx, h, req)
 	}
+	if req.RequestState == urlRequiredState {
+		// The retry after a URLElicitationRequiredError: the server ran
+		// nothing, so the call is sent again, fresh, once the person
+		// consented to every URL.
+		for k, a := range req.InputResponses {
+			if a.Action != schema.ActionAccept {
+				return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("%s__%s was not run: server %s needs the user to visit a URL first, "+
+					"and the user answered %s (inputResponses.%s).", s.name, t.name, s.name, a.Action, k))}, nil
+			}
+		}
+		req.RequestState, req.InputResponses = "", nil
+	}
 	cs := s.current()
 	if cs == nil {
 		return builtin.Result{}, errNotConnected{s.name}
@@ -294,6 +306,63 @@ func turnEnded(tool string, why events.Type) *schema.CallToolResult {
 		"sent notifications/cancelled, so it may or may not have taken effect.", tool, why))
 }
 
+// urlRequiredState is the requestState of the retry of a call the server
+// refused with a URLElicitationRequiredError (-32042).
+const urlRequiredState = "mcp-url-required"
+
+// MaxURLElicitations bounds the URL-mode elicitations taken from one
+// URLElicitationRequiredError; a server sending more gets the call
+// reported as an error.
+const MaxURLElicitations = 8
+
+// urlRequired converts a URLElicitationRequiredError (MCP 2025-11-25,
+// -32042: the server needs the person to visit URLs before it can run the
+// call) to an input-required result asking the person each URL
+// ("url-0", "url-1", ... in the server's order). The retry carries the
+// answers (see Call); an error's elicitations that are not valid URL-mode
+// requests make the call an isError result naming the problem.
+func (s *Server) urlRequired(tool string, je *jsonrpc.Error) builtin.Result {
+	var data struct {
+		Elicitations []schema.ElicitRequestParams `json:"elicitations"`
+	}
+	fail := func(why string) builtin.Result {
+		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s refused %s: it requires a URL visit, but %s (MCP error %d: %s)",
+			s.name, tool, why, je.Code, je.Message))}
+	}
+	if err := json.Unmarshal(je.Data, &data); err != nil {
+		return fail("its error data is not valid: " + err.Error())
+	}
+	switch n := len(data.Elicitations); {
+	case n == 0:
+		return fail("it named no URL")
+	case n > MaxURLElicitations:
+		return fail(fmt.Sprintf("it named %d URLs, more than the limit of %d", n, MaxURLElicitations))
+	}
+	reqs := map[string]schema.InputRequest{}
+	for i, p := range data.Elicitations {
+		if !p.IsURLMode() {
+			return fail(fmt.Sprintf("elicitations[%d].mode: must be \"url\"", i))
+		}
+		if err := p.Validate(schema.Rev20251125); err != nil {
+			return fail(fmt.Sprintf("elicitations[%d]: %v", i, err))
+		}
+		reqs[fmt.Sprintf("url-%d", i)] = schema.InputRequest{Method: schema.MethodElicitationCreate, Params: p}
+	}
+	return builtin.Result{InputRequired: &schema.InputRequiredResult{ResultType: schema.ResultTypeInputRequired,
+		InputRequests: reqs, RequestState: urlRequiredState}}
+}
+
+// onElicitationComplete takes notifications/elicitation/complete: the
+// out-of-band interaction of a URL-mode elicitation finished. It is
+// logged; the call it belongs to goes on by itself (the server answers
+// its tools/call), and unknown IDs are ignored as MCP requires.
+func (s *Server) onElicitationComplete(_ context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+	if req.Params == nil {
+		return
+	}
+	s.log.Info("mcp server reports a url-mode elicitation complete", "elicitation_id", req.Params.ElicitationID)
+}
+
 // errElsewhere wraps a retry-later error for a call held by another
 // process: nothing was sent, so the executor may retry it.
 type errElsewhere struct{ err error }
@@ -307,6 +376,9 @@ func (t *tool) finish(o callOutcome) (builtin.Result, error) {
 	s := t.s
 	if o.err != nil {
 		var je *jsonrpc.Error
+		if errors.As(o.err, &je) && je.Code == mcp.CodeURLElicitationRequired {
+			return s.urlRequired(t.name, je), nil
+		}
 		if errors.As(o.err, &je) {
 			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("MCP error %d from server %s: %s", je.Code, s.name, je.Message))}, nil
 		}
