@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -44,5 +45,15 @@ func TestChatURLConsent(t *testing.T) {
 	}
 	if !strings.Contains(out2.String(), "non-ASCII characters") {
 		t.Errorf("look-alike host not flagged:\n%s", out2)
+	}
+}
+
+// --form-revision takes only the MCP revisions parley knows (usage error,
+// exit 2, otherwise).
+func TestFormRevisionFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"agent", "--form-revision", "2024-11-05", "--nats=nats://127.0.0.1:1"}, strings.NewReader(""), &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--form-revision") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming --form-revision", code, stderr.String())
 	}
 }

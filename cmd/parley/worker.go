@@ -13,6 +13,7 @@ import (
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
+	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
@@ -49,6 +50,7 @@ type agentFlags struct {
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for the policy services."`
 	Policies          []string      `name:"policies" env:"PARLEY_POLICIES" default:"gate" help:"Policy services every tool call waits for (comma-separated names); one that does not answer vetoes a tool that is not read-only."`
 	ModelCallTimeout  time.Duration `name:"model-call-timeout" env:"PARLEY_MODEL_CALL_TIMEOUT" default:"10m" help:"How long one model call, all its attempts and retry waits included, may take; after it the turn fails with reason model_timeout."`
+	FormRevision      string        `name:"form-revision" env:"PARLEY_FORM_REVISION" default:"2025-06-18" enum:"2025-06-18,2025-11-25,2026-07-28" help:"MCP revision the clients render questions in; a tool's question it does not define (2025-11-25 enums, defaults, URL-mode elicitation) becomes a tool error. parley chat and the web chat render 2025-11-25."`
 	modelFlags
 }
 
@@ -205,7 +207,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 			return err
 		}
 		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
-			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout})
+			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout, FormRevision: schema.Revision(cfg.agent.FormRevision)})
 		if err != nil {
 			return err
 		}
