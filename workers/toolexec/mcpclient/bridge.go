@@ -133,9 +133,9 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	tok := s.nextToken.Add(1)
 	params.SetProgressToken(tok)
 	call, _ := toolexec.CallFrom(ctx)
-	s.calls.Store(tok, running{ctx: callCtx, call: call, pc: pc})
 	// For as long as the call runs, the end of its turn cancels it.
 	t.watch(pc, call.RunID)
+	s.calls.Store(tok, running{ctx: callCtx, call: call, pc: pc})
 	go func() {
 		res, err := cs.CallTool(callCtx, params)
 		s.calls.Delete(tok)
@@ -233,9 +233,7 @@ func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (
 // one seen on the thread) or cancel. A call whose turn has ended is never
 // retried, so nothing else would end the server's work.
 //
-// Only the events of the call's own turn count: their turnid extension
-// (or data turnId) equals the call's runId, parley's run ID being the ID
-// of the turn it runs (processor: startTurn).
+// Only the events of the call's own turn count (see ofRun).
 func (t *tool) watch(pc *pendingCall, run string) {
 	s := t.s
 	var mu sync.Mutex
@@ -251,7 +249,7 @@ func (t *tool) watch(pc *pendingCall, run string) {
 			}
 			return
 		case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeElicitationExpired, events.TypeElicitationCancelled:
-			if run == "" || eventTurnID(e) != run {
+			if !ofRun(e, run) {
 				return
 			}
 		default:
@@ -286,17 +284,28 @@ func (t *tool) watch(pc *pendingCall, run string) {
 	pc.stopWatch = stop
 }
 
-// eventTurnID returns the turn a chat event is about: its turnid
-// extension, else its data's turnId ("" when neither is set).
-func eventTurnID(e *event.Event) string {
-	if v, ok := e.Extensions()[events.ExtTurnID].(string); ok && v != "" {
-		return v
+// ofRun reports whether a chat event is about the run of the call: its
+// runid extension is run, or its turn (the turnid extension, else the
+// data's turnId) is — parley's run ID is the ID of the turn it runs
+// (processor: startTurn), and the processor's turn events carry only the
+// turn. An event naming neither (a turn.failed for a message that never
+// started a turn) is about no run.
+func ofRun(e *event.Event, run string) bool {
+	if run == "" {
+		return false
+	}
+	ext := e.Extensions()
+	if v, ok := ext[events.ExtRunID].(string); ok && v != "" {
+		return v == run
+	}
+	if v, ok := ext[events.ExtTurnID].(string); ok && v != "" {
+		return v == run
 	}
 	var d struct {
 		TurnID string `json:"turnId"`
 	}
 	_ = json.Unmarshal(e.Data(), &d)
-	return d.TurnID
+	return d.TurnID != "" && d.TurnID == run
 }
 
 // turnEnded is the result recorded for a call cancelled because its turn

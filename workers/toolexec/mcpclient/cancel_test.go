@@ -37,13 +37,18 @@ func newCancelRig(t *testing.T) *cancelRig {
 	// ask-then-work asks the person, then works until it is cancelled.
 	mcpSrv.AddTool(&mcp.Tool{Name: "ask-then-work", InputSchema: map[string]any{"type": "object"}},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			if _, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Go on?", RequestedSchema: map[string]any{
-				"type": "object", "properties": map[string]any{}}}); err != nil {
-				return nil, err
+			_, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Go on?", RequestedSchema: map[string]any{
+				"type": "object", "properties": map[string]any{}}})
+			if err == nil {
+				<-ctx.Done()
 			}
-			<-ctx.Done()
-			workCancelled <- struct{}{}
-			return nil, ctx.Err()
+			// notifications/cancelled may arrive before or after the
+			// answer to the elicitation: either way the work ends.
+			if ctx.Err() != nil {
+				workCancelled <- struct{}{}
+				return nil, ctx.Err()
+			}
+			return nil, err
 		})
 	s, err := Start(t.Context(), "test", ServerConfig{Command: "unused", Trusted: true, CallTimeout: "60s"},
 		Options{ProtocolVersion: "2025-11-25", Transport: inMemory(t, mcpSrv)})
@@ -224,5 +229,41 @@ func TestSupersedeCancelsWaitingCall(t *testing.T) {
 	r.s.pmu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d calls still pending", n)
+	}
+}
+
+// ofRun ties a chat event to a call's run by its runid extension, else its
+// turn (turnid extension, else data turnId); an event naming neither is
+// about no run.
+func TestOfRun(t *testing.T) {
+	mk := func(runid, turnid string, data any) bool {
+		e, err := events.New(events.SourceProcessor, events.TypeTurnFailed, "th", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runid != "" {
+			e.SetExtension(events.ExtRunID, runid)
+		}
+		if turnid != "" {
+			e.SetExtension(events.ExtTurnID, turnid)
+		}
+		return ofRun(e, "r1")
+	}
+	for _, tt := range []struct {
+		name          string
+		runid, turnid string
+		data          any
+		want          bool
+	}{
+		{"runid", "r1", "", events.TurnFailed{}, true},
+		{"other runid", "r2", "r1", events.TurnFailed{}, false},
+		{"turnid", "", "r1", events.TurnFailed{}, true},
+		{"other turnid", "", "r2", events.TurnFailed{TurnID: "r1"}, false},
+		{"data turnId", "", "", events.TurnFailed{TurnID: "r1"}, true},
+		{"no turn", "", "", events.TurnFailed{RequestEventID: "x", Reason: "dead_lettered"}, false},
+	} {
+		if got := mk(tt.runid, tt.turnid, tt.data); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
