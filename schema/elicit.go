@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"sort"
 )
 
@@ -136,15 +137,48 @@ const MethodElicitationCreate = "elicitation/create"
 
 // ElicitRequestParams is the params object of an MCP `elicitation/create`
 // request (MCP 2025-06-18 schema, ElicitRequest.params; 2025-11-25,
-// ElicitRequestFormParams): the message shown to the user, the requested
-// form, and `_meta`. Mode is empty or, from 2025-11-25, "form"; URL-mode
-// elicitation is not modelled here. Build one with NewElicitRequest or
-// NewConfirmationRequest; check a received one with Validate.
+// ElicitRequestFormParams and ElicitRequestURLParams): the message shown to
+// the user, the requested form or (URL mode) the URL to visit, and
+// `_meta`. Mode is empty or, from 2025-11-25, "form" or "url" (ModeURL).
+// Build one with NewElicitRequest or NewConfirmationRequest; check a
+// received one with Validate.
 type ElicitRequestParams struct {
-	Mode            string          `json:"mode,omitempty"`
-	Message         string          `json:"message"`
-	RequestedSchema RequestedSchema `json:"requestedSchema"`
-	Meta            Meta            `json:"_meta,omitzero"`
+	Mode    string `json:"mode,omitempty"`
+	Message string `json:"message"`
+	// RequestedSchema is the form (form mode); absent in URL mode.
+	RequestedSchema RequestedSchema `json:"requestedSchema,omitzero"`
+	// URL is the page the user is asked to visit (URL mode only): shown in
+	// full with its host, opened only with the user's explicit consent,
+	// never by parley itself (MCP 2025-11-25, "Safe URL handling").
+	URL string `json:"url,omitempty"`
+	// ElicitationID is the server's opaque ID of a URL-mode elicitation
+	// (required by MCP 2025-11-25, dropped in 2026-07-28); it names the
+	// elicitation in notifications/elicitation/complete.
+	ElicitationID string `json:"elicitationId,omitempty"`
+	Meta          Meta   `json:"_meta,omitzero"`
+}
+
+// ModeURL is the mode of a URL-mode elicitation (MCP 2025-11-25): the
+// user is sent to a URL out of band; the answer is accept (consent),
+// decline or cancel, never content.
+const ModeURL = "url"
+
+// MaxElicitURLBytes bounds the url of a URL-mode elicitation; a longer one
+// is refused by Validate.
+const MaxElicitURLBytes = 8 << 10
+
+// IsURLMode reports whether p is a URL-mode elicitation.
+func (p *ElicitRequestParams) IsURLMode() bool { return p.Mode == ModeURL }
+
+// URLHost returns the host (with port, if any) of a URL-mode
+// elicitation's url, for showing next to the full URL ("" when the url
+// does not parse or has no host).
+func (p *ElicitRequestParams) URLHost() string {
+	u, err := url.Parse(p.URL)
+	if err != nil {
+		return ""
+	}
+	return u.Host
 }
 
 // ElicitResult is the user's answer (MCP 2025-06-18 schema, ElicitResult):

@@ -49,7 +49,7 @@ func TestElicitRequestValidate(t *testing.T) {
 		{"no message", r0, `{"requestedSchema":{"type":"object","properties":{}}}`, "message: required"},
 		{"message type", r0, `{"message":1,"requestedSchema":{"type":"object","properties":{}}}`, "message: must be a string"},
 		{"mode in 06-18", r0, `{"mode":"form","message":"m","requestedSchema":{"type":"object","properties":{}}}`, "mode: not defined by MCP 2025-06-18 (opt in to 2025-11-25)"},
-		{"url mode", r1, `{"mode":"url","message":"m","requestedSchema":{"type":"object","properties":{}}}`, `mode: must be "form" ("url" elicitation is not supported)`},
+		{"unknown mode", r1, `{"mode":"page","message":"m","requestedSchema":{"type":"object","properties":{}}}`, `mode: must be "form" or "url" ("page" elicitation is not supported)`},
 		{"no schema type", r0, `{"message":"m","requestedSchema":{"properties":{}}}`, `requestedSchema.type: must be "object"`},
 		{"schema type string", r0, `{"message":"m","requestedSchema":{"type":"string","properties":{}}}`, `requestedSchema.type: must be "object"`},
 		{"schema type list", r0, `{"message":"m","requestedSchema":{"type":["object"],"properties":{}}}`, `requestedSchema.type: type lists are not allowed`},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,14 +233,24 @@ func (p *ElicitRequestParams) Validate(rev Revision) error {
 	}
 	switch {
 	case p.Mode == "":
-	case p.Mode == "form" && rev.extended():
-	case p.Mode == "form":
+	case (p.Mode == "form" || p.Mode == ModeURL) && rev.extended():
+	case p.Mode == "form" || p.Mode == ModeURL:
 		vs.addf("mode", "not defined by MCP %s (opt in to %s)", rev, Rev20251125)
 	default:
-		vs.addf("mode", `must be "form" (%q elicitation is not supported)`, p.Mode)
+		vs.addf("mode", `must be "form" or "url" (%q elicitation is not supported)`, p.Mode)
 	}
 	if p.Message == "" {
 		vs.add("message", "required")
+	}
+	if p.Mode == ModeURL {
+		p.validateURLMode(rev, &vs)
+		return vs.err()
+	}
+	if p.URL != "" {
+		vs.add("url", `only allowed with mode "url"`)
+	}
+	if p.ElicitationID != "" {
+		vs.add("elicitationId", `only allowed with mode "url"`)
 	}
 	vs.merge("requestedSchema", p.RequestedSchema.validate(rev).err())
 	vs.merge("", p.Meta.Validate())
@@ -253,6 +265,34 @@ func (p *ElicitRequestParams) Validate(rev Revision) error {
 		vs.add("requestedSchema", `a tool confirmation must ask only for the optional string property "instructions"`)
 	}
 	return vs.err()
+}
+
+// validateURLMode checks a URL-mode request (MCP 2025-11-25,
+// ElicitRequestURLParams): url is an absolute http or https URL with a
+// host and no user info, at most MaxElicitURLBytes; elicitationId is
+// required (2025-11-25; optional from 2026-07-28); there is no
+// requestedSchema, and it is not a tool confirmation.
+func (p *ElicitRequestParams) validateURLMode(rev Revision, vs *violations) {
+	switch u, err := url.Parse(p.URL); {
+	case p.URL == "":
+		vs.add("url", "required for a url-mode elicitation")
+	case len(p.URL) > MaxElicitURLBytes:
+		vs.addf("url", "longer than %d bytes", MaxElicitURLBytes)
+	case err != nil || !u.IsAbs() || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http"):
+		vs.add("url", "must be an absolute http or https URL with a host")
+	case u.User != nil:
+		vs.add("url", "must not carry user info (credentials) before the host")
+	}
+	if p.ElicitationID == "" && rev == Rev20251125 {
+		vs.add("elicitationId", "required for a url-mode elicitation")
+	}
+	if !reflect.ValueOf(p.RequestedSchema).IsZero() {
+		vs.add("requestedSchema", "not allowed for a url-mode elicitation")
+	}
+	vs.merge("", p.Meta.Validate())
+	if p.IsToolConfirmation() {
+		vs.add("mode", "a tool confirmation is a form, never a url-mode elicitation")
+	}
 }
 
 func isConfirmationSchema(s *RequestedSchema) bool {
@@ -671,6 +711,16 @@ func (r *ElicitResult) Validate(req *ElicitRequestParams) error {
 		req = &ElicitRequestParams{}
 	}
 	rs := &req.RequestedSchema
+	switch r.Action {
+	case ActionAccept, ActionDecline, ActionCancel:
+		if req.IsURLMode() && r.Content != nil {
+			// MCP 2025-11-25: "The content field is omitted" for URL mode;
+			// accept is consent to visit the URL, nothing more.
+			vs.add("content", "not allowed for a url-mode elicitation (the answer is only the action)")
+			vs.merge("", r.Meta.Validate())
+			return vs.err()
+		}
+	}
 	switch r.Action {
 	case ActionAccept:
 		for _, name := range rs.PropertyNames() {

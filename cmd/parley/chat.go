@@ -573,6 +573,8 @@ func (s *chatSession) ask(id string) error {
 	)
 	if req.IsToolConfirmation() {
 		res, err = s.confirm(req)
+	} else if req.IsURLMode() {
+		res, err = s.urlConsent(req) // chat_url.go
 	} else {
 		res, err = s.form(req)
 	}

@@ -208,8 +208,7 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 			return err
 		}
 		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
-			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout,
-			FormRevision: schema.Revision(cfg.agent.FormRevision)})
+			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout, FormRevision: schema.Revision(cfg.agent.FormRevision)})
 		if err != nil {
 			return err
 		}

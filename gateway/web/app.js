@@ -390,6 +390,7 @@ function renderQuestion(q) {
   const meta = q._meta || {};
   const id = meta[META.elicitationID];
   if (!id || state.questions.has(id)) return;
+  if (q.mode === "url") return renderURLQuestion(q, id);
   const tc = meta[META.toolCall];
   const card = el("li", { class: "msg question", "data-elicitation": id, role: "group", "aria-label": tc ? "Confirmation" : "Question" });
   card.append(el("p", { class: "state", role: "status", text: "" }));
@@ -483,6 +484,45 @@ function renderQuestion(q) {
   form.append(actions);
   form.addEventListener("submit", (ev) => { ev.preventDefault(); answer("accept"); });
   card.append(form);
+  state.questions.set(id, card);
+  addItem(card);
+}
+
+// renderURLQuestion shows a URL-mode elicitation (MCP 2025-11-25): the
+// server asks the person to open a web page out of band. The host and the
+// full URL are shown as text, never as a link: the page never opens or
+// fetches it; the person may open it themselves after consenting. The
+// answer is only the action (no content).
+function renderURLQuestion(q, id) {
+  const card = el("li", { class: "msg question url-question", "data-elicitation": id, role: "group", "aria-label": "Web page to open" });
+  card.append(el("p", { class: "state", role: "status", text: "" }));
+  card.append(markdown(q.message));
+  let host = "";
+  try { host = new URL(q.url).host; } catch (_) { /* shown as missing below */ }
+  card.append(el("p", { text: "The server asks you to open this web page yourself (this page does not open it):" }));
+  const dl = el("dl", { class: "args", "aria-label": "Web page" });
+  dl.append(el("dt", { text: "host" }), el("dd", {}, el("strong", { text: host || "(none: do not open it)" })));
+  // An internationalized host is shown in its ASCII (punycode) form.
+  if (/(^|\.)xn--/i.test(host)) dl.append(el("dt", { text: "" }), el("dd", { text: "The host is an internationalized name (shown in its ASCII form): it may imitate a familiar one." }));
+  dl.append(el("dt", { text: "url" }), el("dd", {}, el("code", { class: "url", text: String(q.url || "") })));
+  card.append(dl);
+  const answer = async (action) => {
+    card.querySelectorAll("button").forEach((n) => { n.disabled = true; });
+    const resp = await api("POST", "/v1/threads/" + state.thread + "/elicitations/" + encodeURIComponent(id), { action });
+    if (resp.status === 202) { settle(card, action === "accept" ? "Consent given." : action === "decline" ? "Declined." : "Cancelled."); return; }
+    const p = await resp.json().catch(() => ({}));
+    if (p.reason === "already_consumed") settle(card, "Already answered.");
+    else if (p.reason === "unknown_or_expired") settle(card, "This question expired.");
+    else {
+      card.querySelectorAll("button").forEach((n) => { n.disabled = false; });
+      card.querySelector(".state").textContent = "Not sent: " + (p.detail || p.reason || resp.status);
+    }
+  };
+  const actions = el("div", { class: "actions" });
+  actions.append(el("button", { type: "button", "data-action": "accept", text: "I consent to open it", onclick: () => answer("accept") }));
+  actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
+  actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
+  card.append(actions);
   state.questions.set(id, card);
   addItem(card);
 }

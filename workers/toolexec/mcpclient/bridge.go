@@ -68,7 +68,11 @@ type pendingCall struct {
 	ctx       context.Context // the call's (toolexec.WatchThread)
 	current   *elicitQ        // the question put to the person, while waiting (guarded by Server.pmu)
 	waiting   atomic.Bool     // a question is with the person
-	stopWatch func()          // ends the thread watch while waiting
+	stopWatch func()          // ends the thread watch (see watch)
+	// ended names the event that ended the call's turn (turn.completed,
+	// turn.failed, elicitation.expired or elicitation.cancelled); set
+	// before the call is cancelled.
+	ended atomic.Pointer[string]
 }
 
 type elicitQ struct {
@@ -92,6 +96,18 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	s := t.s
 	if h, ok := strings.CutPrefix(req.RequestState, bridgePrefix); ok {
 		return t.resume(ctx, h, req)
+	}
+	if req.RequestState == urlRequiredState {
+		// The retry after a URLElicitationRequiredError: the server ran
+		// nothing, so the call is sent again, fresh, once the person
+		// consented to every URL.
+		for k, a := range req.InputResponses {
+			if a.Action != schema.ActionAccept {
+				return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("%s__%s was not run: server %s needs the user to visit a URL first, "+
+					"and the user answered %s (inputResponses.%s).", s.name, t.name, s.name, a.Action, k))}, nil
+			}
+		}
+		req.RequestState, req.InputResponses = "", nil
 	}
 	cs := s.current()
 	if cs == nil {
@@ -117,10 +133,13 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	tok := s.nextToken.Add(1)
 	params.SetProgressToken(tok)
 	call, _ := toolexec.CallFrom(ctx)
+	// For as long as the call runs, the end of its turn cancels it.
+	t.watch(pc, call.RunID)
 	s.calls.Store(tok, running{ctx: callCtx, call: call, pc: pc})
 	go func() {
 		res, err := cs.CallTool(callCtx, params)
 		s.calls.Delete(tok)
+		pc.stopWatch()
 		pc.done <- callOutcome{res, err}
 		stopAfter()
 		cancel()
@@ -136,6 +155,9 @@ func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, erro
 	defer timer.Stop()
 	select {
 	case o := <-pc.done:
+		if why := pc.ended.Load(); why != nil && o.err != nil {
+			return builtin.Result{Call: turnEnded(s.name+"__"+t.name, *why)}, nil
+		}
 		return t.finish(o)
 	case q := <-pc.questions:
 		s.pmu.Lock()
@@ -146,7 +168,6 @@ func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, erro
 		pc.waiting.Store(true)
 		s.pending[pc.handle] = pc
 		s.pmu.Unlock()
-		t.watch(pc)
 		return builtin.Result{InputRequired: &schema.InputRequiredResult{
 			ResultType:    schema.ResultTypeInputRequired,
 			InputRequests: map[string]schema.InputRequest{BridgeKey: {Method: "elicitation/create", Params: q.params}},
@@ -193,7 +214,6 @@ func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (
 	q := pc.current
 	pc.current = nil
 	s.pmu.Unlock()
-	pc.stopWatch()
 	ans, ok := req.InputResponses[BridgeKey]
 	if !ok {
 		ans = schema.ElicitResult{Action: schema.ActionCancel}
@@ -203,11 +223,18 @@ func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (
 	return t.await(ctx, pc)
 }
 
-// watch ends the server's wait when the turn goes on without retrying the
-// call: the agent settles a declined or cancelled input request itself,
-// and a question can expire or be superseded. The server then gets the
-// person's decline or cancel (the last one seen on the thread), or cancel.
-func (t *tool) watch(pc *pendingCall) {
+// watch follows the call's thread for as long as the call runs, and
+// cancels the call when its turn ends without it: the turn completed or
+// failed (it timed out, the agent gave up), a newer message superseded the
+// paused turn (elicitation.cancelled), or the pause expired
+// (elicitation.expired). The server then gets notifications/cancelled for
+// its tools/call (the SDK sends it when the call's context ends), and, if
+// it was waiting for the person, the person's decline or cancel (the last
+// one seen on the thread) or cancel. A call whose turn has ended is never
+// retried, so nothing else would end the server's work.
+//
+// Only the events of the call's own turn count (see ofRun).
+func (t *tool) watch(pc *pendingCall, run string) {
 	s := t.s
 	var mu sync.Mutex
 	last := schema.ActionCancel
@@ -222,29 +249,127 @@ func (t *tool) watch(pc *pendingCall) {
 			}
 			return
 		case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeElicitationExpired, events.TypeElicitationCancelled:
+			if !ofRun(e, run) {
+				return
+			}
 		default:
 			return
 		}
-		s.pmu.Lock()
-		if s.pending[pc.handle] != pc {
-			s.pmu.Unlock()
+		why := e.Type()
+		if !pc.ended.CompareAndSwap(nil, &why) {
 			return
 		}
-		delete(s.pending, pc.handle)
-		q := pc.current
-		pc.current = nil
+		s.pmu.Lock()
+		var q *elicitQ
+		if s.pending[pc.handle] == pc {
+			delete(s.pending, pc.handle)
+			q = pc.current
+			pc.current = nil
+		}
 		s.pmu.Unlock()
-		mu.Lock()
-		action := last
-		mu.Unlock()
-		pc.waiting.Store(false)
-		s.log.Info("turn went on without the server's answer; telling the server", "action", action, "event", e.Type())
-		q.answer <- schema.ElicitResult{Action: action}
+		if q != nil {
+			mu.Lock()
+			action := last
+			mu.Unlock()
+			pc.waiting.Store(false)
+			s.log.Info("turn went on without the server's answer; telling the server", "action", action, "event", why)
+			q.answer <- schema.ElicitResult{Action: action}
+		}
+		s.log.Info("the call's turn ended; cancelling the call", "event", why, "run_id", run)
+		pc.cancel() // notifications/cancelled
 	})
 	if err != nil {
-		s.log.Warn("cannot watch the thread of a call waiting for a person", "error", err)
+		s.log.Warn("cannot watch the thread of a running call; the end of its turn will not cancel it", "error", err)
 	}
 	pc.stopWatch = stop
+}
+
+// ofRun reports whether a chat event is about the run of the call: its
+// runid extension is run, or its turn (the turnid extension, else the
+// data's turnId) is — parley's run ID is the ID of the turn it runs
+// (processor: startTurn), and the processor's turn events carry only the
+// turn. An event naming neither (a turn.failed for a message that never
+// started a turn) is about no run.
+func ofRun(e *event.Event, run string) bool {
+	if run == "" {
+		return false
+	}
+	ext := e.Extensions()
+	if v, ok := ext[events.ExtRunID].(string); ok && v != "" {
+		return v == run
+	}
+	if v, ok := ext[events.ExtTurnID].(string); ok && v != "" {
+		return v == run
+	}
+	var d struct {
+		TurnID string `json:"turnId"`
+	}
+	_ = json.Unmarshal(e.Data(), &d)
+	return d.TurnID != "" && d.TurnID == run
+}
+
+// turnEnded is the result recorded for a call cancelled because its turn
+// ended (nobody reads it: the run is over; it keeps the record honest).
+func turnEnded(tool string, why events.Type) *schema.CallToolResult {
+	return schema.ErrorResult(fmt.Sprintf("%s was cancelled because its turn ended (%s) while it ran; the server was "+
+		"sent notifications/cancelled, so it may or may not have taken effect.", tool, why))
+}
+
+// urlRequiredState is the requestState of the retry of a call the server
+// refused with a URLElicitationRequiredError (-32042).
+const urlRequiredState = "mcp-url-required"
+
+// MaxURLElicitations bounds the URL-mode elicitations taken from one
+// URLElicitationRequiredError; a server sending more gets the call
+// reported as an error.
+const MaxURLElicitations = 8
+
+// urlRequired converts a URLElicitationRequiredError (MCP 2025-11-25,
+// -32042: the server needs the person to visit URLs before it can run the
+// call) to an input-required result asking the person each URL
+// ("url-0", "url-1", ... in the server's order). The retry carries the
+// answers (see Call); an error's elicitations that are not valid URL-mode
+// requests make the call an isError result naming the problem.
+func (s *Server) urlRequired(tool string, je *jsonrpc.Error) builtin.Result {
+	var data struct {
+		Elicitations []schema.ElicitRequestParams `json:"elicitations"`
+	}
+	fail := func(why string) builtin.Result {
+		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s refused %s: it requires a URL visit, but %s (MCP error %d: %s)",
+			s.name, tool, why, je.Code, je.Message))}
+	}
+	if err := json.Unmarshal(je.Data, &data); err != nil {
+		return fail("its error data is not valid: " + err.Error())
+	}
+	switch n := len(data.Elicitations); {
+	case n == 0:
+		return fail("it named no URL")
+	case n > MaxURLElicitations:
+		return fail(fmt.Sprintf("it named %d URLs, more than the limit of %d", n, MaxURLElicitations))
+	}
+	reqs := map[string]schema.InputRequest{}
+	for i, p := range data.Elicitations {
+		if !p.IsURLMode() {
+			return fail(fmt.Sprintf("elicitations[%d].mode: must be \"url\"", i))
+		}
+		if err := p.Validate(schema.Rev20251125); err != nil {
+			return fail(fmt.Sprintf("elicitations[%d]: %v", i, err))
+		}
+		reqs[fmt.Sprintf("url-%d", i)] = schema.InputRequest{Method: schema.MethodElicitationCreate, Params: p}
+	}
+	return builtin.Result{InputRequired: &schema.InputRequiredResult{ResultType: schema.ResultTypeInputRequired,
+		InputRequests: reqs, RequestState: urlRequiredState}}
+}
+
+// onElicitationComplete takes notifications/elicitation/complete: the
+// out-of-band interaction of a URL-mode elicitation finished. It is
+// logged; the call it belongs to goes on by itself (the server answers
+// its tools/call), and unknown IDs are ignored as MCP requires.
+func (s *Server) onElicitationComplete(_ context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+	if req.Params == nil {
+		return
+	}
+	s.log.Info("mcp server reports a url-mode elicitation complete", "elicitation_id", req.Params.ElicitationID)
 }
 
 // errElsewhere wraps a retry-later error for a call held by another
@@ -260,6 +385,9 @@ func (t *tool) finish(o callOutcome) (builtin.Result, error) {
 	s := t.s
 	if o.err != nil {
 		var je *jsonrpc.Error
+		if errors.As(o.err, &je) && je.Code == mcp.CodeURLElicitationRequired {
+			return s.urlRequired(t.name, je), nil
+		}
 		if errors.As(o.err, &je) {
 			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("MCP error %d from server %s: %s", je.Code, s.name, je.Message))}, nil
 		}

@@ -198,9 +198,17 @@ func Start(ctx context.Context, name string, cfg ServerConfig, opts Options) (*S
 		ToolListChangedHandler:      s.onToolListChanged,
 		ProgressNotificationHandler: s.onProgress,
 	}
-	// Form elicitation is always declared: a server's elicitation/create
-	// during a call is bridged to the person (bridge.go).
+	// Form and URL-mode elicitation are always declared: a server's
+	// elicitation/create during a call is bridged to the person
+	// (bridge.go). A URL-mode request reaches the person with its full URL
+	// and host and needs their explicit consent; parley never opens it.
+	// (For a 2025-06-18 server the "form"/"url" members are unknown
+	// members of an elicitation capability, which it reads as form.)
+	// Roots are not declared: parley exposes no filesystem roots.
 	copts.ElicitationHandler = s.onElicit
+	copts.ElicitationCompleteHandler = s.onElicitationComplete
+	copts.Capabilities = &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{
+		Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}}}
 	s.client = mcp.NewClient(&mcp.Implementation{Name: ClientName, Title: "parley", Version: opts.Version}, copts)
 	if err := s.connect(ctx); err != nil {
 		s.cancel()
