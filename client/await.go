@@ -204,18 +204,33 @@ func (c *Client) threadState(ctx context.Context, thread, eventID string) string
 	if err != nil {
 		return ""
 	}
-	var t kvstate.Thread
+	// Only what this diagnosis needs of the processor's record (the
+	// record itself is the processor's own type).
+	var t struct {
+		State     string   `json:"state"`
+		TurnID    string   `json:"turnId"`
+		StartedBy string   `json:"startedBy"`
+		Pending   []string `json:"pending"`
+		Handled   []string `json:"handled"`
+		Queue     []struct {
+			EventID string `json:"eventId"`
+		} `json:"queue"`
+	}
 	if json.Unmarshal(entry.Value(), &t) != nil {
 		return ""
 	}
-	if i := slices.IndexFunc(t.Queue, func(q kvstate.QueuedMessage) bool { return q.EventID == eventID }); i >= 0 {
+	if i := slices.IndexFunc(t.Queue, func(q struct {
+		EventID string `json:"eventId"`
+	}) bool {
+		return q.EventID == eventID
+	}); i >= 0 {
 		return fmt.Sprintf("queued at position %d behind the running turn %s", i+1, t.TurnID)
 	}
 	if t.StartedBy == eventID {
 		switch t.State {
-		case kvstate.ThreadPaused:
+		case "paused":
 			return fmt.Sprintf("turn %s is paused, waiting for answers %v", t.TurnID, t.Pending)
-		case kvstate.ThreadRunning:
+		case "running":
 			return fmt.Sprintf("turn %s started and is still running (is an agent running?)", t.TurnID)
 		}
 	}
