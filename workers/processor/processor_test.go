@@ -32,6 +32,8 @@ type memThreads struct {
 	mu   sync.Mutex
 	recs map[string]memRecord
 	rev  uint64
+	// loads counts Load calls (reads of the bucket).
+	loads int
 }
 
 func (m *memThreads) load(id string) (*Thread, uint64) {
@@ -49,6 +51,7 @@ func (m *memThreads) load(id string) (*Thread, uint64) {
 func (m *memThreads) Load(_ context.Context, id string) (*Thread, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.loads++
 	t, rev := m.load(id)
 	return t, rev, nil
 }
