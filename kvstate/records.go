@@ -168,25 +168,43 @@ func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	case err != nil && !errors.Is(err, ErrIncompatible):
 		return 0, err
 	}
-	old := &oldV
-	if err == nil && old.Format != PausedFormat {
-		err = fmt.Errorf("paused turn of %s has format %d, want %d: %w", p.Thread, old.Format, PausedFormat, ErrIncompatible)
+	if err != nil { // unreadable: replace it
+		return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
 	}
-	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
+	switch err := CheckReplace(&oldV, p); {
+	case errors.Is(err, ErrAlreadyStored):
 		return oldRev, nil // a redelivered pause: already stored
-	}
-	// PARLEY_RUNS order decides, whatever the turn: a pause read from an
-	// earlier stream position than the stored record's (a processor that
-	// froze past AckWait, say) is stale even when the stored record is a
-	// later turn's, and must not replace it.
-	if err == nil && p.RunSeq != 0 && p.RunSeq <= old.RunSeq {
-		return 0, fmt.Errorf("thread %s: pause at runs sequence %d is not newer than the stored one (%d, turn %s): %w",
-			p.Thread, p.RunSeq, old.RunSeq, old.TurnID, ErrStale)
-	}
-	if err == nil && old.TurnID == p.TurnID && !old.Settled() {
-		return 0, fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
+	case err != nil:
+		return 0, err
 	}
 	return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
+}
+
+// ErrAlreadyStored is CheckReplace's answer for a pause that is the
+// stored one (a redelivery): nothing to write.
+var ErrAlreadyStored = errors.New("kvstate: pause already stored")
+
+// CheckReplace applies Save's rules to the live record old and the pause
+// p that would replace it: nil when p replaces it (also when old has
+// another format: a record this version cannot read is replaced); ErrAlreadyStored when
+// p is the stored pause (same turn, run and questions); ErrStale when p is at or below old's
+// PARLEY_RUNS sequence (of any turn: PARLEY_RUNS order is total, so a
+// pause read from an earlier position, by a processor that froze past
+// AckWait say, never replaces a later one); ErrConflict when old is the
+// same turn with questions still pending.
+func CheckReplace(old, p *PausedTurn) error {
+	switch {
+	case old.Format != PausedFormat:
+		return nil
+	case old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p):
+		return ErrAlreadyStored
+	case p.RunSeq != 0 && p.RunSeq <= old.RunSeq:
+		return fmt.Errorf("thread %s: pause at runs sequence %d is not newer than the stored one (%d, turn %s): %w",
+			p.Thread, p.RunSeq, old.RunSeq, old.TurnID, ErrStale)
+	case old.TurnID == p.TurnID && !old.Settled():
+		return fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
+	}
+	return nil
 }
 
 func sameIDs(a, b *PausedTurn) bool {

@@ -18,6 +18,7 @@ import (
 type pausedStore interface {
 	Load(ctx context.Context, thread string) (*kvstate.PausedTurn, uint64, error)
 	Save(ctx context.Context, p *kvstate.PausedTurn) (uint64, error)
+	Update(ctx context.Context, p *kvstate.PausedTurn, rev uint64) (uint64, error)
 	Mutate(ctx context.Context, thread string, fn func(p *kvstate.PausedTurn) error) (*kvstate.PausedTurn, error)
 	Delete(ctx context.Context, thread string, rev uint64) error
 	ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, thread string) error) error

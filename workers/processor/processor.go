@@ -44,8 +44,9 @@ type Options struct {
 	// thread or answered a question; a claim from any other principal is
 	// rejected forbidden. Optional. Default: DefaultTrustedPrincipals.
 	TrustedPrincipals []string
-	// NoThreadCache turns off the cache of thread records (threads.go):
-	// every handler then reads the record from the bucket. Optional.
+	// NoThreadCache turns off the cache of thread and paused records
+	// (threads.go, pausedcache.go): every handler then reads the records
+	// from the buckets. Optional.
 	// Default: false (cached; correct with any number of replicas).
 	NoThreadCache bool
 }
@@ -111,7 +112,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return &Processor{bus: b, pub: b, threads: newThreads(threads, !o.NoThreadCache), paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return &Processor{bus: b, pub: b, threads: newThreads(threads, !o.NoThreadCache), paused: newPausedCache(paused, !o.NoThreadCache), input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
 // Run consumes integrator input (PARLEY_INPUT) and run outcomes and watches for expired pauses

@@ -83,6 +83,8 @@ type memPaused struct {
 	mu   sync.Mutex
 	recs map[string]memRecord
 	rev  uint64
+	// loads and saves count Load and Save calls.
+	loads, saves int
 }
 
 func (m *memPaused) load(thread string) (*kvstate.PausedTurn, uint64, error) {
@@ -113,12 +115,14 @@ func (m *memPaused) put(p *kvstate.PausedTurn) (uint64, error) {
 func (m *memPaused) Load(_ context.Context, thread string) (*kvstate.PausedTurn, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.loads++
 	return m.load(thread)
 }
 
 func (m *memPaused) Save(_ context.Context, p *kvstate.PausedTurn) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.saves++
 	p.Format = kvstate.PausedFormat
 	if old, rev, err := m.load(p.Thread); err == nil {
 		switch {
@@ -131,6 +135,18 @@ func (m *memPaused) Save(_ context.Context, p *kvstate.PausedTurn) (uint64, erro
 			return 0, kvstate.ErrConflict
 		}
 	}
+	return m.put(p)
+}
+
+// Update follows kvstate.PausedStore.Update: revision-checked, and no
+// write past ExpiresAt.
+func (m *memPaused) Update(_ context.Context, p *kvstate.PausedTurn, rev uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.recs[p.Thread]; !ok || r.rev != rev {
+		return 0, kvstate.ErrConflict
+	}
+	p.Format = kvstate.PausedFormat
 	return m.put(p)
 }
 
@@ -240,7 +256,7 @@ func newHarness(t *testing.T) *harness {
 	chat := &memChat{last: map[string]uint64{}}
 	paused := &memPaused{recs: map[string]memRecord{}}
 	mem := &memThreads{recs: map[string]memRecord{}}
-	p := &Processor{pub: pub, threads: newThreads(mem, true), paused: paused, input: chat,
+	p := &Processor{pub: pub, threads: newThreads(mem, true), paused: newPausedCache(paused, true), input: chat,
 		opts: Options{PauseTTL: time.Hour, DefaultAgent: "default", OrderWait: time.Second},
 		log:  slog.New(slog.DiscardHandler)}
 	return &harness{t: t, p: p, pub: pub, chat: chat, paused: paused, threads: mem, ctx: t.Context()}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -72,5 +73,53 @@ func TestThreadCacheStaleEntry(t *testing.T) {
 	}
 	if n := len(h.pub.of(events.TypeRunRequested)); n != 2 {
 		t.Errorf("%d run.requested, want 2 (m1, m2): m3 must not start over m2", n)
+	}
+}
+
+// The paused-record cache: a thread's second pause replaces the settled
+// record it cached in one write (no Save with its read), and the answer
+// consumes from the cached record (no read).
+func TestPausedCacheSavesReads(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	h.answer("a1", "q1")
+	turn := events.DerivedID("turn", "m1")
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.paused.loads, h.paused.saves = 0, 0
+	h.pause("m2", "p2", 12, "q2", "q3")
+	if h.paused.saves != 0 || h.paused.loads != 0 {
+		t.Errorf("second pause: %d Save, %d Load; want 0 and 0 (one write at the cached revision)", h.paused.saves, h.paused.loads)
+	}
+	h.answer("a3", "q3")
+	if h.paused.loads != 0 || rejectedFor(h, "a3") != "" {
+		t.Errorf("answer: %d Load (rejected %q), want 0 and consumed", h.paused.loads, rejectedFor(h, "a3"))
+	}
+	// Another replica consumes q2 first: this replica's cached record
+	// still has it pending, and its answer must not win.
+	func() {
+		h.paused.mu.Lock()
+		defer h.paused.mu.Unlock()
+		p, _, _ := h.paused.load("t")
+		p.Elicitations[0].Status, p.Elicitations[0].ResponseEventID = kvstate.StatusConsumed, "elsewhere"
+		p.Elicitations[0].Result = &schema.ElicitResult{Action: schema.ActionAccept}
+		if _, err := h.paused.put(p); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	h.answer("a2", "q2")
+	if got := rejectedFor(h, "a2"); got != events.RejectAlreadyConsumed {
+		t.Errorf("an answer on a stale cached record: rejected %q, want %q", got, events.RejectAlreadyConsumed)
+	}
+	h.paused.loads = 0
+	h.answer("a4", "q2")
+	if h.paused.loads != 1 {
+		t.Errorf("an answer the cached record would reject: %d Load, want 1 (decided again on a fresh read)", h.paused.loads)
 	}
 }
