@@ -2,16 +2,10 @@ package processor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"sync"
 
 	"github.com/parley-dev/parley/kvstate"
 )
-
-// maxCachedPaused bounds the paused-record cache. At the bound an
-// arbitrary entry is dropped; a miss costs one KV read.
-const maxCachedPaused = 4096
 
 // pausedCache is the paused store with the records this replica last
 // read or wrote cached with their KV revision, under the same rules as the
@@ -23,22 +17,11 @@ const maxCachedPaused = 4096
 // wrote. Load and Delete go to the bucket.
 type pausedCache struct {
 	pausedStore
-
-	mu sync.Mutex
-	m  map[string]cachedPaused // nil: caching off
-}
-
-type cachedPaused struct {
-	data []byte
-	rev  uint64
+	cache *revCache[kvstate.PausedTurn] // nil: caching off
 }
 
 func newPausedCache(s pausedStore, cache bool) *pausedCache {
-	c := &pausedCache{pausedStore: s}
-	if cache {
-		c.m = make(map[string]cachedPaused)
-	}
-	return c
+	return &pausedCache{pausedStore: s, cache: newRevCache[kvstate.PausedTurn](cache)}
 }
 
 // Load reads the record from the bucket (see kvstate.PausedStore.Load).
@@ -110,48 +93,13 @@ func (c *pausedCache) Delete(ctx context.Context, thread string, rev uint64) err
 }
 
 func (c *pausedCache) lookup(thread string) (*kvstate.PausedTurn, uint64, bool) {
-	if c.m == nil {
-		return nil, 0, false
-	}
-	c.mu.Lock()
-	e, ok := c.m[thread]
-	c.mu.Unlock()
-	if !ok {
-		return nil, 0, false
-	}
-	var p kvstate.PausedTurn
-	if json.Unmarshal(e.data, &p) != nil {
-		c.forget(thread)
-		return nil, 0, false
-	}
-	return &p, e.rev, true
+	return c.cache.get(thread)
 }
 
 func (c *pausedCache) remember(p *kvstate.PausedTurn, rev uint64) {
-	if c.m == nil || p == nil {
-		return
+	if p != nil {
+		c.cache.put(p.Thread, p, rev)
 	}
-	data, err := json.Marshal(p)
-	if err != nil {
-		c.forget(p.Thread)
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[p.Thread]; !ok && len(c.m) >= maxCachedPaused {
-		for k := range c.m {
-			delete(c.m, k)
-			break
-		}
-	}
-	c.m[p.Thread] = cachedPaused{data: data, rev: rev}
 }
 
-func (c *pausedCache) forget(thread string) {
-	if c.m == nil {
-		return
-	}
-	c.mu.Lock()
-	delete(c.m, thread)
-	c.mu.Unlock()
-}
+func (c *pausedCache) forget(thread string) { c.cache.drop(thread) }

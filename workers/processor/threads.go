@@ -2,9 +2,7 @@ package processor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"sync"
 
 	"github.com/parley-dev/parley/kvstate"
 )
@@ -20,10 +18,6 @@ type threadRecords interface {
 
 var _ threadRecords = (*threadBucket)(nil)
 
-// maxCachedThreads bounds the thread cache. At the bound an arbitrary
-// entry is dropped; a miss costs one KV read.
-const maxCachedThreads = 4096
-
 // threads is the processor's access to thread records: every
 // read-modify-write goes through kvstate.Mutate, and the records last read
 // or written are cached with their KV revision.
@@ -36,23 +30,12 @@ const maxCachedThreads = 4096
 // decision a cached record would make differently from the current one:
 // waiting, refusing, withdrawing a pause, or ignoring an outcome as stale.
 type threads struct {
-	recs threadRecords
-
-	mu    sync.Mutex
-	cache map[string]cachedThread // nil: caching off
-}
-
-type cachedThread struct {
-	data []byte // the record's JSON, so no caller shares it
-	rev  uint64
+	recs  threadRecords
+	cache *revCache[Thread] // nil: caching off
 }
 
 func newThreads(recs threadRecords, cache bool) *threads {
-	s := &threads{recs: recs}
-	if cache {
-		s.cache = make(map[string]cachedThread)
-	}
-	return s
+	return &threads{recs: recs, cache: newRevCache[Thread](cache)}
 }
 
 // errCachedNoChange: a write function found nothing to change on a cached
@@ -153,52 +136,12 @@ func (s *threads) Reset(ctx context.Context, id string) error {
 	return s.recs.Reset(ctx, id)
 }
 
-func (s *threads) lookup(id string) (*Thread, uint64, bool) {
-	if s.cache == nil {
-		return nil, 0, false
-	}
-	s.mu.Lock()
-	c, ok := s.cache[id]
-	s.mu.Unlock()
-	if !ok {
-		return nil, 0, false
-	}
-	var t Thread
-	if json.Unmarshal(c.data, &t) != nil {
-		s.forget(id)
-		return nil, 0, false
-	}
-	return &t, c.rev, true
-}
+func (s *threads) lookup(id string) (*Thread, uint64, bool) { return s.cache.get(id) }
 
 func (s *threads) remember(t *Thread, rev uint64) {
-	if s.cache == nil || t == nil {
-		return
+	if t != nil {
+		s.cache.put(t.ID, t, rev)
 	}
-	data, err := json.Marshal(t)
-	if err != nil {
-		s.forget(t.ID)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.cache[t.ID]; ok && c.rev > rev {
-		return // a newer revision is cached already
-	}
-	if _, ok := s.cache[t.ID]; !ok && len(s.cache) >= maxCachedThreads {
-		for k := range s.cache {
-			delete(s.cache, k)
-			break
-		}
-	}
-	s.cache[t.ID] = cachedThread{data: data, rev: rev}
 }
 
-func (s *threads) forget(id string) {
-	if s.cache == nil {
-		return
-	}
-	s.mu.Lock()
-	delete(s.cache, id)
-	s.mu.Unlock()
-}
+func (s *threads) forget(id string) { s.cache.drop(id) }
