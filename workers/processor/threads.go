@@ -25,8 +25,8 @@ var _ threadRecords = (*threadBucket)(nil)
 // The cache is correct under several replicas because it is never
 // trusted on its own: a write starting from a cached record is
 // revision-checked (a conflict reads the record again), a write function
-// that finds nothing to change on a cached record is run again on a fresh
-// read, and the handlers (turns.go, pause.go) read afresh before any
+// that finds nothing to change on a cached record, or fails, is run again
+// on a fresh read, and the handlers (turns.go, pause.go) read afresh before any
 // decision a cached record would make differently from the current one:
 // waiting, refusing, withdrawing a pause, or ignoring an outcome as stale.
 type threads struct {
@@ -39,8 +39,8 @@ func newThreads(recs threadRecords, cache bool) *threads {
 }
 
 // errCachedNoChange: a write function found nothing to change on a cached
-// record, which must be confirmed on a fresh read.
-var errCachedNoChange = errors.New("no change on a cached thread record")
+// record, or refused it, which must be confirmed on a fresh read.
+var errCachedNoChange = errors.New("no write decided on a cached record")
 
 // inputSeqs makes t's sequences PARLEY_INPUT's: a record written when
 // integrator input was in PARLEY_CHAT has PARLEY_CHAT sequences in
@@ -80,7 +80,8 @@ func (s *threads) view(ctx context.Context, id string) (t *Thread, rev uint64, c
 // Mutate applies fn to the thread (from the cache when there) and saves
 // it revision-checked, retrying on conflict (kvstate.Mutate); fn may run
 // more than once and must only change t. kvstate.ErrNoChange from fn
-// writes nothing and returns the thread fn saw, as current in the bucket.
+// writes nothing and returns the thread fn saw, as current in the bucket;
+// any other error of fn is returned as fn gave it on a current record.
 func (s *threads) Mutate(ctx context.Context, id string, fn func(t *Thread) error) (*Thread, error) {
 	if t, rev, ok := s.lookup(id); ok {
 		return s.mutate(ctx, id, t, rev, true, fn)
@@ -113,8 +114,10 @@ func (s *threads) mutate(ctx context.Context, id string, from *Thread, rev uint6
 	}
 	v, err := kvstate.Mutate(ctx, "thread "+id, m, start, func(t *Thread) error {
 		err := fn(t)
-		if first && errors.Is(err, kvstate.ErrNoChange) {
-			return errCachedNoChange
+		if first && err != nil {
+			// No change, or a refusal, decided on a cached record:
+			// decide again on a fresh read.
+			err = errCachedNoChange
 		}
 		first = false
 		return err
