@@ -12,6 +12,7 @@ import (
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/gate"
+	"github.com/parley-dev/parley/workers/processor"
 )
 
 // confirmAll gates every non-read-only tool (create_event included).
@@ -281,19 +282,19 @@ func TestExpiryWhileProcessorsDown(t *testing.T) {
 	s.completed("p7", 1)
 }
 
-// At most kvstate.MaxQueue messages wait behind a running turn; one more is
+// At most processor.MaxQueue messages wait behind a running turn; one more is
 // refused with thread_busy, and the queued ones all run, in order.
 func TestThreadBusy(t *testing.T) {
 	s := start(t, options{noGate: true}) // the destructive call waits ~0.7 s for a policy
 	s.send("busy", deleteDrafts)
-	for range kvstate.MaxQueue + 1 {
+	for range processor.MaxQueue + 1 {
 		s.send("busy", "list everything")
 	}
 	rej := s.rec.await(t, 10*time.Second, "busy", events.TypeTurnRejected, 1)
 	if d, _ := events.Data[events.TurnRejected](rej); d.Reason != events.RejectThreadBusy {
 		t.Fatalf("rejection = %+v, want thread_busy", d)
 	}
-	s.rec.await(t, 30*time.Second, "busy", events.TypeTurnCompleted, kvstate.MaxQueue+1)
+	s.rec.await(t, 30*time.Second, "busy", events.TypeTurnCompleted, processor.MaxQueue+1)
 	if n := len(s.rec.matching("busy", events.TypeTurnRejected)); n != 1 {
 		t.Fatalf("%d refusals, want 1", n)
 	}

@@ -129,7 +129,7 @@ const (
 	RejectAlreadyConsumed   = "already_consumed"
 	RejectStateIncompatible = "state_incompatible"
 	// RejectThreadBusy refuses a turn.requested when its thread already
-	// has kvstate.MaxQueue messages waiting.
+	// has processor.MaxQueue messages waiting.
 	RejectThreadBusy = "thread_busy"
 	// RejectMessageTooLarge refuses a user message whose text is over
 	// MaxMessageText bytes, or whose whole event data is over
@@ -148,7 +148,7 @@ const MaxMessageText = 32 << 10
 // MaxTurnRequestBytes bounds the whole data of a turn.requested (text,
 // content blocks, _meta, share) in bytes: 40 KiB. The processor rejects a
 // larger one message_too_large before it reaches the thread record, whose
-// queue holds up to kvstate.MaxQueue of them within the 1 MiB KV value.
+// queue holds up to processor.MaxQueue of them within the 1 MiB KV value.
 const MaxTurnRequestBytes = 40 << 10
 
 // MaxAnswerBytes bounds the whole data of an elicitation.responded in

@@ -1,10 +1,14 @@
 // Package kvstate keeps parley's state in JetStream key-value buckets:
 // paused turns (bucket parley_paused, key = thread ID, per-key TTL, History
-// 1, LimitMarkerTTL so every watcher sees expiry), threads (parley_threads,
-// key = thread ID, revision-checked updates), agent run checkpoints
+// 1, LimitMarkerTTL so every watcher sees expiry), the bucket of threads
+// (parley_threads; the thread record itself is the processor's own type,
+// workers/processor/thread.go), agent run checkpoints
 // (parley_runs, key = run ID), tool results (parley_tool_results, key =
 // run and call) and decision records (parley_decisions, key =
 // <run>.<call>.<round>, see CallDecision). Buckets are created idempotently.
+// Every read-modify-write goes through Mutate, the one compare-and-swap
+// loop (retries on conflict, ErrNoChange skips the write, the record's
+// TTL kept by its Save).
 //
 // Library errors are translated at this boundary: ErrNotFound, ErrConflict
 // (a revision-checked write lost a race) and ErrIncompatible (a stored

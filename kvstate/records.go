@@ -168,25 +168,43 @@ func (s *PausedStore) Save(ctx context.Context, p *PausedTurn) (uint64, error) {
 	case err != nil && !errors.Is(err, ErrIncompatible):
 		return 0, err
 	}
-	old := &oldV
-	if err == nil && old.Format != PausedFormat {
-		err = fmt.Errorf("paused turn of %s has format %d, want %d: %w", p.Thread, old.Format, PausedFormat, ErrIncompatible)
+	if err != nil { // unreadable: replace it
+		return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
 	}
-	if err == nil && old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p) {
+	switch err := CheckReplace(&oldV, p); {
+	case errors.Is(err, ErrAlreadyStored):
 		return oldRev, nil // a redelivered pause: already stored
-	}
-	// PARLEY_RUNS order decides, whatever the turn: a pause read from an
-	// earlier stream position than the stored record's (a processor that
-	// froze past AckWait, say) is stale even when the stored record is a
-	// later turn's, and must not replace it.
-	if err == nil && p.RunSeq != 0 && p.RunSeq <= old.RunSeq {
-		return 0, fmt.Errorf("thread %s: pause at runs sequence %d is not newer than the stored one (%d, turn %s): %w",
-			p.Thread, p.RunSeq, old.RunSeq, old.TurnID, ErrStale)
-	}
-	if err == nil && old.TurnID == p.TurnID && !old.Settled() {
-		return 0, fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
+	case err != nil:
+		return 0, err
 	}
 	return s.b.UpdateUntil(ctx, p.Thread, *p, oldRev, p.ExpiresAt)
+}
+
+// ErrAlreadyStored is CheckReplace's answer for a pause that is the
+// stored one (a redelivery): nothing to write.
+var ErrAlreadyStored = errors.New("kvstate: pause already stored")
+
+// CheckReplace applies Save's rules to the live record old and the pause
+// p that would replace it: nil when p replaces it (also when old has
+// another format: a record this version cannot read is replaced); ErrAlreadyStored when
+// p is the stored pause (same turn, run and questions); ErrStale when p is at or below old's
+// PARLEY_RUNS sequence (of any turn: PARLEY_RUNS order is total, so a
+// pause read from an earlier position, by a processor that froze past
+// AckWait say, never replaces a later one); ErrConflict when old is the
+// same turn with questions still pending.
+func CheckReplace(old, p *PausedTurn) error {
+	switch {
+	case old.Format != PausedFormat:
+		return nil
+	case old.TurnID == p.TurnID && old.RunID == p.RunID && sameIDs(old, p):
+		return ErrAlreadyStored
+	case p.RunSeq != 0 && p.RunSeq <= old.RunSeq:
+		return fmt.Errorf("thread %s: pause at runs sequence %d is not newer than the stored one (%d, turn %s): %w",
+			p.Thread, p.RunSeq, old.RunSeq, old.TurnID, ErrStale)
+	case old.TurnID == p.TurnID && !old.Settled():
+		return fmt.Errorf("thread %s already has pending elicitations %v: %w", p.Thread, old.PendingIDs(), ErrConflict)
+	}
+	return nil
 }
 
 func sameIDs(a, b *PausedTurn) bool {
@@ -219,25 +237,11 @@ func (s *PausedStore) Update(ctx context.Context, p *PausedTurn, rev uint64) (ui
 // ErrIncompatible (fn is not called); a write past ExpiresAt fails with
 // ErrExpired (see Update).
 func (s *PausedStore) Mutate(ctx context.Context, thread string, fn func(p *PausedTurn) error) (*PausedTurn, error) {
-	for range 20 {
-		p, rev, err := s.Load(ctx, thread)
-		if err != nil {
-			return nil, err
-		}
-		if err := fn(p); err != nil {
-			if errors.Is(err, ErrNoChange) {
-				return p, nil
-			}
-			return nil, err
-		}
-		if _, err := s.Update(ctx, p, rev); errors.Is(err, ErrConflict) {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		return p, nil
-	}
-	return nil, fmt.Errorf("updating the paused turn of %s: too many concurrent writers: %w", thread, ErrConflict)
+	v, err := Mutate(ctx, "the paused turn of "+thread, Mutator[PausedTurn]{
+		Load: func(ctx context.Context) (*PausedTurn, uint64, error) { return s.Load(ctx, thread) },
+		Save: func(ctx context.Context, p *PausedTurn, rev uint64) (uint64, error) { return s.Update(ctx, p, rev) },
+	}, nil, fn)
+	return v.Value, err
 }
 
 // Delete removes the record of thread if still at rev.
@@ -248,270 +252,6 @@ func (s *PausedStore) Delete(ctx context.Context, thread string, rev uint64) err
 // WatchExpired calls fn(thread) for every paused turn the server expired.
 func (s *PausedStore) WatchExpired(ctx context.Context, fn func(thread string)) error {
 	return s.b.WatchExpired(ctx, fn)
-}
-
-// Thread states.
-const (
-	ThreadIdle    = "idle"
-	ThreadRunning = "running"
-	ThreadPaused  = "paused"
-)
-
-// QueuedMessage is a user message waiting for the thread's active turn.
-type QueuedMessage struct {
-	EventID string `json:"eventId"`
-	// TraceParent is the trace context the message arrived in.
-	TraceParent string             `json:"traceparent,omitempty"`
-	Agent       string             `json:"agent"`
-	User        string             `json:"user,omitempty"`
-	Message     schema.ChatMessage `json:"message"`
-}
-
-// Expiry names a paused turn that expired and its questions.
-type Expiry struct {
-	TurnID         string    `json:"turnId"`
-	ElicitationIDs []string  `json:"elicitationIds"`
-	At             time.Time `json:"at"`
-}
-
-// Supersession is a paused turn ended by a new user message.
-type Supersession struct {
-	// TurnID is the superseded turn.
-	TurnID string `json:"turnId"`
-	// By is the turn.requested event ID of the superseding message.
-	By string `json:"by"`
-	// Started is the turn.requested event ID of the turn started then (the
-	// head of the queue, which is By only when nothing was queued).
-	Started string `json:"started,omitempty"`
-	// Cancelled are the questions withdrawn; Expired those found expired.
-	Cancelled []string `json:"cancelled,omitempty"`
-	Expired   []string `json:"expired,omitempty"`
-}
-
-// ThreadFormat is the format version of Thread.
-const ThreadFormat = 1
-
-// Thread is a conversation: its state, bounded history, active turn and the
-// messages queued behind it (FIFO).
-type Thread struct {
-	Format int    `json:"format"`
-	ID     string `json:"id"`
-	State  string `json:"state"`
-	Agent  string `json:"agent,omitempty"`
-	TurnID string `json:"turnId,omitempty"`
-	RunID  string `json:"runId,omitempty"`
-	// LastTurnSeq is the highest PARLEY_INPUT stream sequence of a
-	// turn.requested recorded for the thread (started, queued, rejected or
-	// dead-lettered): later messages wait for earlier ones (FIFO).
-	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
-	// InputSeqs says LastTurnSeq and PauseMark are PARLEY_INPUT sequences;
-	// a record without it was written when input was in PARLEY_CHAT, and
-	// its sequences do not compare with PARLEY_INPUT's.
-	InputSeqs bool `json:"inputSeqs,omitempty"`
-	// RunSeq is the PARLEY_RUNS stream sequence of the last run outcome
-	// applied to the thread (any turn): an outcome at or below it is stale
-	// (a redelivery after the turn moved on) and is not applied again.
-	RunSeq uint64 `json:"runSeq,omitempty"`
-	// PauseMark is, while the active turn is paused, the stream sequence
-	// of the thread's last turn.requested when the pause was recorded: a
-	// message at or below it was sent before the turn paused and queues
-	// behind it; only a later message supersedes the paused turn.
-	PauseMark uint64 `json:"pauseMark,omitempty"`
-	// Superseded records the last paused turn a new message superseded and
-	// what that withdrew, so a redelivery of the message announces it.
-	Superseded *Supersession `json:"superseded,omitempty"`
-	// TraceParent is the W3C trace context the active turn started in.
-	TraceParent string `json:"traceparent,omitempty"`
-	// Owner is the party whose turn.requested started the thread (set by
-	// the first message recorded); Shared the parties it granted the
-	// thread to (TurnRequested.Share, at most events.MaxShares). Anyone
-	// else's message or answer is rejected forbidden. A record without an
-	// Owner (written before ownership existed) is claimed by its next
-	// message.
-	Owner  *events.Identity  `json:"owner,omitempty"`
-	Shared []events.Identity `json:"shared,omitempty"`
-	// StartedBy is the ID of the turn.requested event that started the
-	// active turn.
-	StartedBy string               `json:"startedBy,omitempty"`
-	History   []schema.ChatMessage `json:"history,omitempty"`
-	Queue     []QueuedMessage      `json:"queue,omitempty"`
-	// Pending lists the elicitation IDs the paused turn waits on.
-	Pending []string `json:"pending,omitempty"`
-	// Expired records the last paused turn that expired, so every replica
-	// that sees the expiry marker announces the same event.
-	Expired *Expiry `json:"expired,omitempty"`
-	// Refused lists recent turn.requested event IDs refused as thread_busy,
-	// so a redelivery repeats the refusal.
-	Refused []string `json:"refused,omitempty"`
-	// Handled lists recent event IDs already applied (dedup on redelivery).
-	Handled   []string  `json:"handled,omitempty"`
-	UpdatedAt time.Time `json:"updatedAt"`
-}
-
-// MaxHistory bounds Thread.History (oldest messages drop first).
-const MaxHistory = 50
-
-// MaxQueue bounds Thread.Queue: a message beyond it is rejected. With
-// message texts of at most 32 KiB the queue stays under 512 KiB.
-const MaxQueue = 16
-
-// MaxHistoryBytes bounds the text of Thread.History: the oldest messages
-// drop first, so the thread record stays well under the KV value limit.
-const MaxHistoryBytes = 256 << 10
-
-const maxHandled = 64
-
-// Append adds messages to the history, keeping at most MaxHistory.
-func (t *Thread) Append(msgs ...schema.ChatMessage) {
-	t.History = append(t.History, msgs...)
-	if n := len(t.History); n > MaxHistory {
-		t.History = append([]schema.ChatMessage(nil), t.History[n-MaxHistory:]...)
-	}
-	size := 0
-	for _, m := range t.History {
-		size += historySize(m)
-	}
-	drop := 0
-	for size > MaxHistoryBytes && drop < len(t.History)-1 {
-		size -= historySize(t.History[drop])
-		drop++
-	}
-	if drop > 0 {
-		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
-	}
-}
-
-// historySize is what m counts against MaxHistoryBytes: its text and the
-// JSON of its content blocks and _meta.
-func historySize(m schema.ChatMessage) int {
-	n := len(m.Text)
-	if len(m.Content) > 0 {
-		b, _ := json.Marshal(m.Content)
-		n += len(b)
-	}
-	if len(m.Meta) > 0 {
-		b, _ := json.Marshal(m.Meta)
-		n += len(b)
-	}
-	return n
-}
-
-// MarkHandled records an applied event ID; Seen reports one.
-func (t *Thread) MarkHandled(id string) {
-	t.Handled = append(t.Handled, id)
-	if n := len(t.Handled); n > maxHandled {
-		t.Handled = append([]string(nil), t.Handled[n-maxHandled:]...)
-	}
-}
-
-// Refuse records a refused message ID (bounded like Handled).
-func (t *Thread) Refuse(id string) {
-	t.Refused = append(t.Refused, id)
-	if n := len(t.Refused); n > maxHandled {
-		t.Refused = append([]string(nil), t.Refused[n-maxHandled:]...)
-	}
-}
-
-// Seen reports whether the event ID was already applied to the thread.
-func (t *Thread) Seen(id string) bool {
-	for _, h := range t.Handled {
-		if h == id {
-			return true
-		}
-	}
-	return false
-}
-
-// ThreadStore keeps threads.
-type ThreadStore struct {
-	b *Bucket[Thread]
-}
-
-// OpenThreads creates or updates the threads bucket; ttl bounds how long an
-// untouched thread is kept (0: forever).
-func OpenThreads(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, ttl time.Duration) (*ThreadStore, error) {
-	b, err := OpenBucket[Thread](ctx, js, BucketThreads, BucketOptions{Storage: storage, Replicas: replicas, TTL: ttl})
-	if err != nil {
-		return nil, err
-	}
-	return &ThreadStore{b: b}, nil
-}
-
-// Load returns the thread (a new idle one, revision 0, if absent).
-func (s *ThreadStore) Load(ctx context.Context, id string) (*Thread, uint64, error) {
-	t, rev, err := s.b.Get(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle}, 0, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if t.Format != ThreadFormat {
-		return nil, 0, fmt.Errorf("thread %s has format %d, want %d: %w", id, t.Format, ThreadFormat, ErrIncompatible)
-	}
-	return &t, rev, nil
-}
-
-// Save writes t if it is still at rev (0: must not exist); ErrConflict otherwise.
-func (s *ThreadStore) Save(ctx context.Context, t *Thread, rev uint64) (uint64, error) {
-	t.Format = ThreadFormat
-	t.UpdatedAt = time.Now().UTC()
-	if rev == 0 {
-		return s.b.Create(ctx, t.ID, *t, 0)
-	}
-	return s.b.Update(ctx, t.ID, *t, rev, 0)
-}
-
-// Reset replaces the thread with a new idle one, whatever is stored (used
-// when the stored record is incompatible, so the thread stays usable).
-func (s *ThreadStore) Reset(ctx context.Context, id string) error {
-	_, err := s.b.Put(ctx, id, Thread{Format: ThreadFormat, ID: id, State: ThreadIdle, UpdatedAt: time.Now().UTC()})
-	return err
-}
-
-// ErrNoChange may be returned by a Mutate function to skip the write.
-var ErrNoChange = errors.New("kvstate: no change")
-
-// Mutate loads the thread, applies fn and saves it with a revision check,
-// retrying on conflict (up to 20 times). fn may run more than once and must
-// only change t. If fn returns ErrNoChange nothing is written and Mutate
-// returns the loaded thread and nil; any other error is returned as is.
-func (s *ThreadStore) Mutate(ctx context.Context, id string, fn func(t *Thread) error) (*Thread, error) {
-	return s.mutate(ctx, id, nil, 0, fn)
-}
-
-// MutateAt is Mutate starting from t as Load returned it at rev, which
-// saves the first read when the caller has just loaded the thread: fn is
-// applied to t itself first (t is changed), and a revision conflict
-// reloads as Mutate does.
-func (s *ThreadStore) MutateAt(ctx context.Context, t *Thread, rev uint64, fn func(t *Thread) error) (*Thread, error) {
-	return s.mutate(ctx, t.ID, t, rev, fn)
-}
-
-func (s *ThreadStore) mutate(ctx context.Context, id string, loaded *Thread, loadedRev uint64, fn func(t *Thread) error) (*Thread, error) {
-	for range 20 {
-		t, rev := loaded, loadedRev
-		loaded = nil
-		if t == nil {
-			var err error
-			if t, rev, err = s.Load(ctx, id); err != nil {
-				return nil, err
-			}
-		}
-		if err := fn(t); err != nil {
-			if errors.Is(err, ErrNoChange) {
-				return t, nil
-			}
-			return nil, err
-		}
-		if _, err := s.Save(ctx, t, rev); errors.Is(err, ErrConflict) {
-			continue
-		} else if err != nil {
-			return nil, err
-		}
-		return t, nil
-	}
-	return nil, fmt.Errorf("updating thread %s: too many concurrent writers: %w", id, ErrConflict)
 }
 
 // ConsumeExpired calls fn(thread) for every paused turn the server expires,

@@ -3,7 +3,6 @@ package kvstate
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/schema"
 )
 
 func openPaused(t *testing.T) *PausedStore {
@@ -184,195 +182,6 @@ func TestPausedStoreTTL(t *testing.T) {
 	})
 }
 
-func openThreads(t *testing.T) *ThreadStore {
-	t.Helper()
-	s, err := OpenThreads(t.Context(), newJS(t), jetstream.MemoryStorage, 1, 0)
-	if err != nil {
-		t.Fatalf("OpenThreads: %v", err)
-	}
-	return s
-}
-
-func userMsg(text string) schema.ChatMessage {
-	return schema.ChatMessage{Role: schema.RoleUser, Text: text}
-}
-
-func TestThreadStoreLoadSave(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := openThreads(t)
-	th, rev, err := s.Load(ctx, "t1")
-	if err != nil || rev != 0 || th.ID != "t1" || th.State != ThreadIdle || th.Format != ThreadFormat {
-		t.Fatalf("Load(missing) = %+v @%d, %v, want a new idle thread @0", th, rev, err)
-	}
-	th.State = ThreadRunning
-	rev1, err := s.Save(ctx, th, 0)
-	if err != nil {
-		t.Fatalf("Save(new): %v", err)
-	}
-	if th.UpdatedAt.IsZero() {
-		t.Error("Save did not set UpdatedAt")
-	}
-	if _, err := s.Save(ctx, th, 0); !errors.Is(err, ErrConflict) {
-		t.Errorf("Save(rev 0 over existing) error = %v, want ErrConflict", err)
-	}
-	if _, err := s.Save(ctx, th, rev1+7); !errors.Is(err, ErrConflict) {
-		t.Errorf("Save(wrong rev) error = %v, want ErrConflict", err)
-	}
-	got, rev, err := s.Load(ctx, "t1")
-	if err != nil || rev != rev1 || got.State != ThreadRunning {
-		t.Errorf("Load = %+v @%d, %v, want running @%d", got, rev, err, rev1)
-	}
-
-	bad, _ := json.Marshal(Thread{Format: ThreadFormat + 1, ID: "t2"})
-	if _, err := s.b.KV().Put(ctx, "t2", bad); err != nil {
-		t.Fatalf("Put: %v", err)
-	}
-	if _, _, err := s.Load(ctx, "t2"); !errors.Is(err, ErrIncompatible) {
-		t.Errorf("Load(other format) error = %v, want ErrIncompatible", err)
-	}
-	if _, err := s.Mutate(ctx, "t2", func(*Thread) error { return nil }); !errors.Is(err, ErrIncompatible) {
-		t.Errorf("Mutate(other format) error = %v, want ErrIncompatible", err)
-	}
-	if err := s.Reset(ctx, "t2"); err != nil {
-		t.Fatalf("Reset: %v", err)
-	}
-	if th, _, err := s.Load(ctx, "t2"); err != nil || th.State != ThreadIdle {
-		t.Errorf("Load after Reset = %+v, %v, want idle", th, err)
-	}
-}
-
-func TestThreadStoreMutateConcurrent(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := openThreads(t)
-	const n = 20
-	var calls atomic.Int32
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			_, err := s.Mutate(ctx, "t1", func(th *Thread) error {
-				calls.Add(1)
-				th.Append(userMsg(fmt.Sprintf("m%02d", i)))
-				th.MarkHandled(fmt.Sprintf("ev%02d", i))
-				return nil
-			})
-			errs <- err
-		})
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("Mutate: %v", err)
-		}
-	}
-	th, _, err := s.Load(ctx, "t1")
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	var texts []string
-	for _, m := range th.History {
-		texts = append(texts, m.Text)
-	}
-	slices.Sort(texts)
-	var want []string
-	for i := range n {
-		want = append(want, fmt.Sprintf("m%02d", i))
-	}
-	if !slices.Equal(texts, want) {
-		t.Errorf("history after %d concurrent appends = %v, want %v", n, texts, want)
-	}
-	for i := range n {
-		if !th.Seen(fmt.Sprintf("ev%02d", i)) {
-			t.Errorf("Seen(ev%02d) = false", i)
-		}
-	}
-	t.Logf("%d mutate calls for %d updates (retries on conflict)", calls.Load(), n)
-}
-
-func TestThreadStoreMutateNoChangeAndErrors(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	s := openThreads(t)
-	th, err := s.Mutate(ctx, "t1", func(th *Thread) error {
-		th.State = ThreadPaused
-		th.Pending = []string{"e1"}
-		return nil
-	})
-	if err != nil || th.State != ThreadPaused {
-		t.Fatalf("Mutate = %+v, %v", th, err)
-	}
-	_, rev, _ := s.Load(ctx, "t1")
-
-	got, err := s.Mutate(ctx, "t1", func(th *Thread) error {
-		th.State = ThreadIdle // discarded
-		return ErrNoChange
-	})
-	if err != nil || got == nil {
-		t.Fatalf("Mutate(ErrNoChange) = %v, %v, want the thread and nil", got, err)
-	}
-	after, rev2, _ := s.Load(ctx, "t1")
-	if rev2 != rev || after.State != ThreadPaused {
-		t.Errorf("Mutate(ErrNoChange) wrote: %s @%d, want %s @%d", after.State, rev2, ThreadPaused, rev)
-	}
-
-	boom := errors.New("boom")
-	if _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
-		th.State = ThreadIdle
-		return fmt.Errorf("applying: %w", boom)
-	}); !errors.Is(err, boom) {
-		t.Errorf("Mutate(fn error) = %v, want boom", err)
-	}
-	if _, rev3, _ := s.Load(ctx, "t1"); rev3 != rev {
-		t.Errorf("Mutate(fn error) wrote revision %d (was %d)", rev3, rev)
-	}
-}
-
-func TestThreadAppendBoundsHistory(t *testing.T) {
-	var th Thread
-	for i := range MaxHistory - 1 {
-		th.Append(userMsg(fmt.Sprint(i)))
-	}
-	if len(th.History) != MaxHistory-1 {
-		t.Fatalf("len(History) = %d, want %d", len(th.History), MaxHistory-1)
-	}
-	th.Append(userMsg("a"), userMsg("b"), userMsg("c"))
-	if len(th.History) != MaxHistory {
-		t.Fatalf("len(History) = %d, want MaxHistory %d", len(th.History), MaxHistory)
-	}
-	if th.History[0].Text != "2" || th.History[MaxHistory-1].Text != "c" {
-		t.Errorf("History = %s .. %s, want the newest %d (2 .. c)", th.History[0].Text, th.History[MaxHistory-1].Text, MaxHistory)
-	}
-	for i := range 3 * MaxHistory {
-		th.Append(userMsg(fmt.Sprint("x", i)))
-	}
-	if len(th.History) != MaxHistory || th.History[MaxHistory-1].Text != fmt.Sprint("x", 3*MaxHistory-1) {
-		t.Errorf("after many appends len = %d, last = %s", len(th.History), th.History[len(th.History)-1].Text)
-	}
-}
-
-func TestThreadMarkHandledBounded(t *testing.T) {
-	var th Thread
-	for i := range maxHandled + 10 {
-		th.MarkHandled(fmt.Sprint(i))
-	}
-	if len(th.Handled) != maxHandled {
-		t.Errorf("len(Handled) = %d, want %d", len(th.Handled), maxHandled)
-	}
-	if th.Seen("0") || !th.Seen(fmt.Sprint(maxHandled+9)) || !th.Seen("10") {
-		t.Errorf("Seen: oldest should be forgotten, newest kept: %v", th.Handled)
-	}
-}
-
-// TestPausedStoreReplacesOtherTurn: a pending record of a turn the thread
-// moved past (its caller checked the new pause is the active turn's) does
-// not block the new pause: the thread would otherwise refuse every
-// question until the old record's TTL.
 func TestPausedStoreReplacesOtherTurn(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -495,34 +304,5 @@ func TestPausedStoreStaleAcrossTurns(t *testing.T) {
 	p3.RunSeq = 14
 	if _, err := s.Save(ctx, p3); err != nil {
 		t.Fatalf("Save(turn 3 at seq 14) = %v, want it to replace turn 2", err)
-	}
-}
-
-// MutateAt applies fn to the thread the caller loaded when its revision is
-// still current, and reloads (fn sees the other writer's change) when it
-// is not.
-func TestThreadStoreMutateAt(t *testing.T) {
-	s := openThreads(t)
-	ctx := t.Context()
-	if _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.State = ThreadRunning; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	th, rev, err := s.Load(ctx, "th")
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := 0
-	got, err := s.MutateAt(ctx, th, rev, func(th *Thread) error { calls++; th.TurnID = "t1"; return nil })
-	if err != nil || calls != 1 || got.TurnID != "t1" {
-		t.Fatalf("MutateAt at the current revision: %v, %d calls, turn %q; want nil, 1, t1", err, calls, got.TurnID)
-	}
-	stale := *th
-	if _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.StartedBy = "other"; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	calls = 0
-	got, err = s.MutateAt(ctx, &stale, rev, func(th *Thread) error { calls++; th.TurnID = "t2"; return nil })
-	if err != nil || calls != 2 || got.TurnID != "t2" || got.StartedBy != "other" {
-		t.Fatalf("MutateAt at a stale revision: %v, %d calls, %+v; want a reload keeping the other write", err, calls, got)
 	}
 }

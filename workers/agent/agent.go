@@ -608,8 +608,14 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 	switch c.Decision.Decision {
 	case events.DecisionAllow:
 		// The decision record goes in before the checkpoint marks the
-		// call dispatched, so every dispatched call has its record.
+		// call dispatched, so every dispatched call that needs one has
+		// its record. A read-only tool needs none (the tool-executor runs
+		// it without looking, and refuses it for want of a record if its
+		// own definition is not read-only): one KV write less per call.
 		c.Status = callDispatched
+		if tool.Annotations.ReadOnly() {
+			return nil
+		}
 		return a.recordDecision(ctx, run, c, tool.Annotations)
 	case events.DecisionVeto:
 		c.Status = callDone
@@ -696,7 +702,8 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 	if _, err = a.bus.Publish(ctx, events.SubjectRunPaused, e); err != nil {
 		return err
 	}
-	a.waitingProgress(ctx, run, len(pend))
+	// No "waiting" progress: turn.paused, which the processor publishes
+	// for this pause, says the turn waits (docs/events.md).
 	return nil
 }
 

@@ -58,7 +58,12 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 		return err
 	}
 	step := run.Step + 1
-	a.progress(ctx, run, events.PhaseModel, 0, "Thinking…", "The model is working on step "+fmt.Sprint(step)+".")
+	if run.modelAnnounced {
+		// The last tool call's "finished" progress said so already.
+		run.modelAnnounced = false
+	} else {
+		a.progress(ctx, run, events.PhaseModel, 0, "Thinking…", "The model is working on step "+fmt.Sprint(step)+".")
+	}
 	ctx, span := tracer().Start(ctx, "chat", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(semconv.GenAIOperationNameChat, attribute.String("parley.agent", run.Agent),
 			attribute.String("parley.run_id", run.RunID), attribute.Int("parley.step", step)))
@@ -319,15 +324,18 @@ func (a *Agent) toolProgress(ctx context.Context, run *Run, kind int, c *CallSta
 	case toolStarted:
 		a.progress(ctx, run, events.PhaseTool, 256+min(idx, 255), "Running "+name, name+" started.")
 	case toolFinished:
-		a.progress(ctx, run, events.PhaseTool, 512+min(run.count(callDone)+run.count(callAwaiting), 511), name+" finished",
-			fmt.Sprintf("%s finished (%d of %d tool calls of this step settled).", name, run.count(callDone)+run.count(callAwaiting), len(run.Calls)))
+		settled := run.count(callDone) + run.count(callAwaiting)
+		msg := fmt.Sprintf("%s finished (%d of %d tool calls of this step settled).", name, settled, len(run.Calls))
+		if run.count(callDone) == len(run.Calls) && run.Failed == nil {
+			// Every result is in: the model step follows at once, and
+			// this one progress says so instead of a second "Thinking…"
+			// (one JetStream message less per step with tool calls).
+			msg = fmt.Sprintf("%s finished (%d of %d tool calls of this step settled); the model is working on step %d.",
+				name, settled, len(run.Calls), run.Step+1)
+			run.modelAnnounced = true
+		}
+		a.progress(ctx, run, events.PhaseTool, 512+min(settled, 511), name+" finished", msg)
 	}
-}
-
-// waitingProgress reports that the turn waits for the user's answers.
-func (a *Agent) waitingProgress(ctx context.Context, run *Run, questions int) {
-	a.progress(ctx, run, events.PhaseWaiting, 0, "Waiting for your answer",
-		fmt.Sprintf("The turn is paused until %d question(s) are answered.", questions))
 }
 
 // Bounds of what the final message gathers from the turn's tool results.

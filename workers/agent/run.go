@@ -50,6 +50,11 @@ type Run struct {
 	// snapshot without it (a run paused before any checkpoint) is resumed
 	// without reading the record first.
 	Checkpointed bool `json:"checkpointed,omitempty"`
+
+	// modelAnnounced is set (never stored) when a tool call's "finished"
+	// progress announced the model step that follows, so modelStep does
+	// not publish its own "Thinking…".
+	modelAnnounced bool
 }
 
 // CallState is one tool call of the current step.

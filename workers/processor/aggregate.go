@@ -12,7 +12,7 @@ import (
 )
 
 // The thread's transitions, as pure functions over its stored records
-// (kvstate.Thread and kvstate.PausedTurn). The handlers in turns.go and
+// (Thread and kvstate.PausedTurn). The handlers in turns.go and
 // pause.go load the records, apply one of these inside a revision-checked
 // write, and publish what the result says; these functions decide. They
 // return kvstate.ErrNoChange when the event changes nothing (a duplicate,
@@ -41,15 +41,15 @@ const (
 // the stream before the pause was recorded (seq <= t.PauseMark) or when
 // the queue is full (then it is refused, and the pause stays). Only a
 // message sent after the pause supersedes it.
-func classifyMessage(t *kvstate.Thread, id string, seq uint64) msgAction {
+func classifyMessage(t *Thread, id string, seq uint64) msgAction {
 	if t.Seen(id) {
 		return msgDuplicate
 	}
 	switch t.State {
-	case kvstate.ThreadRunning:
+	case ThreadRunning:
 		return msgQueue
-	case kvstate.ThreadPaused:
-		if seq <= t.PauseMark || len(t.Queue) >= kvstate.MaxQueue {
+	case ThreadPaused:
+		if seq <= t.PauseMark || len(t.Queue) >= MaxQueue {
 			return msgQueue
 		}
 		return msgSupersede
@@ -63,7 +63,7 @@ func classifyMessage(t *kvstate.Thread, id string, seq uint64) msgAction {
 // errPauseChanged (the thread paused after the caller looked: look again).
 // It returns whether the message was refused (queue full) and the event
 // ID of the turn this started ("" if none).
-func applyMessage(t *kvstate.Thread, m kvstate.QueuedMessage, seq uint64, po pauseOutcome) (refused bool, started string, err error) {
+func applyMessage(t *Thread, m QueuedMessage, seq uint64, po pauseOutcome) (refused bool, started string, err error) {
 	act := classifyMessage(t, m.EventID, seq)
 	if act == msgSupersede && po.resuming && po.turnID == t.TurnID {
 		act = msgQueue // every answer is in: the resume is under way
@@ -80,15 +80,15 @@ func applyMessage(t *kvstate.Thread, m kvstate.QueuedMessage, seq uint64, po pau
 	t.LastTurnSeq = max(t.LastTurnSeq, seq)
 	switch act {
 	case msgQueue:
-		if len(t.Queue) >= kvstate.MaxQueue {
+		if len(t.Queue) >= MaxQueue {
 			t.Refuse(m.EventID)
 			return true, "", nil // recorded as handled and refused, not queued
 		}
 		t.Queue = append(t.Queue, m)
 		return false, "", nil
 	case msgSupersede:
-		sup := &kvstate.Supersession{TurnID: t.TurnID, By: m.EventID, Cancelled: po.cancelled, Expired: po.expired}
-		t.State, t.Pending, t.PauseMark = kvstate.ThreadIdle, nil, 0
+		sup := &Supersession{TurnID: t.TurnID, By: m.EventID, Cancelled: po.cancelled, Expired: po.expired}
+		t.State, t.Pending, t.PauseMark = ThreadIdle, nil, 0
 		t.Superseded = sup
 	}
 	// Idle now: the queue goes first, then this message.
@@ -103,7 +103,7 @@ func applyMessage(t *kvstate.Thread, m kvstate.QueuedMessage, seq uint64, po pau
 // startedByMessage returns the event ID of the turn whose run.requested a
 // redelivery of message id must publish again (it may have been lost):
 // the turn the message started, directly or by superseding a pause.
-func startedByMessage(t *kvstate.Thread, id string) string {
+func startedByMessage(t *Thread, id string) string {
 	if t.Superseded != nil && t.Superseded.By == id {
 		return t.Superseded.Started
 	}
@@ -111,8 +111,8 @@ func startedByMessage(t *kvstate.Thread, id string) string {
 }
 
 // startTurn makes m the thread's active turn.
-func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
-	t.State = kvstate.ThreadRunning
+func startTurn(t *Thread, m QueuedMessage) {
+	t.State = ThreadRunning
 	t.TurnID = events.DerivedID("turn", m.EventID)
 	t.RunID = t.TurnID
 	t.Agent = m.Agent
@@ -124,8 +124,8 @@ func startTurn(t *kvstate.Thread, m kvstate.QueuedMessage) {
 }
 
 // startNext starts the head of the queue on an idle thread.
-func startNext(t *kvstate.Thread) {
-	if t.State != kvstate.ThreadIdle || len(t.Queue) == 0 {
+func startNext(t *Thread) {
+	if t.State != ThreadIdle || len(t.Queue) == 0 {
 		return
 	}
 	next := t.Queue[0]
@@ -156,18 +156,18 @@ const (
 // only if it is newer than every outcome applied before; so a late copy of
 // an earlier pause of the turn (a processor frozen past AckWait, or killed
 // before acking) never reopens questions already answered.
-func classifyPause(t *kvstate.Thread, turnID, id string, runSeq uint64) outcomeAction {
+func classifyPause(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	if t.TurnID != turnID {
 		return outcomeStale
 	}
 	switch t.State {
-	case kvstate.ThreadPaused:
+	case ThreadPaused:
 		// The pause the thread is on (a record written before RunSeq
 		// existed is recognised by the event ID).
 		if t.RunSeq == runSeq || t.RunSeq == 0 && t.Seen(id) {
 			return outcomeRepeat
 		}
-	case kvstate.ThreadRunning:
+	case ThreadRunning:
 		if runSeq > t.RunSeq && !t.Seen(id) {
 			return outcomeApply
 		}
@@ -178,12 +178,12 @@ func classifyPause(t *kvstate.Thread, turnID, id string, runSeq uint64) outcomeA
 // applyPause records the pause of the active turn: its open questions
 // (ids), its stream position and the queue mark (the thread's last
 // turn.requested stream sequence when the pause is recorded).
-func applyPause(t *kvstate.Thread, turnID, id string, runSeq uint64, ids []string, mark uint64) error {
+func applyPause(t *Thread, turnID, id string, runSeq uint64, ids []string, mark uint64) error {
 	if classifyPause(t, turnID, id, runSeq) != outcomeApply {
 		return kvstate.ErrNoChange
 	}
 	t.MarkHandled(id)
-	t.State, t.Pending = kvstate.ThreadPaused, ids
+	t.State, t.Pending = ThreadPaused, ids
 	t.RunSeq = runSeq
 	t.PauseMark = max(mark, t.LastTurnSeq)
 	return nil
@@ -193,11 +193,11 @@ func applyPause(t *kvstate.Thread, turnID, id string, runSeq uint64, ids []strin
 // at PARLEY_RUNS stream sequence runSeq, does to t: it ends the active
 // turn (running, or paused when the agent gave up), unless it is older
 // than the last outcome applied.
-func classifyEnd(t *kvstate.Thread, turnID, id string, runSeq uint64) outcomeAction {
+func classifyEnd(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	switch {
 	case t.Seen(id):
 		return outcomeRepeat
-	case t.TurnID != turnID || t.State == kvstate.ThreadIdle || runSeq <= t.RunSeq:
+	case t.TurnID != turnID || t.State == ThreadIdle || runSeq <= t.RunSeq:
 		return outcomeStale
 	}
 	return outcomeApply
@@ -205,7 +205,7 @@ func classifyEnd(t *kvstate.Thread, turnID, id string, runSeq uint64) outcomeAct
 
 // applyEnd ends the active turn turnID (adding reply, if any, to the
 // history) and starts the next queued message.
-func applyEnd(t *kvstate.Thread, turnID, id string, runSeq uint64, reply *schema.ChatMessage) error {
+func applyEnd(t *Thread, turnID, id string, runSeq uint64, reply *schema.ChatMessage) error {
 	if classifyEnd(t, turnID, id, runSeq) != outcomeApply {
 		return kvstate.ErrNoChange
 	}
@@ -216,15 +216,15 @@ func applyEnd(t *kvstate.Thread, turnID, id string, runSeq uint64, reply *schema
 		// record small by leaving the blocks in turn.completed.
 		t.Append(schema.ChatMessage{Role: reply.Role, Text: reply.Text})
 	}
-	t.State, t.Pending, t.PauseMark = kvstate.ThreadIdle, nil, 0
+	t.State, t.Pending, t.PauseMark = ThreadIdle, nil, 0
 	startNext(t)
 	return nil
 }
 
 // applyAnswered removes answered (or withdrawn) questions from the paused
 // turn's open list, so an expiry names only what was still open.
-func applyAnswered(t *kvstate.Thread, turnID string, ids ...string) error {
-	if t.TurnID != turnID || t.State != kvstate.ThreadPaused {
+func applyAnswered(t *Thread, turnID string, ids ...string) error {
+	if t.TurnID != turnID || t.State != ThreadPaused {
 		return kvstate.ErrNoChange
 	}
 	open := slices.DeleteFunc(slices.Clone(t.Pending), func(id string) bool { return slices.Contains(ids, id) })
@@ -238,11 +238,11 @@ func applyAnswered(t *kvstate.Thread, turnID string, ids ...string) error {
 // applyResume marks the paused turn rec running again (its answers are
 // all in), remembering the answers used so a late redelivery of one, after
 // the paused record is replaced by the turn's next pause, is not rejected.
-func applyResume(t *kvstate.Thread, rec *kvstate.PausedTurn) error {
-	if t.TurnID != rec.TurnID || t.State != kvstate.ThreadPaused {
+func applyResume(t *Thread, rec *kvstate.PausedTurn) error {
+	if t.TurnID != rec.TurnID || t.State != ThreadPaused {
 		return kvstate.ErrNoChange
 	}
-	t.State, t.Pending, t.PauseMark = kvstate.ThreadRunning, nil, 0
+	t.State, t.Pending, t.PauseMark = ThreadRunning, nil, 0
 	for _, el := range rec.Elicitations {
 		if el.ResponseEventID != "" {
 			t.MarkHandled(el.ResponseEventID)
@@ -253,12 +253,12 @@ func applyResume(t *kvstate.Thread, rec *kvstate.PausedTurn) error {
 
 // applyExpiry ends the paused turn whose record expired: the questions
 // still open are recorded as expired, and the queue goes on.
-func applyExpiry(t *kvstate.Thread, now time.Time) error {
-	if t.State != kvstate.ThreadPaused {
+func applyExpiry(t *Thread, now time.Time) error {
+	if t.State != ThreadPaused {
 		return kvstate.ErrNoChange
 	}
-	t.Expired = &kvstate.Expiry{TurnID: t.TurnID, ElicitationIDs: t.Pending, At: now}
-	t.State, t.Pending, t.PauseMark = kvstate.ThreadIdle, nil, 0
+	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.Pending, At: now}
+	t.State, t.Pending, t.PauseMark = ThreadIdle, nil, 0
 	startNext(t)
 	return nil
 }

@@ -12,16 +12,16 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-func msg(id string) kvstate.QueuedMessage {
-	return kvstate.QueuedMessage{EventID: id, Agent: "default", Message: schema.ChatMessage{Role: schema.RoleUser, Text: id}}
+func msg(id string) QueuedMessage {
+	return QueuedMessage{EventID: id, Agent: "default", Message: schema.ChatMessage{Role: schema.RoleUser, Text: id}}
 }
 
 func turnOf(id string) string { return events.DerivedID("turn", id) }
 
 // running returns a thread running the turn started by m1, with the given
 // messages queued.
-func running(queued ...string) *kvstate.Thread {
-	t := &kvstate.Thread{Format: kvstate.ThreadFormat, ID: "t", State: kvstate.ThreadIdle}
+func running(queued ...string) *Thread {
+	t := &Thread{Format: ThreadFormat, ID: "t", State: ThreadIdle}
 	startTurn(t, msg("m1"))
 	t.MarkHandled("m1")
 	t.LastTurnSeq = 1
@@ -34,7 +34,7 @@ func running(queued ...string) *kvstate.Thread {
 }
 
 // pausedOn pauses t's active turn at runs sequence runSeq with mark.
-func pausedOn(t *kvstate.Thread, runSeq, mark uint64, ids ...string) *kvstate.Thread {
+func pausedOn(t *Thread, runSeq, mark uint64, ids ...string) *Thread {
 	if err := applyPause(t, t.TurnID, pauseID(runSeq), runSeq, ids, mark); err != nil {
 		panic(err)
 	}
@@ -43,7 +43,7 @@ func pausedOn(t *kvstate.Thread, runSeq, mark uint64, ids ...string) *kvstate.Th
 
 func pauseID(runSeq uint64) string { return "pause-" + strconv.FormatUint(runSeq, 10) }
 
-func queueIDs(t *kvstate.Thread) []string {
+func queueIDs(t *Thread) []string {
 	var ids []string
 	for _, m := range t.Queue {
 		ids = append(ids, m.EventID)
@@ -79,7 +79,7 @@ func TestClassifyRunOutcomes(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		thread *kvstate.Thread
+		thread *Thread
 		pause  bool // run.paused (else run.completed/failed)
 		turnID string
 		id     string
@@ -128,7 +128,7 @@ func TestClassifyRunOutcomes(t *testing.T) {
 func TestApplyMessageOrdering(t *testing.T) {
 	tests := []struct {
 		name        string
-		thread      func() *kvstate.Thread
+		thread      func() *Thread
 		id          string
 		seq         uint64
 		po          pauseOutcome
@@ -140,46 +140,46 @@ func TestApplyMessageOrdering(t *testing.T) {
 	}{
 		{
 			name:   "idle thread starts",
-			thread: func() *kvstate.Thread { return &kvstate.Thread{ID: "t", State: kvstate.ThreadIdle} },
-			id:     "m1", seq: 1, wantAct: msgStart, wantStarted: "m1", wantState: kvstate.ThreadRunning,
+			thread: func() *Thread { return &Thread{ID: "t", State: ThreadIdle} },
+			id:     "m1", seq: 1, wantAct: msgStart, wantStarted: "m1", wantState: ThreadRunning,
 		},
 		{
 			name:   "running thread queues",
-			thread: func() *kvstate.Thread { return running("m2") },
-			id:     "m3", seq: 3, wantAct: msgQueue, wantQueue: []string{"m2", "m3"}, wantState: kvstate.ThreadRunning,
+			thread: func() *Thread { return running("m2") },
+			id:     "m3", seq: 3, wantAct: msgQueue, wantQueue: []string{"m2", "m3"}, wantState: ThreadRunning,
 		},
 		{
 			name:   "message sent before the pause queues behind it (back to back)",
-			thread: func() *kvstate.Thread { return pausedOn(running(), 10, 2, "q1") },
-			id:     "m2", seq: 2, wantAct: msgQueue, wantQueue: []string{"m2"}, wantState: kvstate.ThreadPaused,
+			thread: func() *Thread { return pausedOn(running(), 10, 2, "q1") },
+			id:     "m2", seq: 2, wantAct: msgQueue, wantQueue: []string{"m2"}, wantState: ThreadPaused,
 		},
 		{
 			name:   "message sent after the pause supersedes it; the queue head runs first (FIFO)",
-			thread: func() *kvstate.Thread { return pausedOn(running("m2"), 10, 2, "q1") },
+			thread: func() *Thread { return pausedOn(running("m2"), 10, 2, "q1") },
 			id:     "m3", seq: 3, po: pauseOutcome{turnID: turnOf("m1"), cancelled: []string{"q1"}},
-			wantAct: msgSupersede, wantStarted: "m2", wantQueue: []string{"m3"}, wantState: kvstate.ThreadRunning,
+			wantAct: msgSupersede, wantStarted: "m2", wantQueue: []string{"m3"}, wantState: ThreadRunning,
 		},
 		{
 			name:   "supersede of an empty queue starts the message",
-			thread: func() *kvstate.Thread { return pausedOn(running(), 10, 1, "q1") },
+			thread: func() *Thread { return pausedOn(running(), 10, 1, "q1") },
 			id:     "m2", seq: 2, po: pauseOutcome{turnID: turnOf("m1"), cancelled: []string{"q1"}},
-			wantAct: msgSupersede, wantStarted: "m2", wantState: kvstate.ThreadRunning,
+			wantAct: msgSupersede, wantStarted: "m2", wantState: ThreadRunning,
 		},
 		{
 			name:   "supersede without withdrawing first: look again",
-			thread: func() *kvstate.Thread { return pausedOn(running(), 10, 1, "q1") },
-			id:     "m2", seq: 2, wantAct: msgSupersede, wantErr: errPauseChanged, wantState: kvstate.ThreadPaused,
+			thread: func() *Thread { return pausedOn(running(), 10, 1, "q1") },
+			id:     "m2", seq: 2, wantAct: msgSupersede, wantErr: errPauseChanged, wantState: ThreadPaused,
 		},
 		{
 			name:   "answers all in (resuming): queue",
-			thread: func() *kvstate.Thread { return pausedOn(running(), 10, 1, "q1") },
+			thread: func() *Thread { return pausedOn(running(), 10, 1, "q1") },
 			id:     "m2", seq: 2, po: pauseOutcome{turnID: turnOf("m1"), resuming: true},
-			wantAct: msgSupersede, wantQueue: []string{"m2"}, wantState: kvstate.ThreadPaused,
+			wantAct: msgSupersede, wantQueue: []string{"m2"}, wantState: ThreadPaused,
 		},
 		{
 			name:   "redelivery",
-			thread: func() *kvstate.Thread { return running("m2") },
-			id:     "m2", seq: 2, wantAct: msgDuplicate, wantErr: kvstate.ErrNoChange, wantQueue: []string{"m2"}, wantState: kvstate.ThreadRunning,
+			thread: func() *Thread { return running("m2") },
+			id:     "m2", seq: 2, wantAct: msgDuplicate, wantErr: kvstate.ErrNoChange, wantQueue: []string{"m2"}, wantState: ThreadRunning,
 		},
 	}
 	for _, tt := range tests {
@@ -215,7 +215,7 @@ func TestApplyMessageOrdering(t *testing.T) {
 // the paused turn's questions.
 func TestSupersedeWithFullQueueRefuses(t *testing.T) {
 	var ids []string
-	for i := range kvstate.MaxQueue {
+	for i := range MaxQueue {
 		ids = append(ids, "q"+string(rune('a'+i)))
 	}
 	th := pausedOn(running(ids...), 10, 1, "e1")
@@ -223,7 +223,7 @@ func TestSupersedeWithFullQueueRefuses(t *testing.T) {
 		t.Fatalf("classifyMessage(full queue) = %v, want msgQueue (refused, pause kept)", got)
 	}
 	refused, _, err := applyMessage(th, msg("late"), 100, pauseOutcome{})
-	if err != nil || !refused || th.State != kvstate.ThreadPaused {
+	if err != nil || !refused || th.State != ThreadPaused {
 		t.Errorf("applyMessage = refused %v, %v, state %s; want refused, paused", refused, err, th.State)
 	}
 }
@@ -291,7 +291,7 @@ func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	if th.Expired == nil || !slices.Equal(th.Expired.ElicitationIDs, []string{"q2"}) || th.Expired.TurnID != turn {
 		t.Errorf("Expired = %+v, want only q2 of %s", th.Expired, turn)
 	}
-	if th.State != kvstate.ThreadRunning || th.StartedBy != "m2" {
+	if th.State != ThreadRunning || th.StartedBy != "m2" {
 		t.Errorf("after expiry: %s started by %s, want the queued m2 running", th.State, th.StartedBy)
 	}
 }

@@ -14,18 +14,11 @@ import (
 // (kvstate stores, the bus client, the PARLEY_INPUT stream); the package
 // tests use in-memory fakes.
 
-// threadStore keeps thread records (kvstate.ThreadStore).
-type threadStore interface {
-	Load(ctx context.Context, id string) (*kvstate.Thread, uint64, error)
-	Mutate(ctx context.Context, id string, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error)
-	MutateAt(ctx context.Context, t *kvstate.Thread, rev uint64, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error)
-	Reset(ctx context.Context, id string) error
-}
-
 // pausedStore keeps paused turns (kvstate.PausedStore).
 type pausedStore interface {
 	Load(ctx context.Context, thread string) (*kvstate.PausedTurn, uint64, error)
 	Save(ctx context.Context, p *kvstate.PausedTurn) (uint64, error)
+	Update(ctx context.Context, p *kvstate.PausedTurn, rev uint64) (uint64, error)
 	Mutate(ctx context.Context, thread string, fn func(p *kvstate.PausedTurn) error) (*kvstate.PausedTurn, error)
 	Delete(ctx context.Context, thread string, rev uint64) error
 	ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, thread string) error) error
@@ -43,34 +36,6 @@ type inputReader interface {
 }
 
 var (
-	_ threadStore = (*kvstate.ThreadStore)(nil)
 	_ pausedStore = (*kvstate.PausedStore)(nil)
 	_ inputReader = jetstream.Stream(nil)
 )
-
-// inputSeqThreads is the thread store as the processor sees it: a record
-// written when integrator input was in PARLEY_CHAT has PARLEY_CHAT
-// sequences in LastTurnSeq and PauseMark, which do not compare with
-// PARLEY_INPUT's; they are read as unset (the order of the thread's
-// messages then comes from PARLEY_INPUT alone), and every write marks the
-// record's sequences as PARLEY_INPUT's.
-type inputSeqThreads struct{ threadStore }
-
-func inputSeqs(t *kvstate.Thread) {
-	if t != nil && !t.InputSeqs {
-		t.LastTurnSeq, t.PauseMark, t.InputSeqs = 0, 0, true
-	}
-}
-
-func (s inputSeqThreads) Load(ctx context.Context, id string) (*kvstate.Thread, uint64, error) {
-	t, rev, err := s.threadStore.Load(ctx, id)
-	inputSeqs(t)
-	return t, rev, err
-}
-
-func (s inputSeqThreads) Mutate(ctx context.Context, id string, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error) {
-	return s.threadStore.Mutate(ctx, id, func(t *kvstate.Thread) error {
-		inputSeqs(t)
-		return fn(t)
-	})
-}

@@ -8,5 +8,9 @@
 // expiry while every processor is down is announced when one starts).
 // Produces: parley.agent.run.requested|resumed, and on parley.chat.<thread>.:
 // turn.paused|completed|failed|rejected, elicitation.requested|rejected|expired|cancelled.
-// KV: parley_threads (thread ID), parley_paused (thread ID, per-key TTL).
+// KV: parley_threads (thread ID; the record is Thread, in thread.go, read by
+// no other package), parley_paused (thread ID, per-key TTL). Both are cached
+// by KV revision (threads.go, pausedcache.go): a write from the cache is
+// revision-checked, and any decision a stale record could make differently
+// is taken again on a fresh read, so any number of replicas may run.
 package processor

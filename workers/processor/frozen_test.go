@@ -2,39 +2,41 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
 // frozen returns, once, a snapshot of the thread taken earlier: the
 // processor loaded the thread, froze (SIGSTOP) past AckWait, and continues.
 type frozen struct {
-	threadStore
-	snap *kvstate.Thread
+	threadRecords
+	snap *Thread
 }
 
-func (f *frozen) Load(ctx context.Context, id string) (*kvstate.Thread, uint64, error) {
+func (f *frozen) Load(ctx context.Context, id string) (*Thread, uint64, error) {
 	if f.snap != nil {
 		s := f.snap
 		f.snap = nil
 		return s, 1, nil
 	}
-	return f.threadStore.Load(ctx, id)
+	return f.threadRecords.Load(ctx, id)
 }
 
 // frozenReplay drives turn 1 (paused as q1, answered, completed) and turn 2,
 // then lets a processor that read the thread while turn 1 was running
 // apply turn 1's pause late. pauseT2 says whether turn 2 pauses (q2) first;
 // lose drops turn 1's paused record before the late pause (its TTL ran out).
-func frozenReplay(t *testing.T, pauseT2, lose bool) *harness {
+// fromCache: the replica's thread cache holds what it read, instead of a
+// read returning it.
+func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
 	}
-	snap, _, _ := h.p.threads.Load(h.ctx, "t") // turn 1 running: what the frozen processor saw
+	snap, snapRev, _ := h.p.threads.Load(h.ctx, "t") // turn 1 running: what the frozen processor saw
 	turn := events.DerivedID("turn", "m1")
 	h.pause("m1", "p1", 10, "q1") // handled by another replica
 	h.answer("a1", "q1")
@@ -49,7 +51,13 @@ func frozenReplay(t *testing.T, pauseT2, lose bool) *harness {
 	if lose {
 		delete(h.paused.recs, "t")
 	}
-	h.p.threads = &frozen{threadStore: h.p.threads, snap: snap}
+	if fromCache {
+		// The frozen replica's cache holds the record it saw.
+		h.p.threads = newThreads(h.threads, true)
+		h.p.threads.remember(snap, snapRev)
+	} else {
+		h.p.threads = newThreads(&frozen{threadRecords: h.threads, snap: snap}, false)
+	}
 	h.pause("m1", "p1", 10, "q1") // the frozen replica continues with p1
 	return h
 }
@@ -68,7 +76,13 @@ func rejectedFor(h *harness, id string) string {
 // A late pause of an earlier turn never replaces a later turn's paused
 // record, and the later turn's answer resumes it.
 func TestFrozenPauseAcrossTurns(t *testing.T) {
-	h := frozenReplay(t, true, false)
+	for _, fromCache := range []bool{false, true} {
+		t.Run(fmt.Sprint("fromCache=", fromCache), func(t *testing.T) { frozenPauseAcrossTurns(t, fromCache) })
+	}
+}
+
+func frozenPauseAcrossTurns(t *testing.T, fromCache bool) {
+	h := frozenReplay(t, true, false, fromCache)
 	rec, _, err := h.paused.Load(h.ctx, "t")
 	if err != nil || rec.Find("q2") == nil {
 		t.Fatalf("the late pause of turn 1 replaced turn 2's paused record: %+v, %v", rec, err)
@@ -92,16 +106,18 @@ func TestFrozenPauseReanswer(t *testing.T) {
 		{"turn 2 running", false, false, events.RejectAlreadyConsumed},
 		{"turn 1 record gone", false, true, events.RejectUnknownOrExpired},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			h := frozenReplay(t, c.pauseT2, c.lose)
-			n := len(h.pub.of(events.TypeRunResumed))
-			h.answer("a3", "q1")
-			if got := len(h.pub.of(events.TypeRunResumed)); got != n {
-				t.Errorf("a second answer to q1 of an ended turn resumed a run")
-			}
-			if got := rejectedFor(h, "a3"); got != c.want {
-				t.Errorf("second answer to q1: rejected %q, want %q", got, c.want)
-			}
-		})
+		for _, fromCache := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fromCache=%v", c.name, fromCache), func(t *testing.T) {
+				h := frozenReplay(t, c.pauseT2, c.lose, fromCache)
+				n := len(h.pub.of(events.TypeRunResumed))
+				h.answer("a3", "q1")
+				if got := len(h.pub.of(events.TypeRunResumed)); got != n {
+					t.Errorf("a second answer to q1 of an ended turn resumed a run")
+				}
+				if got := rejectedFor(h, "a3"); got != c.want {
+					t.Errorf("second answer to q1: rejected %q, want %q", got, c.want)
+				}
+			})
+		}
 	}
 }

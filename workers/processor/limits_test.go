@@ -55,7 +55,7 @@ func TestOversizedBlocksRejected(t *testing.T) {
 		}
 	}
 	th, _, _ := h.p.threads.Load(h.ctx, "t")
-	if len(th.Queue) != 0 || len(th.History) != 0 || th.State != kvstate.ThreadIdle || len(h.runsStarted()) != 0 {
+	if len(th.Queue) != 0 || len(th.History) != 0 || th.State != ThreadIdle || len(h.runsStarted()) != 0 {
 		t.Fatalf("thread after oversized messages: %+v", th)
 	}
 }

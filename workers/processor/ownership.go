@@ -8,7 +8,6 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -79,7 +78,7 @@ func (p *Processor) identify(principal string, e *event.Event, claim, claimField
 // mayUse reports (nil) whether who may send messages to and answer the
 // questions of thread t: it is t's owner or one t was shared with, or t has
 // no owner yet.
-func mayUse(t *kvstate.Thread, who events.Identity) error {
+func mayUse(t *Thread, who events.Identity) error {
 	if t.Owner == nil || t.Owner.Same(who) || slices.ContainsFunc(t.Shared, who.Same) {
 		return nil
 	}
@@ -88,7 +87,7 @@ func mayUse(t *kvstate.Thread, who events.Identity) error {
 
 // checkOwnership reports (nil) whether applyOwnership would accept who's
 // message sharing t with share, without changing t.
-func checkOwnership(t *kvstate.Thread, who events.Identity, share []events.Identity) error {
+func checkOwnership(t *Thread, who events.Identity, share []events.Identity) error {
 	c := *t
 	c.Owner = nil
 	if t.Owner != nil {
@@ -102,7 +101,7 @@ func checkOwnership(t *kvstate.Thread, who events.Identity, share []events.Ident
 // applyOwnership records who, sending a message to t that shares it with
 // share: the owner of a thread that has none, and the grants. Only the
 // owner may share; the grants are bounded by events.MaxShares.
-func applyOwnership(t *kvstate.Thread, who events.Identity, share []events.Identity) error {
+func applyOwnership(t *Thread, who events.Identity, share []events.Identity) error {
 	if err := mayUse(t, who); err != nil {
 		return err
 	}

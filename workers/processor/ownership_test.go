@@ -153,7 +153,7 @@ func TestMessageFromNonOwnerForbiddenAndShares(t *testing.T) {
 		t.Fatalf("message from another principal: rejection %q, want forbidden", r)
 	}
 	th, _, _ := h.p.threads.Load(h.ctx, "t")
-	if len(th.Queue) != 0 || th.State != kvstate.ThreadPaused || len(h.pub.of(events.TypeElicitationCancelled)) != 0 {
+	if len(th.Queue) != 0 || th.State != ThreadPaused || len(h.pub.of(events.TypeElicitationCancelled)) != 0 {
 		t.Fatalf("after the refused message: state %s, queue %d, cancelled %d; want paused, nothing queued or withdrawn",
 			th.State, len(th.Queue), len(h.pub.of(events.TypeElicitationCancelled)))
 	}
@@ -189,13 +189,12 @@ func TestLegacyChatSequencesIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.pause("m1", "p1", 10, "q1")
-	mem := h.p.threads.(inputSeqThreads).threadStore
-	if _, err := mem.Mutate(h.ctx, "t", func(th *kvstate.Thread) error {
-		th.InputSeqs, th.LastTurnSeq, th.PauseMark = false, 500, 500 // as an older version wrote it
-		return nil
-	}); err != nil {
+	th, rev, _ := h.threads.Load(h.ctx, "t")
+	th.InputSeqs, th.LastTurnSeq, th.PauseMark = false, 500, 500 // as an older version wrote it
+	if _, err := h.threads.Save(h.ctx, th, rev); err != nil {
 		t.Fatal(err)
 	}
+	h.p.threads = newThreads(h.threads, true) // a replica that has not read it yet
 	if err := h.message("m2", 2); err != nil {
 		t.Fatal(err)
 	}

@@ -28,11 +28,22 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	if len(in.Elicitations) == 0 {
 		return fmt.Errorf("run.paused without elicitations: %w", errors.New("data.elicitations: required"))
 	}
-	t, trev, err := p.threads.Load(ctx, thread)
+	// From the cache when there; anything but "apply" is read again
+	// (a cached record may be behind). An apply decided on a record that
+	// turns out behind is caught by the thread's revision-checked write
+	// below, as one decided on a fresh read that another replica changed.
+	t, trev, cached, err := p.threads.view(ctx, thread)
 	if err != nil {
 		return err
 	}
-	switch classifyPause(t, in.TurnID, e.ID(), d.StreamSeq) {
+	act := classifyPause(t, in.TurnID, e.ID(), d.StreamSeq)
+	if act != outcomeApply && cached {
+		if t, trev, err = p.threads.Load(ctx, thread); err != nil {
+			return err
+		}
+		act, cached = classifyPause(t, in.TurnID, e.ID(), d.StreamSeq), false
+	}
+	switch act {
 	case outcomeStale:
 		p.log.InfoContext(ctx, "ignoring a stale pause (the turn is not active, or moved past it)", "subject", thread,
 			"turn_id", in.TurnID, "stream_seq", d.StreamSeq, "last_applied", t.RunSeq)
@@ -60,7 +71,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 			return fmt.Errorf("storing paused turn: %w", err)
 		}
 		ids := rec.PendingIDs()
-		if t, err = p.threads.MutateAt(ctx, t, trev, func(t *kvstate.Thread) error {
+		if t, err = p.threads.MutateAt(ctx, t, trev, cached, func(t *Thread) error {
 			return applyPause(t, in.TurnID, e.ID(), d.StreamSeq, ids, mark)
 		}); err != nil {
 			return err
@@ -203,11 +214,22 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	// consumes nothing.
 	who, err := p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
 	if err == nil {
-		var t *kvstate.Thread
-		if t, _, err = p.threads.Load(ctx, thread); err != nil {
+		var (
+			t      *Thread
+			cached bool
+		)
+		if t, _, cached, err = p.threads.view(ctx, thread); err != nil {
 			return p.failIncompatible(ctx, thread, err)
 		}
-		err = mayUse(t, who)
+		if err = mayUse(t, who); cached && (err != nil || t.Owner == nil) {
+			// A cached record is trusted only to allow, and only once it
+			// has an owner (set once; grants only grow): it may be
+			// behind the message that claimed the thread, or a share.
+			if t, _, err = p.threads.Load(ctx, thread); err != nil {
+				return p.failIncompatible(ctx, thread, err)
+			}
+			err = mayUse(t, who)
+		}
 	}
 	if detail, ok := isForbidden(err); ok {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
@@ -277,7 +299,7 @@ func (p *Processor) markAnswered(ctx context.Context, rec *kvstate.PausedTurn, i
 	if rec.Settled() {
 		return nil
 	}
-	_, err := p.threads.Mutate(ctx, rec.Thread, func(t *kvstate.Thread) error {
+	_, err := p.threads.Mutate(ctx, rec.Thread, func(t *Thread) error {
 		return applyAnswered(t, rec.TurnID, id)
 	})
 	return err
@@ -303,13 +325,13 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 	if !rec.Settled() {
 		return nil
 	}
-	t, err := p.threads.Mutate(ctx, rec.Thread, func(t *kvstate.Thread) error {
+	t, err := p.threads.Mutate(ctx, rec.Thread, func(t *Thread) error {
 		return applyResume(t, rec)
 	})
 	if err != nil {
 		return err
 	}
-	if t.TurnID != rec.TurnID || t.State != kvstate.ThreadRunning {
+	if t.TurnID != rec.TurnID || t.State != ThreadRunning {
 		return nil // the thread moved on (new message, expiry)
 	}
 	var answers []events.Answer
@@ -363,11 +385,11 @@ func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, 
 		cause.Error(), nil); err != nil {
 		return err
 	}
-	t, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
-		if t.State != kvstate.ThreadPaused {
+	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+		if t.State != ThreadPaused {
 			return kvstate.ErrNoChange
 		}
-		t.State, t.Pending = kvstate.ThreadIdle, nil
+		t.State, t.Pending = ThreadIdle, nil
 		return nil
 	})
 	if err != nil {
@@ -392,7 +414,7 @@ func (p *Processor) onExpired(ctx context.Context, thread string) error {
 		}
 		return nil
 	}
-	t, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		// Messages that queued behind the paused turn go on now.
 		return applyExpiry(t, time.Now().UTC())
 	})

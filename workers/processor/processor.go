@@ -44,6 +44,11 @@ type Options struct {
 	// thread or answered a question; a claim from any other principal is
 	// rejected forbidden. Optional. Default: DefaultTrustedPrincipals.
 	TrustedPrincipals []string
+	// NoThreadCache turns off the cache of thread and paused records
+	// (threads.go, pausedcache.go): every handler then reads the records
+	// from the buckets. Optional.
+	// Default: false (cached; correct with any number of replicas).
+	NoThreadCache bool
 }
 
 // DefaultTrustedPrincipals is the default of Options.TrustedPrincipals:
@@ -54,7 +59,7 @@ var DefaultTrustedPrincipals = []string{events.PrincipalGateway}
 type Processor struct {
 	bus     *bus.Client // consumes (Run)
 	pub     publisher
-	threads threadStore
+	threads *threads
 	paused  pausedStore
 	input   inputReader
 	opts    Options
@@ -95,7 +100,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 		}
 	}
 	js := b.JetStream()
-	threads, err := kvstate.OpenThreads(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
+	threads, err := openThreads(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +112,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return &Processor{bus: b, pub: b, threads: inputSeqThreads{threads}, paused: paused, input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return &Processor{bus: b, pub: b, threads: newThreads(threads, !o.NoThreadCache), paused: newPausedCache(paused, !o.NoThreadCache), input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
 }
 
 // Run consumes integrator input (PARLEY_INPUT) and run outcomes and watches for expired pauses

@@ -32,62 +32,42 @@ type memThreads struct {
 	mu   sync.Mutex
 	recs map[string]memRecord
 	rev  uint64
+	// loads counts Load calls (reads of the bucket).
+	loads int
 }
 
-func (m *memThreads) load(id string) (*kvstate.Thread, uint64) {
+func (m *memThreads) load(id string) (*Thread, uint64) {
 	r, ok := m.recs[id]
 	if !ok {
-		return &kvstate.Thread{Format: kvstate.ThreadFormat, ID: id, State: kvstate.ThreadIdle}, 0
+		return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle}, 0
 	}
-	var t kvstate.Thread
+	var t Thread
 	if err := json.Unmarshal(r.data, &t); err != nil {
 		panic(err)
 	}
 	return &t, r.rev
 }
 
-func (m *memThreads) Load(_ context.Context, id string) (*kvstate.Thread, uint64, error) {
+func (m *memThreads) Load(_ context.Context, id string) (*Thread, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.loads++
 	t, rev := m.load(id)
 	return t, rev, nil
 }
 
-func (m *memThreads) Mutate(_ context.Context, id string, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error) {
+// Save follows threadBucket.Save: revision-checked (0: must not exist).
+func (m *memThreads) Save(_ context.Context, t *Thread, rev uint64) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t, _ := m.load(id)
-	if err := fn(t); err != nil {
-		if errors.Is(err, kvstate.ErrNoChange) {
-			return t, nil
-		}
-		return nil, err
-	}
-	data, _ := json.Marshal(t)
-	m.rev++
-	m.recs[id] = memRecord{data, m.rev}
-	return t, nil
-}
-
-// MutateAt follows kvstate.ThreadStore.MutateAt: fn runs on t when rev is
-// still current, else on a fresh load.
-func (m *memThreads) MutateAt(ctx context.Context, t *kvstate.Thread, rev uint64, fn func(t *kvstate.Thread) error) (*kvstate.Thread, error) {
-	m.mu.Lock()
 	if _, cur := m.load(t.ID); cur != rev {
-		m.mu.Unlock()
-		return m.Mutate(ctx, t.ID, fn)
+		return 0, kvstate.ErrConflict
 	}
-	defer m.mu.Unlock()
-	if err := fn(t); err != nil {
-		if errors.Is(err, kvstate.ErrNoChange) {
-			return t, nil
-		}
-		return nil, err
-	}
+	t.Format = ThreadFormat
 	data, _ := json.Marshal(t)
 	m.rev++
 	m.recs[t.ID] = memRecord{data, m.rev}
-	return t, nil
+	return m.rev, nil
 }
 
 func (m *memThreads) Reset(_ context.Context, id string) error {
@@ -103,6 +83,8 @@ type memPaused struct {
 	mu   sync.Mutex
 	recs map[string]memRecord
 	rev  uint64
+	// loads and saves count Load and Save calls.
+	loads, saves int
 }
 
 func (m *memPaused) load(thread string) (*kvstate.PausedTurn, uint64, error) {
@@ -133,12 +115,14 @@ func (m *memPaused) put(p *kvstate.PausedTurn) (uint64, error) {
 func (m *memPaused) Load(_ context.Context, thread string) (*kvstate.PausedTurn, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.loads++
 	return m.load(thread)
 }
 
 func (m *memPaused) Save(_ context.Context, p *kvstate.PausedTurn) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.saves++
 	p.Format = kvstate.PausedFormat
 	if old, rev, err := m.load(p.Thread); err == nil {
 		switch {
@@ -151,6 +135,18 @@ func (m *memPaused) Save(_ context.Context, p *kvstate.PausedTurn) (uint64, erro
 			return 0, kvstate.ErrConflict
 		}
 	}
+	return m.put(p)
+}
+
+// Update follows kvstate.PausedStore.Update: revision-checked, and no
+// write past ExpiresAt.
+func (m *memPaused) Update(_ context.Context, p *kvstate.PausedTurn, rev uint64) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.recs[p.Thread]; !ok || r.rev != rev {
+		return 0, kvstate.ErrConflict
+	}
+	p.Format = kvstate.PausedFormat
 	return m.put(p)
 }
 
@@ -250,17 +246,20 @@ type harness struct {
 	pub    *memPub
 	chat   *memChat
 	paused *memPaused
-	ctx    context.Context
+	// threads is the stored thread records (p.threads caches them).
+	threads *memThreads
+	ctx     context.Context
 }
 
 func newHarness(t *testing.T) *harness {
 	pub := &memPub{}
 	chat := &memChat{last: map[string]uint64{}}
 	paused := &memPaused{recs: map[string]memRecord{}}
-	p := &Processor{pub: pub, threads: inputSeqThreads{&memThreads{recs: map[string]memRecord{}}}, paused: paused, input: chat,
+	mem := &memThreads{recs: map[string]memRecord{}}
+	p := &Processor{pub: pub, threads: newThreads(mem, true), paused: newPausedCache(paused, true), input: chat,
 		opts: Options{PauseTTL: time.Hour, DefaultAgent: "default", OrderWait: time.Second},
 		log:  slog.New(slog.DiscardHandler)}
-	return &harness{t: t, p: p, pub: pub, chat: chat, paused: paused, ctx: t.Context()}
+	return &harness{t: t, p: p, pub: pub, chat: chat, paused: paused, threads: mem, ctx: t.Context()}
 }
 
 // inStream records that a turn.requested of thread t is in PARLEY_INPUT at seq.

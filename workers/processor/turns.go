@@ -49,14 +49,14 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
-	loaded, loadedRev, err := p.awaitPredecessors(ctx, thread, d)
+	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, d)
 	if err != nil {
 		return err
 	}
 	if ierr != nil { // a claim this principal may not make
 		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ierr)
 	}
-	queued := kvstate.QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: who.OnBehalfOf, Message: in.Message,
+	queued := QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: who.OnBehalfOf, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
 
 	// A message sent after the thread's turn paused supersedes it: its
@@ -67,14 +67,14 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	// expired means the old turn is over. If the thread pauses between
 	// the look and the write, look again.
 	var (
-		t       *kvstate.Thread
+		t       *Thread
 		po      pauseOutcome
 		refused bool
 		started string
 	)
 	for attempt := 0; ; attempt++ {
-		cur, rev := loaded, loadedRev
-		loaded = nil
+		cur, rev, cached := loaded, loadedRev, loadedCached
+		loaded, loadedCached = nil, false
 		if cur == nil {
 			if cur, rev, err = p.threads.Load(ctx, thread); err != nil {
 				return p.failIncompatible(ctx, thread, err)
@@ -84,16 +84,23 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		// Only the thread's owner and those it was shared with may send
 		// to it: checked before anything (a paused turn's questions) is
 		// touched, and again in the write.
-		if err := checkOwnership(cur, who, in.Share); err != nil && !cur.Seen(e.ID()) {
-			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		// A cached record is read afresh before it refuses the message
+		// or withdraws a pause (it may be behind a share or a resume).
+		ownErr := checkOwnership(cur, who, in.Share)
+		act := classifyMessage(cur, e.ID(), d.StreamSeq)
+		if cached && (ownErr != nil || act == msgSupersede) {
+			continue
 		}
-		if classifyMessage(cur, e.ID(), d.StreamSeq) == msgSupersede {
+		if ownErr != nil && !cur.Seen(e.ID()) {
+			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ownErr)
+		}
+		if act == msgSupersede {
 			if po, err = p.withdraw(ctx, cur, e.ID()); err != nil {
 				return err
 			}
 		}
 		// From cur if it is still current (a conflict reads again).
-		t, err = p.threads.MutateAt(ctx, cur, rev, func(t *kvstate.Thread) error {
+		t, err = p.threads.MutateAt(ctx, cur, rev, cached, func(t *Thread) error {
 			if !t.Seen(e.ID()) {
 				if err := applyOwnership(t, who, in.Share); err != nil {
 					return err
@@ -121,7 +128,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
-				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", kvstate.MaxQueue)}}})
+				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", MaxQueue)}}})
 	}
 	if started == "" {
 		// Queued, or a redelivery: repeat what the first attempt may not
@@ -163,7 +170,7 @@ func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint6
 // dealt with (refused or dead-lettered) without queueing, so later
 // messages of the thread stop waiting for it.
 func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) error {
-	_, err := p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+	_, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		if t.LastTurnSeq >= seq {
 			return kvstate.ErrNoChange
 		}
@@ -181,36 +188,52 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // subject-filtered get of the next message after the last recorded one),
 // heartbeating the message, for up to OrderWait; then it returns an error
 // so the message is retried later.
-// When the message may go on, it returns the thread as last read and its
-// revision (nil when that read failed: the caller reads again and reports).
-func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*kvstate.Thread, uint64, error) {
+// When the message may go on, it returns the thread as last read, its
+// revision and whether it came from the cache (nil when that read failed:
+// the caller reads again and reports). A cached record only ever lets the
+// message go sooner when it is current (its LastTurnSeq and Handled only
+// grow), so one that says "wait" is read again before waiting.
+func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
 	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
-	for {
-		t, rev, err := p.threads.Load(ctx, thread)
+	for fresh := false; ; fresh = true {
+		var (
+			t      *Thread
+			rev    uint64
+			cached bool
+			err    error
+		)
+		if fresh {
+			t, rev, err = p.threads.Load(ctx, thread)
+		} else {
+			t, rev, cached, err = p.threads.view(ctx, thread)
+		}
 		if err != nil {
-			return nil, 0, nil // handled (and reported) by the caller
+			return nil, 0, false, nil // handled (and reported) by the caller
 		}
 		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
-			return t, rev, nil // recorded already, or a late message: take it now
+			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
 		next, err := p.input.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return t, rev, nil
+			return t, rev, cached, nil
 		case err != nil:
-			return nil, 0, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+			return nil, 0, false, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
 		case next.Sequence >= d.StreamSeq:
-			return t, rev, nil // this is the next message of the thread
+			return t, rev, cached, nil // this is the next message of the thread
+		}
+		if cached {
+			continue // the record may be behind: read it before waiting
 		}
 		if time.Now().After(deadline) {
 			// Free the slot (the earlier message may need it) and come back.
-			return nil, 0, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
+			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
 		_ = d.Msg.InProgress()
 		select {
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, 0, false, ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -266,8 +289,8 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 
 // requestRun publishes run.requested for the thread's active turn if the
 // event startedBy started it (again after a crash: the ID is deterministic).
-func (p *Processor) requestRun(ctx context.Context, t *kvstate.Thread, startedBy string) error {
-	if t.State != kvstate.ThreadRunning || t.StartedBy != startedBy {
+func (p *Processor) requestRun(ctx context.Context, t *Thread, startedBy string) error {
+	if t.State != ThreadRunning || t.StartedBy != startedBy {
 		return nil
 	}
 	e, err := events.NewWithID(events.DerivedID("run.requested", t.RunID), events.SourceProcessor,
@@ -298,7 +321,7 @@ var errPauseChanged = errors.New("the thread's pause changed")
 // withdraw settles the paused turn of t for the new message by: its open
 // questions are marked cancelled (a revision-checked update, so an answer
 // racing it either wins first or is refused); see planWithdraw.
-func (p *Processor) withdraw(ctx context.Context, t *kvstate.Thread, by string) (pauseOutcome, error) {
+func (p *Processor) withdraw(ctx context.Context, t *Thread, by string) (pauseOutcome, error) {
 	var (
 		po    pauseOutcome
 		wrote bool
@@ -325,7 +348,7 @@ func (p *Processor) withdraw(ctx context.Context, t *kvstate.Thread, by string) 
 }
 
 // announceEnd tells integrators how the superseded paused turn ended.
-func (p *Processor) announceEnd(ctx context.Context, thread string, sup *kvstate.Supersession) error {
+func (p *Processor) announceEnd(ctx context.Context, thread string, sup *Supersession) error {
 	switch {
 	case len(sup.Cancelled) > 0:
 		return p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
@@ -344,16 +367,16 @@ func (p *Processor) announceEnd(ctx context.Context, thread string, sup *kvstate
 // finishTurn ends the thread's active turn (if the outcome eventID of
 // turnID, at runs stream sequence runSeq, is not stale) and starts the
 // next queued message.
-func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*kvstate.Thread, error) {
-	return p.threads.Mutate(ctx, thread, func(t *kvstate.Thread) error {
+func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*Thread, error) {
+	return p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		return applyEnd(t, turnID, eventID, runSeq, reply)
 	})
 }
 
 // finishTurnAt is finishTurn from the thread t just loaded at rev (one
 // read fewer); t is changed.
-func (p *Processor) finishTurnAt(ctx context.Context, t *kvstate.Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*kvstate.Thread, error) {
-	return p.threads.MutateAt(ctx, t, rev, func(t *kvstate.Thread) error {
+func (p *Processor) finishTurnAt(ctx context.Context, t *Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*Thread, error) {
+	return p.threads.MutateAt(ctx, t, rev, false, func(t *Thread) error {
 		return applyEnd(t, turnID, eventID, runSeq, reply)
 	})
 }
@@ -364,6 +387,9 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 	if in.TurnID == "" {
 		return bus.Permanent(errors.New("data.turnId: required"))
 	}
+	// A fresh read, not the cache: turn.completed is published before
+	// the thread records the end (so no later turn of the thread can end
+	// before it is announced), which needs a current record to decide on.
 	t, rev, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
@@ -393,7 +419,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 
 // startedBy returns the turn.requested event ID that started turnID, if
 // it is the thread's active turn.
-func startedBy(t *kvstate.Thread, turnID string) string {
+func startedBy(t *Thread, turnID string) string {
 	if t.TurnID == turnID {
 		return t.StartedBy
 	}
@@ -401,7 +427,7 @@ func startedBy(t *kvstate.Thread, turnID string) string {
 }
 
 // requestNext publishes run.requested for a turn started from the queue.
-func (p *Processor) requestNext(ctx context.Context, t *kvstate.Thread) error {
+func (p *Processor) requestNext(ctx context.Context, t *Thread) error {
 	return p.requestRun(ctx, t, t.StartedBy)
 }
 

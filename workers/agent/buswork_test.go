@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// The bus work of a step with tool calls (issue 10 item 6): a read-only
+// call gets no decision record (the tool-executor never reads one for it)
+// while a call that is not read-only does, and the last tool call's
+// "finished" progress announces the model step instead of a second
+// "Thinking…".
+func TestToolStepBusWork(t *testing.T) {
+	rules := `{"rules":[{"name":"r","match":".","steps":[{"tool_calls":[
+	  {"name":"look","arguments":{}},{"name":"edit","arguments":{}}]},
+	  {"text":"done"}]}],"fallback":"?"}`
+	r := newRig(t, rules, allowAll, tool("look", true, `{"type":"object"}`), tool("edit", false, `{"type":"object"}`))
+	var (
+		mu       sync.Mutex
+		statuses []string
+		messages []string
+	)
+	sub, err := r.b.Conn().Subscribe(events.ChatSubject("t1", events.ChatProgress), func(m *nats.Msg) {
+		e, err := events.Decode(events.Header(m.Header), m.Data)
+		if err != nil {
+			t.Errorf("progress: %v", err)
+			return
+		}
+		p, _ := events.Data[schema.Progress](e)
+		st, _ := p.Meta.StatusItem()
+		mu.Lock()
+		statuses, messages = append(statuses, st), append(messages, p.Message)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := r.request("run7", user("go")); err != nil {
+		t.Fatal(err)
+	}
+	decisions, err := kvstate.OpenDecisions(r.ctx, r.b.JetStream(), 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decisions.Get(r.ctx, "run7", "call_0_0", 0); !errors.Is(err, kvstate.ErrNotFound) {
+		t.Errorf("decision record of the read-only call: %v, want none (ErrNotFound)", err)
+	}
+	if rec, err := decisions.Get(r.ctx, "run7", "call_0_1", 0); err != nil || rec.Tool != "edit" {
+		t.Errorf("decision record of the call that is not read-only: %+v, %v; want one for edit", rec, err)
+	}
+	for _, id := range []string{"call_0_0", "call_0_1"} {
+		if err := r.result(events.ToolResult{RunID: "run7", CallID: id, Result: &schema.CallToolResult{
+			Content: schema.ContentList{schema.Text("ok")}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if done := r.completed(); done.Message.Text != "done" {
+		t.Fatalf("final = %q", done.Message.Text)
+	}
+	want := "Thinking…|Checking look|Checking edit|Running look|Running edit|look finished|edit finished"
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		got, last := strings.Join(statuses, "|"), ""
+		if len(messages) > 0 {
+			last = messages[len(messages)-1]
+		}
+		mu.Unlock()
+		if got == want && strings.Contains(last, "the model is working on step 2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("progress statuses %q (last message %q), want %q, the last announcing step 2", got, last, want)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// The thread record: the processor's own state of a conversation, stored
+// in kvstate.BucketThreads and read by no other package (the bench and
+// the tests decode only what they need of it).
+
+// Thread states.
+const (
+	ThreadIdle    = "idle"
+	ThreadRunning = "running"
+	ThreadPaused  = "paused"
+)
+
+// QueuedMessage is a user message waiting for the thread's active turn.
+type QueuedMessage struct {
+	EventID string `json:"eventId"`
+	// TraceParent is the trace context the message arrived in.
+	TraceParent string             `json:"traceparent,omitempty"`
+	Agent       string             `json:"agent"`
+	User        string             `json:"user,omitempty"`
+	Message     schema.ChatMessage `json:"message"`
+}
+
+// Expiry names a paused turn that expired and its questions.
+type Expiry struct {
+	TurnID         string    `json:"turnId"`
+	ElicitationIDs []string  `json:"elicitationIds"`
+	At             time.Time `json:"at"`
+}
+
+// Supersession is a paused turn ended by a new user message.
+type Supersession struct {
+	// TurnID is the superseded turn.
+	TurnID string `json:"turnId"`
+	// By is the turn.requested event ID of the superseding message.
+	By string `json:"by"`
+	// Started is the turn.requested event ID of the turn started then (the
+	// head of the queue, which is By only when nothing was queued).
+	Started string `json:"started,omitempty"`
+	// Cancelled are the questions withdrawn; Expired those found expired.
+	Cancelled []string `json:"cancelled,omitempty"`
+	Expired   []string `json:"expired,omitempty"`
+}
+
+// ThreadFormat is the format version of Thread.
+const ThreadFormat = 1
+
+// Thread is a conversation: its state, bounded history, active turn and the
+// messages queued behind it (FIFO).
+type Thread struct {
+	Format int    `json:"format"`
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	Agent  string `json:"agent,omitempty"`
+	TurnID string `json:"turnId,omitempty"`
+	RunID  string `json:"runId,omitempty"`
+	// LastTurnSeq is the highest PARLEY_INPUT stream sequence of a
+	// turn.requested recorded for the thread (started, queued, rejected or
+	// dead-lettered): later messages wait for earlier ones (FIFO).
+	LastTurnSeq uint64 `json:"lastTurnSeq,omitempty"`
+	// InputSeqs says LastTurnSeq and PauseMark are PARLEY_INPUT sequences;
+	// a record without it was written when input was in PARLEY_CHAT, and
+	// its sequences do not compare with PARLEY_INPUT's.
+	InputSeqs bool `json:"inputSeqs,omitempty"`
+	// RunSeq is the PARLEY_RUNS stream sequence of the last run outcome
+	// applied to the thread (any turn): an outcome at or below it is stale
+	// (a redelivery after the turn moved on) and is not applied again.
+	RunSeq uint64 `json:"runSeq,omitempty"`
+	// PauseMark is, while the active turn is paused, the stream sequence
+	// of the thread's last turn.requested when the pause was recorded: a
+	// message at or below it was sent before the turn paused and queues
+	// behind it; only a later message supersedes the paused turn.
+	PauseMark uint64 `json:"pauseMark,omitempty"`
+	// Superseded records the last paused turn a new message superseded and
+	// what that withdrew, so a redelivery of the message announces it.
+	Superseded *Supersession `json:"superseded,omitempty"`
+	// TraceParent is the W3C trace context the active turn started in.
+	TraceParent string `json:"traceparent,omitempty"`
+	// Owner is the party whose turn.requested started the thread (set by
+	// the first message recorded); Shared the parties it granted the
+	// thread to (TurnRequested.Share, at most events.MaxShares). Anyone
+	// else's message or answer is rejected forbidden. A record without an
+	// Owner (written before ownership existed) is claimed by its next
+	// message.
+	Owner  *events.Identity  `json:"owner,omitempty"`
+	Shared []events.Identity `json:"shared,omitempty"`
+	// StartedBy is the ID of the turn.requested event that started the
+	// active turn.
+	StartedBy string               `json:"startedBy,omitempty"`
+	History   []schema.ChatMessage `json:"history,omitempty"`
+	Queue     []QueuedMessage      `json:"queue,omitempty"`
+	// Pending lists the elicitation IDs the paused turn waits on.
+	Pending []string `json:"pending,omitempty"`
+	// Expired records the last paused turn that expired, so every replica
+	// that sees the expiry marker announces the same event.
+	Expired *Expiry `json:"expired,omitempty"`
+	// Refused lists recent turn.requested event IDs refused as thread_busy,
+	// so a redelivery repeats the refusal.
+	Refused []string `json:"refused,omitempty"`
+	// Handled lists recent event IDs already applied (dedup on redelivery).
+	Handled   []string  `json:"handled,omitempty"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// MaxHistory bounds Thread.History (oldest messages drop first).
+const MaxHistory = 50
+
+// MaxQueue bounds Thread.Queue: a message beyond it is rejected. With
+// message texts of at most 32 KiB the queue stays under 512 KiB.
+const MaxQueue = 16
+
+// MaxHistoryBytes bounds the text of Thread.History: the oldest messages
+// drop first, so the thread record stays well under the KV value limit.
+const MaxHistoryBytes = 256 << 10
+
+const maxHandled = 64
+
+// Append adds messages to the history, keeping at most MaxHistory.
+func (t *Thread) Append(msgs ...schema.ChatMessage) {
+	t.History = append(t.History, msgs...)
+	if n := len(t.History); n > MaxHistory {
+		t.History = append([]schema.ChatMessage(nil), t.History[n-MaxHistory:]...)
+	}
+	size := 0
+	for _, m := range t.History {
+		size += historySize(m)
+	}
+	drop := 0
+	for size > MaxHistoryBytes && drop < len(t.History)-1 {
+		size -= historySize(t.History[drop])
+		drop++
+	}
+	if drop > 0 {
+		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
+	}
+}
+
+// historySize is what m counts against MaxHistoryBytes: its text and the
+// JSON of its content blocks and _meta.
+func historySize(m schema.ChatMessage) int {
+	n := len(m.Text)
+	if len(m.Content) > 0 {
+		b, _ := json.Marshal(m.Content)
+		n += len(b)
+	}
+	if len(m.Meta) > 0 {
+		b, _ := json.Marshal(m.Meta)
+		n += len(b)
+	}
+	return n
+}
+
+// MarkHandled records an applied event ID; Seen reports one.
+func (t *Thread) MarkHandled(id string) {
+	t.Handled = append(t.Handled, id)
+	if n := len(t.Handled); n > maxHandled {
+		t.Handled = append([]string(nil), t.Handled[n-maxHandled:]...)
+	}
+}
+
+// Refuse records a refused message ID (bounded like Handled).
+func (t *Thread) Refuse(id string) {
+	t.Refused = append(t.Refused, id)
+	if n := len(t.Refused); n > maxHandled {
+		t.Refused = append([]string(nil), t.Refused[n-maxHandled:]...)
+	}
+}
+
+// Seen reports whether the event ID was already applied to the thread.
+func (t *Thread) Seen(id string) bool {
+	for _, h := range t.Handled {
+		if h == id {
+			return true
+		}
+	}
+	return false
+}
+
+// threadBucket keeps thread records in kvstate.BucketThreads.
+type threadBucket struct {
+	b *kvstate.Bucket[Thread]
+}
+
+// openThreads creates or updates the threads bucket; ttl bounds how long an
+// untouched thread is kept (0: forever).
+func openThreads(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, ttl time.Duration) (*threadBucket, error) {
+	b, err := kvstate.OpenBucket[Thread](ctx, js, kvstate.BucketThreads, kvstate.BucketOptions{Storage: storage, Replicas: replicas, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	return &threadBucket{b: b}, nil
+}
+
+// newThread is the record of a thread never seen.
+func newThread(id string) *Thread {
+	return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle}
+}
+
+// Load returns the thread (a new idle one, revision 0, if absent);
+// kvstate.ErrIncompatible when its format is not ThreadFormat.
+func (s *threadBucket) Load(ctx context.Context, id string) (*Thread, uint64, error) {
+	t, rev, err := s.b.Get(ctx, id)
+	if errors.Is(err, kvstate.ErrNotFound) {
+		return newThread(id), 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if t.Format != ThreadFormat {
+		return nil, 0, fmt.Errorf("thread %s has format %d, want %d: %w", id, t.Format, ThreadFormat, kvstate.ErrIncompatible)
+	}
+	return &t, rev, nil
+}
+
+// Save writes t if it is still at rev (0: must not exist) and returns the
+// new revision; kvstate.ErrConflict otherwise.
+func (s *threadBucket) Save(ctx context.Context, t *Thread, rev uint64) (uint64, error) {
+	t.Format = ThreadFormat
+	t.UpdatedAt = time.Now().UTC()
+	if rev == 0 {
+		return s.b.Create(ctx, t.ID, *t, 0)
+	}
+	return s.b.Update(ctx, t.ID, *t, rev, 0)
+}
+
+// Reset replaces the thread with a new idle one, whatever is stored (used
+// when the stored record is incompatible, so the thread stays usable).
+func (s *threadBucket) Reset(ctx context.Context, id string) error {
+	t := newThread(id)
+	t.UpdatedAt = time.Now().UTC()
+	_, err := s.b.Put(ctx, id, *t)
+	return err
+}

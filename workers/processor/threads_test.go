@@ -1,0 +1,152 @@
+package processor
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// The thread cache saves the reads of a replica that wrote the record
+// last: a message and a pause then read nothing; a completion reads once
+// (it announces before it writes, so it reads afresh).
+func TestThreadCacheSavesReads(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	turn := events.DerivedID("turn", "m1")
+	h.run(events.TypeRunCompleted, "c1", 10, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	h.threads.loads = 0
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if h.threads.loads != 0 {
+		t.Errorf("a message on a thread this replica wrote last read it %d times, want 0", h.threads.loads)
+	}
+	h.pause("m2", "p2", 11, "q2")
+	if h.threads.loads != 0 {
+		t.Errorf("a pause read the thread %d times, want 0", h.threads.loads)
+	}
+	turn2 := events.DerivedID("turn", "m2")
+	h.answer("a2", "q2")
+	if h.threads.loads != 0 {
+		t.Errorf("an answer read the thread %d times, want 0", h.threads.loads)
+	}
+	h.run(events.TypeRunCompleted, "c2", 12, events.RunCompleted{RunID: turn2, TurnID: turn2,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if h.threads.loads != 1 {
+		t.Errorf("a completion read the thread %d times, want 1", h.threads.loads)
+	}
+	if n := len(h.pub.of(events.TypeTurnCompleted)); n != 2 {
+		t.Errorf("%d turn.completed, want 2", n)
+	}
+}
+
+// Another replica's write makes the cached record stale: the message
+// still queues behind the turn that replica started (the write from the
+// cache conflicts and is redone on a fresh read).
+func TestThreadCacheStaleEntry(t *testing.T) {
+	h := newHarness(t)
+	other := newThreads(h.threads, true) // a second replica
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	turn := events.DerivedID("turn", "m1")
+	h.run(events.TypeRunCompleted, "c1", 10, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	// The other replica starts m2's turn; this replica's cache says idle.
+	mine := h.p.threads
+	h.p.threads = other
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.p.threads = mine
+	if err := h.message("m3", 3); err != nil {
+		t.Fatal(err)
+	}
+	th, _, _ := h.threads.Load(h.ctx, "t")
+	if th.StartedBy != "m2" || len(th.Queue) != 1 || th.Queue[0].EventID != "m3" {
+		t.Fatalf("thread after a stale cache: started by %q, queue %+v; want m2 running, m3 queued", th.StartedBy, th.Queue)
+	}
+	if n := len(h.pub.of(events.TypeRunRequested)); n != 2 {
+		t.Errorf("%d run.requested, want 2 (m1, m2): m3 must not start over m2", n)
+	}
+}
+
+// The paused-record cache: a thread's second pause replaces the settled
+// record it cached in one write (no Save with its read), and the answer
+// consumes from the cached record (no read).
+func TestPausedCacheSavesReads(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	h.answer("a1", "q1")
+	turn := events.DerivedID("turn", "m1")
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.paused.loads, h.paused.saves = 0, 0
+	h.pause("m2", "p2", 12, "q2", "q3")
+	if h.paused.saves != 0 || h.paused.loads != 0 {
+		t.Errorf("second pause: %d Save, %d Load; want 0 and 0 (one write at the cached revision)", h.paused.saves, h.paused.loads)
+	}
+	h.answer("a3", "q3")
+	if h.paused.loads != 0 || rejectedFor(h, "a3") != "" {
+		t.Errorf("answer: %d Load (rejected %q), want 0 and consumed", h.paused.loads, rejectedFor(h, "a3"))
+	}
+	// Another replica consumes q2 first: this replica's cached record
+	// still has it pending, and its answer must not win.
+	func() {
+		h.paused.mu.Lock()
+		defer h.paused.mu.Unlock()
+		p, _, _ := h.paused.load("t")
+		p.Elicitations[0].Status, p.Elicitations[0].ResponseEventID = kvstate.StatusConsumed, "elsewhere"
+		p.Elicitations[0].Result = &schema.ElicitResult{Action: schema.ActionAccept}
+		if _, err := h.paused.put(p); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	h.answer("a2", "q2")
+	if got := rejectedFor(h, "a2"); got != events.RejectAlreadyConsumed {
+		t.Errorf("an answer on a stale cached record: rejected %q, want %q", got, events.RejectAlreadyConsumed)
+	}
+	h.paused.loads = 0
+	h.answer("a4", "q2")
+	if h.paused.loads != 1 {
+		t.Errorf("an answer the cached record would reject: %d Load, want 1 (decided again on a fresh read)", h.paused.loads)
+	}
+}
+
+// The record caches are bounded (maxCached), keep the newest revision,
+// and hand out copies.
+func TestRevCacheBounded(t *testing.T) {
+	c := newRevCache[Thread](true)
+	for i := range maxCached + 100 {
+		id := fmt.Sprint("t", i)
+		c.put(id, &Thread{ID: id}, 1)
+	}
+	if n := len(c.m); n != maxCached {
+		t.Errorf("%d entries, want the bound %d", n, maxCached)
+	}
+	c.put("x", &Thread{ID: "x", TurnID: "new"}, 5)
+	c.put("x", &Thread{ID: "x", TurnID: "old"}, 4)
+	got, rev, ok := c.get("x")
+	if !ok || rev != 5 || got.TurnID != "new" {
+		t.Fatalf("get = %+v @%d %v, want the newer revision 5", got, rev, ok)
+	}
+	got.TurnID = "changed"
+	if again, _, _ := c.get("x"); again.TurnID != "new" {
+		t.Error("a caller's change reached the cache")
+	}
+	if _, _, ok := newRevCache[Thread](false).get("x"); ok {
+		t.Error("a cache that is off returned a record")
+	}
+}
