@@ -301,8 +301,25 @@ function entityAutocomplete(input, w) {
   return list;
 }
 
+// choices returns the [value, title] pairs of an enum (with enumNames) or
+// a titled oneOf/anyOf list of {const, title}; it throws when the list is
+// not one of those shapes.
+function choices(list, titles, key) {
+  if (key) {
+    if (!Array.isArray(list) || !list.length || !list.every((o) => o && typeof o === "object" && typeof o.const === "string")) throw new Error("not a titled enum");
+    return list.map((o) => [o.const, typeof o.title === "string" ? o.title : o.const]);
+  }
+  if (!Array.isArray(list) || !list.length || !list.every((v) => typeof v === "string")) throw new Error("not a string enum");
+  return list.map((v, k) => [v, (Array.isArray(titles) && typeof titles[k] === "string" && titles[k]) || v]);
+}
+
+// fieldInput builds the control of one requestedSchema property. It throws
+// for a property the MCP elicitation schema does not allow (not a string,
+// number, integer, boolean, enum or enum multi-select), so the question
+// shows its restatement instead of a form that cannot be answered.
 function fieldInput(name, p, id) {
   const common = { id, name, "aria-describedby": id + "-err " + id + "-hint" };
+  if (!p || typeof p !== "object") throw new Error("not a schema");
   let def;
   if (p.default !== undefined) def = p.default;
   if (p.type === "boolean") {
@@ -310,7 +327,7 @@ function fieldInput(name, p, id) {
   }
   if (p.type === "array") {
     const items = p.items || {};
-    const opts = items.anyOf ? items.anyOf.map((o) => [o.const, o.title]) : (items.enum || []).map((v) => [v, v]);
+    const opts = items.anyOf ? choices(items.anyOf, null, true) : choices(items.enum, null, false);
     const box = el("div", { ...common, role: "group", "data-kind": "multi", "data-min": p.minItems, "data-max": p.maxItems });
     opts.forEach(([v, t], k) => {
       const cid = id + "-" + k;
@@ -319,7 +336,7 @@ function fieldInput(name, p, id) {
     return box;
   }
   if (p.enum || p.oneOf) {
-    const opts = p.oneOf ? p.oneOf.map((o) => [o.const, o.title]) : p.enum.map((v, k) => [v, (p.enumNames && p.enumNames[k]) || v]);
+    const opts = p.oneOf ? choices(p.oneOf, null, true) : choices(p.enum, p.enumNames, false);
     const sel = el("select", common, el("option", { value: "", text: "— choose —" }));
     for (const [v, t] of opts) sel.append(el("option", { value: v, text: t, selected: def === v }));
     return sel;
@@ -327,6 +344,7 @@ function fieldInput(name, p, id) {
   if (p.type === "number" || p.type === "integer") {
     return el("input", { ...common, type: "number", min: p.minimum, max: p.maximum, step: p.type === "integer" ? "1" : "any", value: def });
   }
+  if (p.type !== "string") throw new Error("unsupported type " + String(p.type));
   const type = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" }[p.format] || "text";
   return el("input", { ...common, type, minlength: p.minLength, maxlength: p.maxLength, value: def });
 }
@@ -442,7 +460,13 @@ function renderQuestion(q) {
     input.addEventListener("change", recheck);
     form.append(field);
   }
-  if (!renderable) card.append(el("p", { text: "This form cannot be shown here; answer the restated question above in a message." }));
+  if (!renderable) {
+    // No form: the turn's restatement (turn.paused) says what is asked;
+    // the person answers it in a message, or declines or cancels here.
+    form.replaceChildren();
+    card.dataset.unrenderable = "true";
+    card.append(el("p", { class: "note", text: "This form cannot be shown here; answer the restated question in a message, or decline or cancel it." }));
+  }
   const answer = async (action) => {
     const content = {};
     let bad = false;
@@ -472,7 +496,9 @@ function renderQuestion(q) {
     else card.querySelector(".state").textContent = "Not sent: " + (p.detail || p.reason || resp.status);
   };
   const actions = el("div", { class: "actions" });
-  if (tc) {
+  if (!renderable) {
+    actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
+  } else if (tc) {
     actions.append(el("button", { type: "submit", "data-action": "accept", text: "Allow" }));
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
   } else {
@@ -481,7 +507,7 @@ function renderQuestion(q) {
   }
   actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
   form.append(actions);
-  form.addEventListener("submit", (ev) => { ev.preventDefault(); answer("accept"); });
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); if (renderable) answer("accept"); });
   card.append(form);
   state.questions.set(id, card);
   addItem(card);
