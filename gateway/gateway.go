@@ -652,11 +652,17 @@ func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string)
 		return
 	}
 	st.Owner = rec.Owner
+	role := "owner"
+	if rec.Owner != user {
+		role = "shared"
+	}
 	writeJSON(w, http.StatusOK, struct {
 		ThreadState
 		// Shared are the users the owner shared the thread with.
 		Shared []string `json:"shared"`
-	}{st, nonNil(rec.Shared)})
+		// Role is the caller's: "owner", or "shared" (shared with them).
+		Role string `json:"role"`
+	}{st, nonNil(rec.Shared), role})
 }
 
 func nonNil(s []string) []string {

@@ -66,8 +66,12 @@ func TestShares(t *testing.T) {
 		t.Fatalf("share = %+v, want owner shared [other]", a)
 	}
 	if w := request(t, h, "GET", "/v1/threads/s1", otherTok, "", nil); w.Code != http.StatusOK ||
-		!strings.Contains(w.Body.String(), `"owner":"owner"`) || !strings.Contains(w.Body.String(), `"shared":["other"]`) {
+		!strings.Contains(w.Body.String(), `"owner":"owner"`) || !strings.Contains(w.Body.String(), `"shared":["other"]`) ||
+		!strings.Contains(w.Body.String(), `"role":"shared"`) {
 		t.Fatalf("other GET s1 = %d %s, want 200 naming the owner and the share", w.Code, w.Body)
+	}
+	if w := request(t, h, "GET", "/v1/threads/s1", ownerTok, "", nil); !strings.Contains(w.Body.String(), `"role":"owner"`) {
+		t.Fatalf("owner GET s1 = %d %s, want role owner", w.Code, w.Body)
 	}
 	if w := request(t, h, "GET", "/v1/threads", otherTok, "", nil); !strings.Contains(w.Body.String(), `"thread":"s1"`) {
 		t.Fatalf("other's list = %s, want s1", w.Body)

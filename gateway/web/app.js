@@ -663,6 +663,46 @@ async function sendMessage(text) {
 
 function newThreadID() { return "web-" + crypto.randomUUID(); }
 
+// ---- sharing ------------------------------------------------------------------------
+
+// showAccess renders who may use the thread (a ThreadAccess or thread
+// state: owner, shared, role): the owner gets the list with a remove
+// button per user and the share form; a user it is shared with sees who
+// shared it. A thread nobody has claimed yet (access null) can be shared
+// before its first message (the share claims it).
+function showAccess(access) {
+  const info = document.getElementById("share-info");
+  const list = document.getElementById("share-list");
+  const form = document.getElementById("share-form");
+  const owner = !access || access.role !== "shared";
+  const shared = (access && Array.isArray(access.shared)) ? access.shared : [];
+  info.textContent = !access ? "Not shared." : !owner ? "Shared with you by " + access.owner + "." :
+    shared.length ? "Shared with " + shared.length + (shared.length === 1 ? " user." : " users.") : "Only you.";
+  form.hidden = !owner;
+  list.replaceChildren(...shared.map((u) => el("li", {}, el("span", { text: u }), owner ? el("button", {
+    type: "button", "aria-label": "Stop sharing with " + u, text: "Remove", onclick: () => changeShare("DELETE", u),
+  }) : null)));
+}
+
+async function loadSharing(thread) {
+  document.getElementById("share-error").textContent = "";
+  const resp = await api("GET", "/v1/threads/" + thread);
+  if (thread !== state.thread) return;
+  if (resp.status === 200) showAccess(await resp.json());
+  else showAccess(null);
+}
+
+async function changeShare(method, user) {
+  const errBox = document.getElementById("share-error");
+  errBox.textContent = "";
+  const resp = await api(method, "/v1/threads/" + state.thread + "/shares/" + encodeURIComponent(user));
+  const body = await resp.json().catch(() => ({}));
+  if (resp.status !== 200) { errBox.textContent = "Not changed: " + (body.detail || resp.status); return false; }
+  showAccess({ ...body, role: "owner" });
+  loadThreads();
+  return true;
+}
+
 function openThread(id) {
   state.thread = id;
   state.lastID = 0;
@@ -673,6 +713,7 @@ function openThread(id) {
   document.querySelectorAll("#threads button").forEach((b) => b.setAttribute("aria-current", b.dataset.thread === id ? "true" : "false"));
   history.replaceState(null, "", "#thread=" + encodeURIComponent(id));
   follow(id);
+  loadSharing(id);
 }
 
 async function loadThreads() {
@@ -714,6 +755,12 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   document.getElementById("new-thread").addEventListener("click", () => openThread(newThreadID()));
+  document.getElementById("share-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const input = document.getElementById("share-user");
+    const user = input.value.trim();
+    if (user && (await changeShare("PUT", user))) input.value = "";
+  });
   const text = document.getElementById("composer-text");
   text.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); document.getElementById("composer").requestSubmit(); }
