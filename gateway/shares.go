@@ -27,7 +27,11 @@ import (
 //     refused 403 forbidden by the processor, and nothing is consumed);
 //   - a revoke takes effect at the gateway at once (404 for the user on
 //     every route); the processor's record keeps the grant, which only a
-//     gateway could use on that user's behalf.
+//     gateway could use on that user's behalf;
+//   - so the bound of events.MaxShares counts every user the thread was
+//     ever shared with (ThreadOwner.Granted): the processor would refuse
+//     the owner's messages beyond it. Sharing again with a revoked user
+//     does not count twice.
 
 // ReasonTooManyShares is the 409 of a share beyond events.MaxShares.
 const ReasonTooManyShares = "too_many_shares"
@@ -103,7 +107,7 @@ func (g *Gateway) changeShare(w http.ResponseWriter, r *http.Request, user strin
 		return
 	case errors.Is(err, errTooManyShares):
 		writeProblem(w, Problem{Status: http.StatusConflict, Reason: ReasonTooManyShares,
-			Detail: fmt.Sprintf("the thread is already shared with %d users, the most allowed; revoke one first", events.MaxShares)})
+			Detail: fmt.Sprintf("the thread was already shared with %d users (revoked ones count: the processor keeps their grants), the most allowed; share with one of them again, or start a new thread", events.MaxShares)})
 		return
 	default:
 		if !g.owned(w, r, err) {

@@ -133,6 +133,19 @@ func TestShares(t *testing.T) {
 		t.Fatalf("repeated share at the bound = %d %s, want 200", w.Code, w.Body)
 	}
 
+	// Revoked users still count (the processor keeps their grants, and
+	// would refuse the owner's messages over the bound): a new user is
+	// 409 after a revoke, the revoked one may be shared again.
+	if w := request(t, h, "DELETE", path("u01"), ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("revoke u01 = %d %s", w.Code, w.Body)
+	}
+	if w := request(t, h, "PUT", path("newcomer"), ownerTok, "", nil); w.Code != http.StatusConflict {
+		t.Fatalf("share after a revoke at the bound = %d %s, want 409", w.Code, w.Body)
+	}
+	if w := request(t, h, "PUT", path("u01"), ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share again with the revoked u01 = %d %s, want 200", w.Code, w.Body)
+	}
+
 	// The revoke: 404 on every thread route and gone from the list.
 	w = request(t, h, "DELETE", path("other"), ownerTok, "", nil)
 	if a := access(t, w, w.Body.String()); w.Code != http.StatusOK || slices.Contains(a.Shared, "other") || len(a.Shared) != events.MaxShares-1 {

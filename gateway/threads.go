@@ -42,6 +42,12 @@ type ThreadOwner struct {
 	// with, in the order granted: each may read the thread, send messages
 	// to it and answer its questions. At most events.MaxShares.
 	Shared []string `json:"shared,omitempty"`
+	// Granted are the subjects of every user the thread was ever shared
+	// with, revoked ones included: the processor keeps a grant once an
+	// owner's message carried it, and refuses a message that would take
+	// its record over events.MaxShares, so that bound applies here. At
+	// most events.MaxShares.
+	Granted []string `json:"granted,omitempty"`
 }
 
 // member reports whether user is the owner or one the thread is shared
@@ -150,7 +156,7 @@ func (o *ownership) index(ctx context.Context, thread, user string, at time.Time
 var (
 	errNotThreadOwner = errors.New("only the thread's owner may share it")
 	errShareOwner     = errors.New("the owner cannot be shared their own thread")
-	errTooManyShares  = fmt.Errorf("a thread is shared with at most %d users", events.MaxShares)
+	errTooManyShares  = fmt.Errorf("a thread is shared with at most %d users, revoked ones included", events.MaxShares)
 )
 
 // maxShareAttempts bounds share's compare-and-set retries when requests
@@ -191,11 +197,20 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			return ThreadOwner{}, errShareOwner
 		}
 		has := slices.Contains(t.Shared, other)
+		for _, s := range t.Shared { // records written before Granted
+			if !slices.Contains(t.Granted, s) {
+				t.Granted = append(t.Granted, s)
+			}
+		}
+		known := slices.Contains(t.Granted, other)
 		switch {
-		case grant && !has && len(t.Shared) >= events.MaxShares:
+		case grant && !has && !known && len(t.Granted) >= events.MaxShares:
 			return ThreadOwner{}, errTooManyShares
 		case grant && !has:
 			t.Shared = append(t.Shared, other)
+			if !known {
+				t.Granted = append(t.Granted, other)
+			}
 		case !grant && has:
 			t.Shared = slices.DeleteFunc(t.Shared, func(s string) bool { return s == other })
 		}
