@@ -57,6 +57,10 @@ type Options struct {
 	Heartbeat time.Duration
 	// ShutdownTimeout bounds Serve's graceful stop. Optional. Default: 10 s.
 	ShutdownTimeout time.Duration
+	// AccessRecheck is how often an open event stream checks again that
+	// its user may still read the thread (a revoked share ends it).
+	// Optional. Default: 5 s.
+	AccessRecheck time.Duration
 	// DisableWeb turns off the web chat at "/". Optional. Default: served.
 	DisableWeb bool
 	// Principal is the NATS principal (user) the gateway's connection is
@@ -99,6 +103,9 @@ func (o *Options) withDefaults() Options {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
+	if c.AccessRecheck == 0 {
+		c.AccessRecheck = 5 * time.Second
+	}
 	if c.Principal == "" {
 		c.Principal = events.PrincipalGateway
 	}
@@ -116,7 +123,7 @@ func (o Options) validate() error {
 	if o.MaxUsers < 0 || o.MaxStreamsPerUser < 0 {
 		errs = append(errs, errors.New("max users / streams: must be positive"))
 	}
-	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 {
+	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 || o.AccessRecheck < 0 {
 		errs = append(errs, errors.New("durations: must be positive"))
 	}
 	if err := events.ValidToken("principal", o.Principal); err != nil {

@@ -3,12 +3,15 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/workers/bus"
@@ -222,5 +225,60 @@ func TestSharesConcurrentReplicas(t *testing.T) {
 	}
 	if ok != events.MaxShares || full != n-events.MaxShares || len(rec.Shared) != events.MaxShares {
 		t.Fatalf("codes %v; record shared with %d (%v); want %d granted, the rest 409", codes, len(rec.Shared), rec.Shared, events.MaxShares)
+	}
+}
+
+// A revoke ends the user's open event streams (within AccessRecheck), and
+// their reconnect is 404; the owner's stream goes on.
+func TestRevokeEndsEventStream(t *testing.T) {
+	srv := bustest.NewServer(t)
+	b, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, &Options{AccessRecheck: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(g.Handler())
+	defer hs.Close()
+	defer g.Close()
+	if w := request(t, g.Handler(), "PUT", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share = %d %s", w.Code, w.Body)
+	}
+	open := func(tok string) (*http.Response, <-chan error) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", hs.URL+"/v1/threads/r1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET events as %s: %v %v", tok, resp, err)
+		}
+		ended := make(chan error, 1)
+		go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+		return resp, ended
+	}
+	otherResp, otherEnded := open(otherTok)
+	defer otherResp.Body.Close()
+	ownerResp, ownerEnded := open(ownerTok)
+	defer ownerResp.Body.Close()
+	if w := request(t, g.Handler(), "DELETE", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("revoke = %d %s", w.Code, w.Body)
+	}
+	select {
+	case err := <-otherEnded:
+		if err != nil {
+			t.Fatalf("the revoked user's stream ended with %v, want a clean end", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the revoked user's event stream is still open 3s after the revoke")
+	}
+	select {
+	case err := <-ownerEnded:
+		t.Fatalf("the owner's stream ended: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if w := request(t, g.Handler(), "GET", "/v1/threads/r1/events", otherTok, "", nil); w.Code != http.StatusNotFound {
+		t.Fatalf("reconnect after the revoke = %d, want 404", w.Code)
 	}
 }
