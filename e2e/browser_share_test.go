@@ -72,6 +72,19 @@ func TestBrowserSharing(t *testing.T) {
 	if resp, body := x.do("GET", "/v1/threads/"+thread, bobToken, nil); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("bob after the revoke = %d %s, want 404", resp.StatusCode, body)
 	}
+	// Bob's page, following the thread when the share is revoked, says so.
+	run(t, ctx, "bob again", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; location.reload(); 1`, bobToken, thread), nil),
+		chromedp.WaitVisible("#composer-text", chromedp.ByID))
+	if resp, body := x.do("PUT", "/v1/threads/"+thread+"/shares/bob", aliceToken, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("share again = %d %s", resp.StatusCode, body)
+	}
+	run(t, ctx, "bob reads the thread again", chromedp.Evaluate(`openThread(state.thread); 1`, nil),
+		chromedp.Poll(`[...document.querySelectorAll("li.msg.assistant")].some(n => n.textContent.includes("Deleted 10"))`, nil, chromedp.WithPollingTimeout(10*time.Second)))
+	if resp, body := x.do("DELETE", "/v1/threads/"+thread+"/shares/bob", aliceToken, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("revoke again = %d %s", resp.StatusCode, body)
+	}
+	run(t, ctx, "bob is told", chromedp.Poll(`[...document.querySelectorAll("li.msg.error")].some(n => n.textContent.includes("no longer see this thread"))`, nil,
+		chromedp.WithPollingTimeout(15*time.Second)))
 	// Only the owner may share: bob's attempt is refused with the reason.
 	if resp, body := x.do("PUT", "/v1/threads/"+thread+"/shares/carol", bobToken, nil); resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "not_found") {
 		t.Fatalf("bob sharing after the revoke = %d %s, want 404", resp.StatusCode, body)

@@ -608,7 +608,12 @@ async function followLoop(thread, ctl) {
       if (state.lastID) headers["Last-Event-ID"] = String(state.lastID);
       const resp = await fetch("/v1/threads/" + thread + "/events", { headers, signal: ctl.signal });
       if (resp.status === 401) { signOut(); return; }
-      if (resp.status === 404) return; // not ours, or nothing yet: the first message claims it
+      if (resp.status === 404) {
+        // Not ours, or nothing yet (the first message claims it); after
+        // events were shown, the share was revoked.
+        if (state.lastID) addItem(el("li", { class: "msg error", role: "alert", text: "You can no longer see this thread (it is not shared with you any more)." }));
+        return;
+      }
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "";
       for (;;) {
