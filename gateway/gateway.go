@@ -57,10 +57,15 @@ type Options struct {
 	Heartbeat time.Duration
 	// ShutdownTimeout bounds Serve's graceful stop. Optional. Default: 10 s.
 	ShutdownTimeout time.Duration
-	// AccessRecheck is how often an open event stream checks again that
-	// its user may still read the thread (a revoked share ends it).
-	// Optional. Default: 5 s.
+	// AccessRecheck is how often an open event stream reads its thread's
+	// record again to check that its user may still read the thread. A
+	// revoked share ends the stream at once through the gateway's watch of
+	// the records; this check covers a watch that is down. Optional.
+	// Default: 1 min.
 	AccessRecheck time.Duration
+
+	// noAccessWatch turns the watch off (tests of the periodic check).
+	noAccessWatch bool
 	// DisableWeb turns off the web chat at "/". Optional. Default: served.
 	DisableWeb bool
 	// Principal is the NATS principal (user) the gateway's connection is
@@ -104,7 +109,7 @@ func (o *Options) withDefaults() Options {
 		c.ShutdownTimeout = 10 * time.Second
 	}
 	if c.AccessRecheck == 0 {
-		c.AccessRecheck = 5 * time.Second
+		c.AccessRecheck = time.Minute
 	}
 	if c.Principal == "" {
 		c.Principal = events.PrincipalGateway
@@ -175,6 +180,8 @@ type Gateway struct {
 	limits  *limiters
 	handler http.Handler
 
+	access    *accessWatch
+	stopWatch context.CancelFunc
 	closing   chan struct{}
 	closeOnce sync.Once
 
@@ -206,8 +213,13 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	// Streams and bucket are open: the gateway consumes nothing durable.
 	hs.Started("gateway", b.Conn(), false)
 	g := &Gateway{bus: b, health: hs, auth: auth, opts: o, log: o.Logger, owners: own,
-		limits:  newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
-		closing: make(chan struct{}), streams: map[string]int{}}
+		limits: newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
+		access: newAccessWatch(), closing: make(chan struct{}), streams: map[string]int{}}
+	wctx, stop := context.WithCancel(ctx)
+	g.stopWatch = stop
+	if !o.noAccessWatch {
+		go g.watchAccess(wctx)
+	}
 	mux := http.NewServeMux()
 	handlers := map[Route]func(http.ResponseWriter, *http.Request, string){
 		Routes[0]: g.listThreads,
@@ -245,9 +257,15 @@ func (g *Gateway) Health() *health.State { return g.health }
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Close ends every open event stream (each handler returns, so its
-// response ends cleanly and the client reconnects with Last-Event-ID).
+// response ends cleanly and the client reconnects with Last-Event-ID) and
+// the watch of the thread records (which also ends with New's ctx).
 // Serve calls it when it shuts down.
-func (g *Gateway) Close() { g.closeOnce.Do(func() { close(g.closing) }) }
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		close(g.closing)
+		g.stopWatch()
+	})
+}
 
 // Serve serves on ln until ctx is cancelled, then stops gracefully: it
 // ends the event streams, lets requests in flight finish within

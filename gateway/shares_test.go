@@ -228,22 +228,41 @@ func TestSharesConcurrentReplicas(t *testing.T) {
 	}
 }
 
-// A revoke ends the user's open event streams (within AccessRecheck), and
-// their reconnect is 404; the owner's stream goes on.
+// A revoke ends the user's open event streams — at once through the
+// watch of the records on another replica, or at the periodic check
+// without the watch — and their reconnect is 404; the owner's stream goes
+// on.
 func TestRevokeEndsEventStream(t *testing.T) {
+	t.Run("watch", func(t *testing.T) { testRevokeEndsEventStream(t, &Options{AccessRecheck: time.Hour}) })
+	t.Run("recheck", func(t *testing.T) {
+		testRevokeEndsEventStream(t, &Options{AccessRecheck: 50 * time.Millisecond, noAccessWatch: true})
+	})
+}
+
+func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 	srv := bustest.NewServer(t)
 	b, err := bus.New(srv.Connect(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, &Options{AccessRecheck: 50 * time.Millisecond})
+	g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The share and the revoke go through another replica.
+	b2, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := New(t.Context(), b2, StaticTokens{ownerTok: "owner", otherTok: "other"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
 	hs := httptest.NewServer(g.Handler())
 	defer hs.Close()
 	defer g.Close()
-	if w := request(t, g.Handler(), "PUT", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
+	if w := request(t, g2.Handler(), "PUT", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
 		t.Fatalf("share = %d %s", w.Code, w.Body)
 	}
 	open := func(tok string) (*http.Response, <-chan error) {
@@ -262,7 +281,7 @@ func TestRevokeEndsEventStream(t *testing.T) {
 	defer otherResp.Body.Close()
 	ownerResp, ownerEnded := open(ownerTok)
 	defer ownerResp.Body.Close()
-	if w := request(t, g.Handler(), "DELETE", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
+	if w := request(t, g2.Handler(), "DELETE", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
 		t.Fatalf("revoke = %d %s", w.Code, w.Body)
 	}
 	select {
@@ -270,8 +289,8 @@ func TestRevokeEndsEventStream(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the revoked user's stream ended with %v, want a clean end", err)
 		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("the revoked user's event stream is still open 3s after the revoke")
+	case <-time.After(2 * time.Second):
+		t.Fatal("the revoked user's event stream is still open 2s after the revoke")
 	}
 	select {
 	case err := <-ownerEnded:

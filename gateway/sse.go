@@ -37,8 +37,8 @@ func lastEventID(r *http.Request) (uint64, bool) {
 // format>", from after Last-Event-ID (or from the start), then live,
 // with a comment line every Heartbeat. It ends when the client goes, the
 // gateway shuts down, a write blocks for sseWriteTimeout, or the user may
-// no longer read the thread (a revoked share, checked every AccessRecheck;
-// a reconnect then gets 404).
+// no longer read the thread (a revoked share: at once through the watch
+// of the records, else at the next AccessRecheck; a reconnect gets 404).
 func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user string) {
 	thread, ok := threadParam(w, r)
 	if !ok {
@@ -92,6 +92,8 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 	defer beat.Stop()
 	recheck := time.NewTicker(g.opts.AccessRecheck)
 	defer recheck.Stop()
+	changed, unsubscribe := g.access.subscribe(thread)
+	defer unsubscribe()
 	for {
 		select {
 		case it, ok := <-items:
@@ -118,6 +120,12 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 		case <-beat.C:
 			bw.WriteString(": heartbeat\n\n")
 			if !flush() {
+				return
+			}
+		case t := <-changed:
+			if !t.member(user) {
+				g.log.InfoContext(ctx, "event stream ended: access revoked", "thread", thread, "user", user)
+				flush()
 				return
 			}
 		case <-recheck.C:
