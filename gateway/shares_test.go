@@ -203,6 +203,7 @@ func TestSharesConcurrentReplicas(t *testing.T) {
 	n := events.MaxShares + 4
 	codes := make([]int, n)
 	var wg sync.WaitGroup
+	began := time.Now()
 	for i := range n {
 		wg.Go(func() {
 			w := request(t, gs[i%2].Handler(), "PUT", fmt.Sprintf("/v1/threads/c1/shares/u%02d", i), ownerTok, "", nil)
@@ -210,6 +211,7 @@ func TestSharesConcurrentReplicas(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	t.Logf("%d concurrent shares through 2 replicas in %v", n, time.Since(began).Round(time.Millisecond))
 	ok, full := 0, 0
 	for _, c := range codes {
 		switch c {
@@ -281,6 +283,7 @@ func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 	defer otherResp.Body.Close()
 	ownerResp, ownerEnded := open(ownerTok)
 	defer ownerResp.Body.Close()
+	revoked := time.Now()
 	if w := request(t, g2.Handler(), "DELETE", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
 		t.Fatalf("revoke = %d %s", w.Code, w.Body)
 	}
@@ -289,6 +292,7 @@ func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 		if err != nil {
 			t.Fatalf("the revoked user's stream ended with %v, want a clean end", err)
 		}
+		t.Logf("the stream ended %v after the revoke", time.Since(revoked).Round(time.Millisecond))
 	case <-time.After(2 * time.Second):
 		t.Fatal("the revoked user's event stream is still open 2s after the revoke")
 	}
