@@ -25,9 +25,10 @@ import (
 const (
 	aliceToken = "alice-token-0123456789"
 	bobToken   = "bob-token-0123456789ab"
+	carolToken = "carol-token-0123456789"
 )
 
-var testTokens = gateway.StaticTokens{aliceToken: "alice", bobToken: "bob"}
+var testTokens = gateway.StaticTokens{aliceToken: "alice", bobToken: "bob", carolToken: "carol"}
 
 // gw is one gateway replica on its own NATS connection, served by an
 // httptest server.
@@ -440,5 +441,131 @@ func TestGatewayTwoReplicas(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := s.storedCount(events.ChatSubject("g6", events.ChatTurnRequested)); n != 1 {
 		t.Fatalf("g6 turn.requested stored = %d, want 1", n)
+	}
+}
+
+// Alice shares her thread with bob through one replica: bob sees it (list,
+// state, events) through the other, answers the confirmation her next
+// message leads to — the decision names bob — and sends a message of his
+// own; carol still gets 404 and bob may not share further. After the
+// revoke bob gets 404 again and nothing he sends is published. A question
+// pending before the share stays the owner's (the processor takes grants
+// from the owner's messages only): bob's answer is refused forbidden.
+func TestGatewayShares(t *testing.T) {
+	s := start(t, options{})
+	a, b := s.startGateway(nil), s.startGateway(nil)
+	a.send(aliceToken, "g7", "list everything")
+	s.completed("g7", 1)
+	share := func(x *gw, method, token, user string, want int) gateway.ThreadAccess {
+		t.Helper()
+		resp, body := x.do(method, "/v1/threads/g7/shares/"+user, token, nil)
+		if resp.StatusCode != want {
+			t.Fatalf("%s share %s = %d %s, want %d", method, user, resp.StatusCode, body, want)
+		}
+		var acc gateway.ThreadAccess
+		_ = json.Unmarshal(body, &acc)
+		return acc
+	}
+	share(a, "PUT", bobToken, "bob", http.StatusNotFound) // not his thread
+	if resp, body := b.do("GET", "/v1/threads/g7", bobToken, nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("bob GET g7 before the share = %d %s, want 404", resp.StatusCode, body)
+	}
+	// A pending question, then the share: the question stays alice's.
+	a.send(aliceToken, "g7", deleteDrafts)
+	early, _ := s.question("g7", 1)
+	if acc := share(a, "PUT", aliceToken, "bob", http.StatusOK); acc.Owner != "alice" || fmt.Sprint(acc.Shared) != "[bob]" {
+		t.Fatalf("share = %+v, want owner alice shared [bob]", acc)
+	}
+	share(a, "PUT", aliceToken, "bob", http.StatusOK) // idempotent
+	share(a, "PUT", aliceToken, "alice", http.StatusBadRequest)
+	share(b, "PUT", bobToken, "carol", http.StatusForbidden)
+	resp, body := b.do("POST", "/v1/threads/g7/elicitations/"+early, bobToken, map[string]any{"action": "accept"})
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), events.RejectForbidden) {
+		t.Fatalf("bob's answer to the question asked before the share = %d %s, want 403 forbidden", resp.StatusCode, body)
+	}
+	if s.drafts() != 10 {
+		t.Fatalf("drafts = %d, want 10", s.drafts())
+	}
+
+	// Bob sees the thread through replica B.
+	resp, body = b.do("GET", "/v1/threads", bobToken, nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"thread":"g7"`) {
+		t.Fatalf("bob's list = %d %s, want g7", resp.StatusCode, body)
+	}
+	resp, body = b.do("GET", "/v1/threads/g7", bobToken, nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"owner":"alice"`) || !strings.Contains(string(body), `"shared":["bob"]`) {
+		t.Fatalf("bob GET g7 = %d %s, want owner alice shared [bob]", resp.StatusCode, body)
+	}
+	for _, tc := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/v1/threads/g7", nil},
+		{"GET", "/v1/threads/g7/events", nil},
+		{"POST", "/v1/threads/g7/messages", map[string]any{"text": "hello"}},
+		{"PUT", "/v1/threads/g7/shares/carol", nil},
+	} {
+		if resp, body := b.do(tc.method, tc.path, carolToken, tc.body); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("carol %s %s = %d %s, want 404", tc.method, tc.path, resp.StatusCode, body)
+		}
+	}
+
+	// Alice's next message carries the share: bob answers its question.
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	stream := b.sse(ctx, bobToken, "g7", 0)
+	a.send(aliceToken, "g7", deleteDrafts)
+	late, _ := s.question("g7", 2)
+	resp, body = b.do("POST", "/v1/threads/g7/elicitations/"+late, bobToken, map[string]any{"action": "accept"})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("bob's answer = %d %s, want 202", resp.StatusCode, body)
+	}
+	e := s.rec.await(t, 10*time.Second, "g7", events.TypeTurnCompleted, 2)
+	tc, err := events.Data[events.TurnCompleted](e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
+	var answered []events.Identity
+	for _, d := range tc.Decisions {
+		if d.ElicitationID == late {
+			answered = append(answered, d.AnsweredBy)
+		}
+	}
+	if len(answered) != 1 || answered[0] != bob || s.drafts() != 0 {
+		t.Fatalf("decisions %s, drafts %d; want bob's accept of %s and the drafts deleted", mustJSON(tc.Decisions), s.drafts(), late)
+	}
+	awaitType(t, stream, events.TypeTurnCompleted) // bob's event stream saw it
+	b.send(bobToken, "g7", "list everything")
+	s.completed("g7", 3)
+	if got := s.rec.matching("g7", events.TypeTurnRejected); len(got) != 0 {
+		t.Fatalf("turn.rejected on g7: %s", got[0].Data())
+	}
+
+	// The revoke: bob is a stranger again on every replica.
+	if acc := share(b, "DELETE", aliceToken, "bob", http.StatusOK); len(acc.Shared) != 0 {
+		t.Fatalf("after the revoke shared = %v, want none", acc.Shared)
+	}
+	share(b, "DELETE", aliceToken, "bob", http.StatusOK) // idempotent
+	before := s.storedCount(events.ChatThreadSubjects("g7"))
+	for _, x := range []*gw{a, b} {
+		for _, tc := range []struct {
+			method, path string
+			body         any
+		}{
+			{"GET", "/v1/threads/g7", nil},
+			{"GET", "/v1/threads/g7/events", nil},
+			{"POST", "/v1/threads/g7/messages", map[string]any{"text": "hello"}},
+		} {
+			if resp, body := x.do(tc.method, tc.path, bobToken, tc.body); resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("bob after the revoke %s %s = %d %s, want 404", tc.method, tc.path, resp.StatusCode, body)
+			}
+		}
+	}
+	if resp, body := a.do("GET", "/v1/threads", bobToken, nil); strings.Contains(string(body), "g7") {
+		t.Fatalf("bob's list after the revoke = %d %s, want no g7", resp.StatusCode, body)
+	}
+	if after := s.storedCount(events.ChatThreadSubjects("g7")); after != before {
+		t.Fatalf("events of g7: %d before, %d after bob's refused requests", before, after)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/bus"
 )
@@ -57,6 +58,15 @@ type Options struct {
 	Heartbeat time.Duration
 	// ShutdownTimeout bounds Serve's graceful stop. Optional. Default: 10 s.
 	ShutdownTimeout time.Duration
+	// AccessRecheck is how often an open event stream reads its thread's
+	// record again to check that its user may still read the thread. A
+	// revoked share ends the stream at once through the gateway's watch of
+	// the records; this check covers a watch that is down. Optional.
+	// Default: 1 min.
+	AccessRecheck time.Duration
+
+	// noAccessWatch turns the watch off (tests of the periodic check).
+	noAccessWatch bool
 	// DisableWeb turns off the web chat at "/". Optional. Default: served.
 	DisableWeb bool
 	// Principal is the NATS principal (user) the gateway's connection is
@@ -99,6 +109,9 @@ func (o *Options) withDefaults() Options {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
+	if c.AccessRecheck == 0 {
+		c.AccessRecheck = time.Minute
+	}
 	if c.Principal == "" {
 		c.Principal = events.PrincipalGateway
 	}
@@ -116,7 +129,7 @@ func (o Options) validate() error {
 	if o.MaxUsers < 0 || o.MaxStreamsPerUser < 0 {
 		errs = append(errs, errors.New("max users / streams: must be positive"))
 	}
-	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 {
+	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 || o.AccessRecheck < 0 {
 		errs = append(errs, errors.New("durations: must be positive"))
 	}
 	if err := events.ValidToken("principal", o.Principal); err != nil {
@@ -139,12 +152,28 @@ var Routes = []Route{
 	{http.MethodGet, "/v1/threads/{thread}/events"},
 	{http.MethodPost, "/v1/threads/{thread}/messages"},
 	{http.MethodPost, "/v1/threads/{thread}/elicitations/{id}"},
+	{http.MethodPut, "/v1/threads/{thread}/shares/{user}"},
+	{http.MethodDelete, "/v1/threads/{thread}/shares/{user}"},
 	RouteLookupEntities,
 }
+
+// Health routes: GET /livez and GET /readyz (internal/health's probes, as
+// every worker serves them with --health-listen), served without
+// authentication on the gateway's own address. Live: the NATS connection
+// is not closed for good. Ready: it is connected, and parley's streams and
+// the gateway's bucket BucketThreads exist. 200 or 503 with a JSON report
+// of every check.
+var HealthRoutes = []Route{{http.MethodGet, "/livez"}, {http.MethodGet, "/readyz"}}
+
+// PublicRoutes are the routes served without authentication (besides the
+// web chat's static files at "/"): the health probes and the event data
+// schemas. Documented in docs/openapi.yaml with Routes.
+var PublicRoutes = append(slices.Clone(HealthRoutes), Route{http.MethodGet, SchemaPath})
 
 // Gateway serves the HTTP API and the web chat.
 type Gateway struct {
 	bus     *bus.Client
+	health  *health.State
 	auth    Authenticator
 	opts    Options
 	log     *slog.Logger
@@ -152,6 +181,8 @@ type Gateway struct {
 	limits  *limiters
 	handler http.Handler
 
+	access    *accessWatch
+	stopWatch context.CancelFunc
 	closing   chan struct{}
 	closeOnce sync.Once
 
@@ -178,9 +209,18 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{bus: b, auth: auth, opts: o, log: o.Logger, owners: own,
-		limits:  newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
-		closing: make(chan struct{}), streams: map[string]int{}}
+	hs := health.New(0, "gateway")
+	hs.AddConn(b.Conn())
+	// Streams and bucket are open: the gateway consumes nothing durable.
+	hs.Started("gateway", b.Conn(), false)
+	g := &Gateway{bus: b, health: hs, auth: auth, opts: o, log: o.Logger, owners: own,
+		limits: newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
+		access: newAccessWatch(), closing: make(chan struct{}), streams: map[string]int{}}
+	wctx, stop := context.WithCancel(ctx)
+	g.stopWatch = stop
+	if !o.noAccessWatch {
+		go g.watchAccess(wctx)
+	}
 	mux := http.NewServeMux()
 	handlers := map[Route]func(http.ResponseWriter, *http.Request, string){
 		Routes[0]: g.listThreads,
@@ -188,6 +228,8 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 		Routes[2]: g.streamEvents,
 		Routes[3]: g.postMessage,
 		Routes[4]: g.postAnswer,
+		Routes[5]: g.putShare,
+		Routes[6]: g.deleteShare,
 
 		RouteLookupEntities: g.lookupEntities,
 	}
@@ -198,6 +240,9 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 		writeProblem(w, Problem{Status: http.StatusNotFound, Reason: ReasonNotFound, Detail: "no such route"})
 	})
 	mux.Handle("GET "+SchemaPath, schemaHandler())
+	for _, rt := range HealthRoutes {
+		mux.Handle(rt.Method+" "+rt.Path, hs.Handler())
+	}
 	if !o.DisableWeb {
 		mux.Handle("/", webHandler())
 	}
@@ -205,13 +250,23 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	return g, nil
 }
 
+// Health returns the gateway's health state (GET /livez and /readyz on
+// its handler), for a caller that also serves it on another address.
+func (g *Gateway) Health() *health.State { return g.health }
+
 // Handler returns the gateway's HTTP handler.
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
 // Close ends every open event stream (each handler returns, so its
-// response ends cleanly and the client reconnects with Last-Event-ID).
+// response ends cleanly and the client reconnects with Last-Event-ID) and
+// the watch of the thread records (which also ends with New's ctx).
 // Serve calls it when it shuts down.
-func (g *Gateway) Close() { g.closeOnce.Do(func() { close(g.closing) }) }
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		close(g.closing)
+		g.stopWatch()
+	})
+}
 
 // Serve serves on ln until ctx is cancelled, then stops gracefully: it
 // ends the event streams, lets requests in flight finish within
@@ -256,7 +311,7 @@ func (g *Gateway) cors(next http.Handler) http.Handler {
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			if allowed {
 				h := w.Header()
-				h.Set("Access-Control-Allow-Methods", "GET, POST")
+				h.Set("Access-Control-Allow-Methods", "GET, POST, PUT, DELETE")
 				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
 				h.Set("Access-Control-Max-Age", "600")
 			}
@@ -410,11 +465,21 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
 		return
 	}
-	if !g.owned(w, r, g.owners.claim(r.Context(), thread, user)) {
+	rec, err := g.owners.claim(r.Context(), thread, user)
+	if !g.owned(w, r, err) {
 		return
 	}
+	// The processor keeps its own record of who may use the thread and
+	// takes grants only from the owner's messages: each of them carries
+	// the thread's current shares (see putShare).
+	var share []events.Identity
+	if rec.Owner == user {
+		for _, s := range rec.Shared {
+			share = append(share, events.Identity{Principal: g.opts.Principal, OnBehalfOf: s})
+		}
+	}
 	e, err := events.New(SourceGateway, events.TypeTurnRequested, thread,
-		events.TurnRequested{Agent: req.Agent, User: user, Message: msg})
+		events.TurnRequested{Agent: req.Agent, User: user, Message: msg, Share: share})
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
@@ -603,7 +668,8 @@ func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string)
 	if !ok {
 		return
 	}
-	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
+	rec, err := g.owners.access(r.Context(), thread, user)
+	if !g.owned(w, r, err) {
 		return
 	}
 	st, err := g.threadState(r.Context(), thread)
@@ -611,8 +677,25 @@ func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string)
 		g.unavailable(w, r, err)
 		return
 	}
-	st.Owner = user
-	writeJSON(w, http.StatusOK, st)
+	st.Owner = rec.Owner
+	role := "owner"
+	if rec.Owner != user {
+		role = "shared"
+	}
+	writeJSON(w, http.StatusOK, struct {
+		ThreadState
+		// Shared are the users the owner shared the thread with.
+		Shared []string `json:"shared"`
+		// Role is the caller's: "owner", or "shared" (shared with them).
+		Role string `json:"role"`
+	}{st, nonNil(rec.Shared), role})
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // threadState folds the thread's stored events, up to the last one

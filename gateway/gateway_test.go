@@ -111,16 +111,18 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	key := func(r Route) string { return r.Method + " " + r.Path }
 	cmp := func(a, b Route) int { return strings.Compare(key(a), key(b)) }
 	slices.SortFunc(documented, cmp)
-	served := slices.SortedFunc(slices.Values(Routes), cmp)
+	served := slices.SortedFunc(slices.Values(slices.Concat(Routes, PublicRoutes)), cmp)
 	if !slices.Equal(documented, served) {
 		t.Fatalf("documented routes %v\nserved routes %v", documented, served)
 	}
 	// Every route is really routed (not the catch-all "no such route").
 	g := newTestGateway(t, nil)
-	for _, rt := range Routes {
-		path := strings.NewReplacer("{thread}", "t1", "{id}", "e1").Replace(rt.Path)
+	for _, rt := range slices.Concat(Routes, PublicRoutes) {
+		path := strings.NewReplacer("{thread}", "t1", "{id}", "e1", "{user}", "u1",
+			"{file}", "dev.parley.turn.requested.json").Replace(rt.Path)
 		w := request(t, g.Handler(), rt.Method, path, devTok, `{"text":"hi","action":"accept"}`, nil)
-		if w.Code == http.StatusMethodNotAllowed || strings.Contains(w.Body.String(), "no such route") {
+		if w.Code == http.StatusMethodNotAllowed || strings.Contains(w.Body.String(), "no such route") ||
+			slices.Contains(PublicRoutes, rt) && w.Code != http.StatusOK {
 			t.Errorf("%s %s is documented but not served: %d %s", rt.Method, path, w.Code, w.Body)
 		}
 	}

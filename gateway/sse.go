@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,7 +36,9 @@ func lastEventID(r *http.Request) (uint64, bool) {
 // "id: <stream sequence>", "data: <the CloudEvent in the CloudEvents JSON
 // format>", from after Last-Event-ID (or from the start), then live,
 // with a comment line every Heartbeat. It ends when the client goes, the
-// gateway shuts down, or a write blocks for sseWriteTimeout.
+// gateway shuts down, a write blocks for sseWriteTimeout, or the user may
+// no longer read the thread (a revoked share: at once through the watch
+// of the records, else at the next AccessRecheck; a reconnect gets 404).
 func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user string) {
 	thread, ok := threadParam(w, r)
 	if !ok {
@@ -87,6 +90,10 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 	}
 	beat := time.NewTicker(g.opts.Heartbeat)
 	defer beat.Stop()
+	recheck := time.NewTicker(g.opts.AccessRecheck)
+	defer recheck.Stop()
+	changed, unsubscribe := g.access.subscribe(thread)
+	defer unsubscribe()
 	for {
 		select {
 		case it, ok := <-items:
@@ -115,6 +122,20 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 			if !flush() {
 				return
 			}
+		case t := <-changed:
+			if !t.member(user) {
+				g.log.InfoContext(ctx, "event stream ended: access revoked", "thread", thread, "user", user)
+				flush()
+				return
+			}
+		case <-recheck.C:
+			if err := g.owners.check(ctx, thread, user); errors.Is(err, errNotOwner) {
+				g.log.InfoContext(ctx, "event stream ended: access revoked", "thread", thread, "user", user)
+				flush()
+				return
+			}
+			// Another error (NATS unreachable): keep serving; the next
+			// check decides.
 		case <-g.closing:
 			flush()
 			return

@@ -232,6 +232,17 @@ func TestDevGatewayUnderAuth(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// Its readiness probe passes on its own principal (it lists the
+	// stream names), without a token.
+	resp, err = http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"ready"`) {
+		t.Errorf("GET /readyz = %d %s, want 200 ready", resp.StatusCode, body)
+	}
 	if strings.Contains(strings.ToLower(out.String()), "permissions violation") {
 		t.Errorf("permissions violations:\n%s", out.String())
 	}

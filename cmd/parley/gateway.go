@@ -74,7 +74,7 @@ func (c *gatewayCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "parley gateway: http://%s/ (API under /v1/)\n", addr)
+	fmt.Fprintf(e.stdout, "parley gateway: http://%s/ (API under /v1/; probes /livez, /readyz)\n", addr)
 	return wait()
 }
 

@@ -301,8 +301,25 @@ function entityAutocomplete(input, w) {
   return list;
 }
 
+// choices returns the [value, title] pairs of an enum (with enumNames) or
+// a titled oneOf/anyOf list of {const, title}; it throws when the list is
+// not one of those shapes.
+function choices(list, titles, key) {
+  if (key) {
+    if (!Array.isArray(list) || !list.length || !list.every((o) => o && typeof o === "object" && typeof o.const === "string")) throw new Error("not a titled enum");
+    return list.map((o) => [o.const, typeof o.title === "string" ? o.title : o.const]);
+  }
+  if (!Array.isArray(list) || !list.length || !list.every((v) => typeof v === "string")) throw new Error("not a string enum");
+  return list.map((v, k) => [v, (Array.isArray(titles) && typeof titles[k] === "string" && titles[k]) || v]);
+}
+
+// fieldInput builds the control of one requestedSchema property. It throws
+// for a property the MCP elicitation schema does not allow (not a string,
+// number, integer, boolean, enum or enum multi-select), so the question
+// shows its restatement instead of a form that cannot be answered.
 function fieldInput(name, p, id) {
   const common = { id, name, "aria-describedby": id + "-err " + id + "-hint" };
+  if (!p || typeof p !== "object") throw new Error("not a schema");
   let def;
   if (p.default !== undefined) def = p.default;
   if (p.type === "boolean") {
@@ -310,7 +327,7 @@ function fieldInput(name, p, id) {
   }
   if (p.type === "array") {
     const items = p.items || {};
-    const opts = items.anyOf ? items.anyOf.map((o) => [o.const, o.title]) : (items.enum || []).map((v) => [v, v]);
+    const opts = items.anyOf ? choices(items.anyOf, null, true) : choices(items.enum, null, false);
     const box = el("div", { ...common, role: "group", "data-kind": "multi", "data-min": p.minItems, "data-max": p.maxItems });
     opts.forEach(([v, t], k) => {
       const cid = id + "-" + k;
@@ -319,7 +336,7 @@ function fieldInput(name, p, id) {
     return box;
   }
   if (p.enum || p.oneOf) {
-    const opts = p.oneOf ? p.oneOf.map((o) => [o.const, o.title]) : p.enum.map((v, k) => [v, (p.enumNames && p.enumNames[k]) || v]);
+    const opts = p.oneOf ? choices(p.oneOf, null, true) : choices(p.enum, p.enumNames, false);
     const sel = el("select", common, el("option", { value: "", text: "— choose —" }));
     for (const [v, t] of opts) sel.append(el("option", { value: v, text: t, selected: def === v }));
     return sel;
@@ -327,6 +344,7 @@ function fieldInput(name, p, id) {
   if (p.type === "number" || p.type === "integer") {
     return el("input", { ...common, type: "number", min: p.minimum, max: p.maximum, step: p.type === "integer" ? "1" : "any", value: def });
   }
+  if (p.type !== "string") throw new Error("unsupported type " + String(p.type));
   const type = { email: "email", uri: "url", date: "date", "date-time": "datetime-local" }[p.format] || "text";
   return el("input", { ...common, type, minlength: p.minLength, maxlength: p.maxLength, value: def });
 }
@@ -443,7 +461,13 @@ function renderQuestion(q) {
     input.addEventListener("change", recheck);
     form.append(field);
   }
-  if (!renderable) card.append(el("p", { text: "This form cannot be shown here; answer the restated question above in a message." }));
+  if (!renderable) {
+    // No form: the turn's restatement (turn.paused) says what is asked;
+    // the person answers it in a message, or declines or cancels here.
+    form.replaceChildren();
+    card.dataset.unrenderable = "true";
+    card.append(el("p", { class: "note", text: "This form cannot be shown here; answer the restated question in a message, or decline or cancel it." }));
+  }
   const answer = async (action) => {
     const content = {};
     let bad = false;
@@ -473,7 +497,9 @@ function renderQuestion(q) {
     else card.querySelector(".state").textContent = "Not sent: " + (p.detail || p.reason || resp.status);
   };
   const actions = el("div", { class: "actions" });
-  if (tc) {
+  if (!renderable) {
+    actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
+  } else if (tc) {
     actions.append(el("button", { type: "submit", "data-action": "accept", text: "Allow" }));
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
   } else {
@@ -482,7 +508,7 @@ function renderQuestion(q) {
   }
   actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
   form.append(actions);
-  form.addEventListener("submit", (ev) => { ev.preventDefault(); answer("accept"); });
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); if (renderable) answer("accept"); });
   card.append(form);
   state.questions.set(id, card);
   addItem(card);
@@ -622,7 +648,12 @@ async function followLoop(thread, ctl) {
       if (state.lastID) headers["Last-Event-ID"] = String(state.lastID);
       const resp = await fetch("/v1/threads/" + thread + "/events", { headers, signal: ctl.signal });
       if (resp.status === 401) { signOut(); return; }
-      if (resp.status === 404) return; // not ours, or nothing yet: the first message claims it
+      if (resp.status === 404) {
+        // Not ours, or nothing yet (the first message claims it); after
+        // events were shown, the share was revoked.
+        if (state.lastID) addItem(el("li", { class: "msg error", role: "alert", text: "You can no longer see this thread (it is not shared with you any more)." }));
+        return;
+      }
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "";
       for (;;) {
@@ -677,6 +708,46 @@ async function sendMessage(text) {
 
 function newThreadID() { return "web-" + crypto.randomUUID(); }
 
+// ---- sharing ------------------------------------------------------------------------
+
+// showAccess renders who may use the thread (a ThreadAccess or thread
+// state: owner, shared, role): the owner gets the list with a remove
+// button per user and the share form; a user it is shared with sees who
+// shared it. A thread nobody has claimed yet (access null) can be shared
+// before its first message (the share claims it).
+function showAccess(access) {
+  const info = document.getElementById("share-info");
+  const list = document.getElementById("share-list");
+  const form = document.getElementById("share-form");
+  const owner = !access || access.role !== "shared";
+  const shared = (access && Array.isArray(access.shared)) ? access.shared : [];
+  info.textContent = !access ? "Not shared." : !owner ? "Shared with you by " + access.owner + "." :
+    shared.length ? "Shared with " + shared.length + (shared.length === 1 ? " user." : " users.") : "Only you.";
+  form.hidden = !owner;
+  list.replaceChildren(...shared.map((u) => el("li", {}, el("span", { text: u }), owner ? el("button", {
+    type: "button", "aria-label": "Stop sharing with " + u, text: "Remove", onclick: () => changeShare("DELETE", u),
+  }) : null)));
+}
+
+async function loadSharing(thread) {
+  document.getElementById("share-error").textContent = "";
+  const resp = await api("GET", "/v1/threads/" + thread);
+  if (thread !== state.thread) return;
+  if (resp.status === 200) showAccess(await resp.json());
+  else showAccess(null);
+}
+
+async function changeShare(method, user) {
+  const errBox = document.getElementById("share-error");
+  errBox.textContent = "";
+  const resp = await api(method, "/v1/threads/" + state.thread + "/shares/" + encodeURIComponent(user));
+  const body = await resp.json().catch(() => ({}));
+  if (resp.status !== 200) { errBox.textContent = "Not changed: " + (body.detail || resp.status); return false; }
+  showAccess({ ...body, role: "owner" });
+  loadThreads();
+  return true;
+}
+
 function openThread(id) {
   state.thread = id;
   state.lastID = 0;
@@ -687,6 +758,7 @@ function openThread(id) {
   document.querySelectorAll("#threads button").forEach((b) => b.setAttribute("aria-current", b.dataset.thread === id ? "true" : "false"));
   history.replaceState(null, "", "#thread=" + encodeURIComponent(id));
   follow(id);
+  loadSharing(id);
 }
 
 async function loadThreads() {
@@ -728,6 +800,12 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   document.getElementById("new-thread").addEventListener("click", () => openThread(newThreadID()));
+  document.getElementById("share-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const input = document.getElementById("share-user");
+    const user = input.value.trim();
+    if (user && (await changeShare("PUT", user))) input.value = "";
+  });
   const text = document.getElementById("composer-text");
   text.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey) { ev.preventDefault(); document.getElementById("composer").requestSubmit(); }

@@ -435,6 +435,22 @@ func TestAllowed(t *testing.T) {
 	if !agent.refused("Publish", "$KV.parley_tools.delete_entities") {
 		t.Error("the agent's registry write failed without a permissions violation")
 	}
+
+	// Readiness (GET /readyz of every worker and the gateway) lists the
+	// stream names.
+	for _, p := range []string{natsauth.Processor, natsauth.Agent, natsauth.Toolexec, natsauth.Gateway} {
+		c := s.connect(t, p)
+		js, _ := jetstream.New(c.Conn)
+		l := js.StreamNames(ctx)
+		n := 0
+		for range l.Name() {
+			n++
+		}
+		if l.Err() != nil || n == 0 {
+			t.Errorf("%s listing stream names: %d, %v", p, n, l.Err())
+		}
+		c.noViolations(t)
+	}
 }
 
 // Init keeps existing seeds (0600) and rewrites auth.conf.

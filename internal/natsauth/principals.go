@@ -177,6 +177,10 @@ func Set(integrators, policies []string) ([]Principal, error) {
 // _INBOX_<name>.<...>, the only inbox it may subscribe to.
 func InboxPrefix(name string) string { return "_INBOX_" + name }
 
+// streamNames lists the account's stream names (names only: no
+// configuration, no messages), which readiness reads.
+const streamNames = "$JS.API.STREAM.NAMES"
+
 // durables are the names of parley's durable consumers
 // (workers/processor, agent, toolexec): no integrator may create, update
 // or delete a consumer of that name.
@@ -198,6 +202,9 @@ func (p Principal) Permissions() Permissions {
 		// parley's streams at start (bus.EnsureStreams), never deletes or
 		// purges them.
 		pub(streamAdmin(StreamChat, StreamInput, StreamAgent, StreamRuns, StreamTools, StreamDeadLetter)...)
+		// Readiness (internal/health, GET /readyz) checks that the
+		// streams and buckets it uses still exist from the stream names.
+		pub(streamNames)
 		sub(inbox)
 		switch p.Name {
 		case Processor:
@@ -266,6 +273,8 @@ func (p Principal) Permissions() Permissions {
 			// start (gateway.New: it may start first); never deletes or
 			// purges them.
 			pub(streamAdmin(StreamChat, StreamInput, StreamAgent, StreamRuns, StreamTools, StreamDeadLetter)...)
+			// Its readiness, like a worker's (GET /readyz).
+			pub(streamNames)
 		}
 		// Reading PARLEY_CHAT must not reach parley's durables: an
 		// integrator creating "processor" with another filter would

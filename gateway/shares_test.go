@@ -1,0 +1,307 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/bus/bustest"
+)
+
+const (
+	ownerTok = "owner-token-0123456789"
+	otherTok = "other-token-0123456789"
+)
+
+// shareGateways starts n gateways on one NATS server, each on its own
+// connection, with two users: "owner" and "other".
+func shareGateways(t *testing.T, n int) []*Gateway {
+	t.Helper()
+	srv := bustest.NewServer(t)
+	var out []*Gateway
+	for range n {
+		b, err := bus.New(srv.Connect(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, &Options{RatePerSecond: 100, RateBurst: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func access(t *testing.T, w interface{ Result() *http.Response }, body string) ThreadAccess {
+	t.Helper()
+	var a ThreadAccess
+	if err := json.Unmarshal([]byte(body), &a); err != nil {
+		t.Fatalf("body %s: %v", body, err)
+	}
+	return a
+}
+
+// The share routes: owner only, validated, bounded by events.MaxShares,
+// idempotent; a grant lets the user read the thread, a revoke takes it
+// away; the owner's messages carry the shares to the processor.
+func TestShares(t *testing.T) {
+	g := shareGateways(t, 1)[0]
+	h := g.Handler()
+	path := func(user string) string { return "/v1/threads/s1/shares/" + url.PathEscape(user) }
+
+	// Sharing an unclaimed thread claims it for the caller.
+	w := request(t, h, "PUT", path("other"), ownerTok, "", nil)
+	if w.Code != http.StatusOK {
+		t.Fatalf("PUT share = %d %s", w.Code, w.Body)
+	}
+	if a := access(t, w, w.Body.String()); a.Owner != "owner" || !slices.Equal(a.Shared, []string{"other"}) {
+		t.Fatalf("share = %+v, want owner shared [other]", a)
+	}
+	if w := request(t, h, "GET", "/v1/threads/s1", otherTok, "", nil); w.Code != http.StatusOK ||
+		!strings.Contains(w.Body.String(), `"owner":"owner"`) || !strings.Contains(w.Body.String(), `"shared":["other"]`) ||
+		!strings.Contains(w.Body.String(), `"role":"shared"`) {
+		t.Fatalf("other GET s1 = %d %s, want 200 naming the owner and the share", w.Code, w.Body)
+	}
+	if w := request(t, h, "GET", "/v1/threads/s1", ownerTok, "", nil); !strings.Contains(w.Body.String(), `"role":"owner"`) {
+		t.Fatalf("owner GET s1 = %d %s, want role owner", w.Code, w.Body)
+	}
+	if w := request(t, h, "GET", "/v1/threads", otherTok, "", nil); !strings.Contains(w.Body.String(), `"thread":"s1"`) {
+		t.Fatalf("other's list = %s, want s1", w.Body)
+	}
+
+	for _, tc := range []struct {
+		name, method, path, token string
+		status                    int
+		reason                    string
+	}{
+		{"shared user shares", "PUT", path("x"), otherTok, 403, ReasonForbidden},
+		{"shared user revokes", "DELETE", path("other"), otherTok, 403, ReasonForbidden},
+		{"owner shares with self", "PUT", path("owner"), ownerTok, 400, ReasonBadRequest},
+		{"control character", "PUT", path("a\nb"), ownerTok, 400, ReasonBadRequest},
+		{"too long", "PUT", path(strings.Repeat("u", MaxSubject+1)), ownerTok, 400, ReasonBadRequest},
+		{"not UTF-8", "PUT", "/v1/threads/s1/shares/%ff", ownerTok, 400, ReasonBadRequest},
+		{"stranger's thread", "PUT", "/v1/threads/s2/shares/x", ownerTok, 200, ""},
+		{"stranger shares", "PUT", "/v1/threads/s2/shares/y", otherTok, 404, ReasonNotFound},
+		{"stranger revokes", "DELETE", "/v1/threads/s2/shares/x", otherTok, 404, ReasonNotFound},
+		{"unclaimed revoke", "DELETE", "/v1/threads/s3/shares/x", ownerTok, 404, ReasonNotFound},
+		{"bad thread", "PUT", "/v1/threads/a*b/shares/x", ownerTok, 400, ReasonBadRequest},
+		{"no token", "PUT", path("x"), "", 401, ReasonUnauthenticated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := request(t, h, tc.method, tc.path, tc.token, "", nil)
+			if w.Code != tc.status || tc.reason != "" && !strings.Contains(w.Body.String(), `"reason":"`+tc.reason+`"`) {
+				t.Fatalf("%s %s = %d %s, want %d %s", tc.method, tc.path, w.Code, w.Body, tc.status, tc.reason)
+			}
+		})
+	}
+
+	// The owner's message carries the shares; the shared user's does not
+	// (only the owner may share, at the processor too).
+	if w := request(t, h, "POST", "/v1/threads/s1/messages", ownerTok, `{"text":"hi"}`, nil); w.Code != http.StatusAccepted {
+		t.Fatalf("owner's message = %d %s", w.Code, w.Body)
+	}
+	if got := lastInputShare(t, g, "s1"); fmt.Sprint(got) != fmt.Sprint([]events.Identity{{Principal: events.PrincipalGateway, OnBehalfOf: "other"}}) {
+		t.Fatalf("owner's turn.requested share = %v, want [other via gateway]", got)
+	}
+	if w := request(t, h, "POST", "/v1/threads/s1/messages", otherTok, `{"text":"hi"}`, nil); w.Code != http.StatusAccepted {
+		t.Fatalf("shared user's message = %d %s", w.Code, w.Body)
+	}
+	if got := lastInputShare(t, g, "s1"); got != nil {
+		t.Fatalf("shared user's turn.requested share = %v, want none", got)
+	}
+
+	// The bound: MaxShares users, one more is 409, the same one again is
+	// fine (nothing changes).
+	for i := 1; i < events.MaxShares; i++ {
+		if w := request(t, h, "PUT", path(fmt.Sprintf("u%02d", i)), ownerTok, "", nil); w.Code != http.StatusOK {
+			t.Fatalf("share %d = %d %s", i, w.Code, w.Body)
+		}
+	}
+	w = request(t, h, "PUT", path("one-too-many"), ownerTok, "", nil)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), ReasonTooManyShares) {
+		t.Fatalf("share %d = %d %s, want 409 %s", events.MaxShares+1, w.Code, w.Body, ReasonTooManyShares)
+	}
+	if w := request(t, h, "PUT", path("other"), ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("repeated share at the bound = %d %s, want 200", w.Code, w.Body)
+	}
+
+	// Revoked users still count (the processor keeps their grants, and
+	// would refuse the owner's messages over the bound): a new user is
+	// 409 after a revoke, the revoked one may be shared again.
+	if w := request(t, h, "DELETE", path("u01"), ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("revoke u01 = %d %s", w.Code, w.Body)
+	}
+	if w := request(t, h, "PUT", path("newcomer"), ownerTok, "", nil); w.Code != http.StatusConflict {
+		t.Fatalf("share after a revoke at the bound = %d %s, want 409", w.Code, w.Body)
+	}
+	if w := request(t, h, "PUT", path("u01"), ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share again with the revoked u01 = %d %s, want 200", w.Code, w.Body)
+	}
+
+	// The revoke: 404 on every thread route and gone from the list.
+	w = request(t, h, "DELETE", path("other"), ownerTok, "", nil)
+	if a := access(t, w, w.Body.String()); w.Code != http.StatusOK || slices.Contains(a.Shared, "other") || len(a.Shared) != events.MaxShares-1 {
+		t.Fatalf("DELETE share = %d %s", w.Code, w.Body)
+	}
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/v1/threads/s1", ""},
+		{"GET", "/v1/threads/s1/events", ""},
+		{"POST", "/v1/threads/s1/messages", `{"text":"hi"}`},
+		{"POST", "/v1/threads/s1/elicitations/e1", `{"action":"accept"}`},
+	} {
+		if w := request(t, h, r.method, r.path, otherTok, r.body, nil); w.Code != http.StatusNotFound {
+			t.Errorf("revoked %s %s = %d %s, want 404", r.method, r.path, w.Code, w.Body)
+		}
+	}
+	if w := request(t, h, "GET", "/v1/threads", otherTok, "", nil); strings.Contains(w.Body.String(), "s1") {
+		t.Fatalf("other's list after the revoke = %s", w.Body)
+	}
+}
+
+// lastInputShare returns the share of the gateway's last turn.requested
+// on thread in PARLEY_INPUT.
+func lastInputShare(t *testing.T, g *Gateway, thread string) []events.Identity {
+	t.Helper()
+	s, err := g.bus.JetStream().Stream(t.Context(), events.StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(t.Context(), events.InputSubject(events.PrincipalGateway, thread, events.ChatTurnRequested))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := events.Data[events.TurnRequested](e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Share
+}
+
+// Grants made at once through two replicas all land (compare-and-set on
+// the record's revision; none overwrites another), and never more than
+// MaxShares.
+func TestSharesConcurrentReplicas(t *testing.T) {
+	gs := shareGateways(t, 2)
+	if w := request(t, gs[0].Handler(), "POST", "/v1/threads/c1/messages", ownerTok, `{"text":"hi"}`, nil); w.Code != http.StatusAccepted {
+		t.Fatalf("claim = %d %s", w.Code, w.Body)
+	}
+	n := events.MaxShares + 4
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	began := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			w := request(t, gs[i%2].Handler(), "PUT", fmt.Sprintf("/v1/threads/c1/shares/u%02d", i), ownerTok, "", nil)
+			codes[i] = w.Code
+		})
+	}
+	wg.Wait()
+	t.Logf("%d concurrent shares through 2 replicas in %v", n, time.Since(began).Round(time.Millisecond))
+	ok, full := 0, 0
+	for _, c := range codes {
+		switch c {
+		case http.StatusOK:
+			ok++
+		case http.StatusConflict:
+			full++
+		}
+	}
+	rec, _, err := gs[1].owners.owner(t.Context(), "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != events.MaxShares || full != n-events.MaxShares || len(rec.Shared) != events.MaxShares {
+		t.Fatalf("codes %v; record shared with %d (%v); want %d granted, the rest 409", codes, len(rec.Shared), rec.Shared, events.MaxShares)
+	}
+}
+
+// A revoke ends the user's open event streams — at once through the
+// watch of the records on another replica, or at the periodic check
+// without the watch — and their reconnect is 404; the owner's stream goes
+// on.
+func TestRevokeEndsEventStream(t *testing.T) {
+	t.Run("watch", func(t *testing.T) { testRevokeEndsEventStream(t, &Options{AccessRecheck: time.Hour}) })
+	t.Run("recheck", func(t *testing.T) {
+		testRevokeEndsEventStream(t, &Options{AccessRecheck: 50 * time.Millisecond, noAccessWatch: true})
+	})
+}
+
+func testRevokeEndsEventStream(t *testing.T, opts *Options) {
+	srv := bustest.NewServer(t)
+	b, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The share and the revoke go through another replica.
+	b2, err := bus.New(srv.Connect(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := New(t.Context(), b2, StaticTokens{ownerTok: "owner", otherTok: "other"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	hs := httptest.NewServer(g.Handler())
+	defer hs.Close()
+	defer g.Close()
+	if w := request(t, g2.Handler(), "PUT", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share = %d %s", w.Code, w.Body)
+	}
+	open := func(tok string) (*http.Response, <-chan error) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", hs.URL+"/v1/threads/r1/events", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET events as %s: %v %v", tok, resp, err)
+		}
+		ended := make(chan error, 1)
+		go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+		return resp, ended
+	}
+	otherResp, otherEnded := open(otherTok)
+	defer otherResp.Body.Close()
+	ownerResp, ownerEnded := open(ownerTok)
+	defer ownerResp.Body.Close()
+	revoked := time.Now()
+	if w := request(t, g2.Handler(), "DELETE", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("revoke = %d %s", w.Code, w.Body)
+	}
+	select {
+	case err := <-otherEnded:
+		if err != nil {
+			t.Fatalf("the revoked user's stream ended with %v, want a clean end", err)
+		}
+		t.Logf("the stream ended %v after the revoke", time.Since(revoked).Round(time.Millisecond))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the revoked user's event stream is still open 2s after the revoke")
+	}
+	select {
+	case err := <-ownerEnded:
+		t.Fatalf("the owner's stream ended: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if w := request(t, g.Handler(), "GET", "/v1/threads/r1/events", otherTok, "", nil); w.Code != http.StatusNotFound {
+		t.Fatalf("reconnect after the revoke = %d, want 404", w.Code)
+	}
+}
