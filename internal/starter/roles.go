@@ -1,0 +1,257 @@
+package starter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/parley-dev/parley/internal/health"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/workers/agent"
+	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/workers/gate"
+	"github.com/parley-dev/parley/workers/processor"
+	"github.com/parley-dev/parley/workers/toolexec"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
+)
+
+// The four worker roles, and the principal (internal/natsauth) each
+// connects as.
+const (
+	RoleProcessor = "processor"
+	RoleAgent     = "agent"
+	RoleToolexec  = "toolexec"
+	RoleGate      = "gate"
+)
+
+// ConnectFunc opens the NATS connection of one role instance: name is the
+// connection name ("parley-processor-2"), principal whose credentials it
+// uses (a natsauth principal: processor, agent, toolexec, gate, gateway).
+// Every instance gets its own connection, so every hop crosses the server
+// and every role is held to its own permissions.
+type ConnectFunc func(ctx context.Context, name, principal string) (*nats.Conn, error)
+
+// Worker runs a role on nc until ctx is cancelled, then drains and returns
+// (nil after a clean drain). Processor, Agent, Toolexec and Gate build one.
+type Worker func(ctx context.Context, nc *nats.Conn) error
+
+// ErrConnClosed is the death of a role whose NATS connection was closed
+// for good (it no longer reconnects).
+var ErrConnClosed = errors.New("its NATS connection was closed")
+
+// Connected returns the Role name that connects with connect (as
+// principal, connection name "parley-"+name), registers the connection with
+// the health state on ctx (health.AddConn), runs w on it and closes it when
+// w returns. A connection closed for good before the role is asked to stop
+// is its death (ErrConnClosed); an error connecting is its death too.
+func Connected(name, principal string, connect ConnectFunc, w Worker) Role {
+	return Role{Name: name, Run: func(ctx context.Context) error {
+		nc, err := connect(ctx, "parley-"+name, principal)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		nc.SetClosedHandler(func(*nats.Conn) { cancel(ErrConnClosed) })
+		if nc.IsClosed() {
+			cancel(ErrConnClosed)
+		}
+		health.AddConn(ctx, nc)
+		err = w(ctx, nc)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrConnClosed) {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("%w: %w", ErrConnClosed, err)
+			}
+			return ErrConnClosed
+		}
+		return err
+	}}
+}
+
+// Common are the settings every role shares.
+type Common struct {
+	// Logger receives the role's logs (the caller adds the role's name).
+	// Optional. Default: discard.
+	Logger *slog.Logger
+	// Bus are the bus options of the role's connection (Logger is
+	// replaced by Common.Logger). Bus.StartupTimeout > 0 also bounds every
+	// start-up step (streams, buckets, consumers) together, from the
+	// role's start, unless ctx already carries a bus.WithStartupPolicy.
+	Bus bus.Options
+	// NoStreams skips creating the streams (EnsureStreams): someone else
+	// (an operator, a test's driver) has created them.
+	NoStreams bool
+}
+
+// start connects the bus of a role on nc, sets the start-up policy on ctx
+// and creates the streams (unless streams is false or c.NoStreams).
+func (c Common) start(ctx context.Context, nc *nats.Conn, streams bool) (context.Context, *bus.Client, *slog.Logger, error) {
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := c.Bus
+	o.Logger = log
+	b, err := bus.New(nc, &o)
+	if err != nil {
+		return ctx, nil, log, err
+	}
+	if o.StartupTimeout > 0 {
+		// Every start-up step retries through a leader election or a
+		// concurrent start of other replicas until StartupTimeout after
+		// the start (sharing a single-role command's connection
+		// deadline when it set one).
+		p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: o.StartupTimeout, Deadline: time.Now().Add(o.StartupTimeout)})
+		p.Logger = log
+		ctx = bus.WithStartupPolicy(ctx, p)
+	}
+	if streams && !c.NoStreams {
+		if err := b.EnsureStreams(ctx); err != nil {
+			return ctx, nil, log, err
+		}
+	}
+	return ctx, b, log, nil
+}
+
+// logged logs the start and the stop of a worker around run.
+func logged(ctx context.Context, log *slog.Logger, nc *nats.Conn, run func(context.Context) error) error {
+	log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
+	defer log.Info("worker stopped")
+	return run(ctx)
+}
+
+// Processor is the processor role with opts (see processor.New; a nil
+// Logger is Common.Logger's).
+func Processor(c Common, opts processor.Options) Worker {
+	return func(ctx context.Context, nc *nats.Conn) error {
+		ctx, b, log, err := c.start(ctx, nc, true)
+		if err != nil {
+			return err
+		}
+		if opts.Logger == nil {
+			opts.Logger = log
+		}
+		p, err := processor.New(ctx, b, &opts)
+		if err != nil {
+			return err
+		}
+		health.Started(ctx, RoleProcessor, nc, true)
+		return logged(ctx, log, nc, p.Run)
+	}
+}
+
+// Agent is the agent role calling provider, with opts (see agent.New; a
+// nil Logger is Common.Logger's).
+func Agent(c Common, provider model.Provider, opts agent.Options) Worker {
+	return func(ctx context.Context, nc *nats.Conn) error {
+		if provider == nil {
+			return errors.New("starter: agent without a model provider")
+		}
+		ctx, b, log, err := c.start(ctx, nc, true)
+		if err != nil {
+			return err
+		}
+		if opts.Logger == nil {
+			opts.Logger = log
+		}
+		a, err := agent.New(ctx, b, provider, &opts)
+		if err != nil {
+			return err
+		}
+		health.Started(ctx, RoleAgent, nc, true)
+		return logged(ctx, log, nc, a.Run)
+	}
+}
+
+// ToolexecConfig is what the tool-executor role serves.
+type ToolexecConfig struct {
+	// Tools are the built-in tools. Optional. Default (nil): the demo
+	// site's (builtin.OpenSite on the role's connection, with Site), whose
+	// read-only entity lookup (the gateway's /v1/lookup/entities) the role
+	// serves beside the tools.
+	Tools []builtin.Tool
+	// Site are the demo site's options when Tools is nil. Optional.
+	Site builtin.SiteOptions
+	// Sources open further tool sources (MCP servers) when the role
+	// starts; close is called when it stops. Optional.
+	Sources func(ctx context.Context, log *slog.Logger) (sources []toolexec.Source, close func(), err error)
+	// Options are the executor's (see toolexec.New; a nil Logger is
+	// Common.Logger's; Sources are appended to those opened by Sources).
+	Options toolexec.Options
+}
+
+// Toolexec is the tool-executor role with cfg.
+func Toolexec(c Common, cfg ToolexecConfig) Worker {
+	return func(ctx context.Context, nc *nats.Conn) error {
+		ctx, b, log, err := c.start(ctx, nc, true)
+		if err != nil {
+			return err
+		}
+		opts := cfg.Options
+		if opts.Logger == nil {
+			opts.Logger = log
+		}
+		tools := cfg.Tools
+		var site *builtin.Site
+		if tools == nil {
+			so := cfg.Site
+			if so.Storage == 0 && so.Replicas == 0 {
+				so.Storage, so.Replicas = c.Bus.Storage, c.Bus.Replicas
+			}
+			if site, err = builtin.OpenSite(ctx, b.JetStream(), &so); err != nil {
+				return err
+			}
+			tools = site.Tools()
+		}
+		if cfg.Sources != nil {
+			sources, closeSources, err := cfg.Sources(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer closeSources()
+			opts.Sources = append(append([]toolexec.Source(nil), opts.Sources...), sources...)
+		}
+		x, err := toolexec.New(ctx, b, tools, &opts)
+		if err != nil {
+			return err
+		}
+		if site != nil {
+			// Without the lookup the web chat shows plain fields: a
+			// warning, not the role's death.
+			go func() {
+				if err := site.ServeLookup(ctx, b); err != nil {
+					log.Warn("entity lookup not served", "error", err)
+				}
+			}()
+		}
+		health.Started(ctx, RoleToolexec, nc, true)
+		return logged(ctx, log, nc, x.Run)
+	}
+}
+
+// Gate is the gate role deciding with cfg (nil: gate.DefaultConfig), with
+// opts (see gate.NewWithOptions; a nil Logger is Common.Logger's). The gate
+// answers requests on core NATS and owns no stream: it creates none (its
+// principal may not).
+func Gate(c Common, cfg *gate.Config, opts gate.Options) Worker {
+	return func(ctx context.Context, nc *nats.Conn) error {
+		ctx, b, log, err := c.start(ctx, nc, false)
+		if err != nil {
+			return err
+		}
+		if opts.Logger == nil {
+			opts.Logger = log
+		}
+		g, err := gate.NewWithOptions(b, cfg, &opts)
+		if err != nil {
+			return err
+		}
+		health.Started(ctx, RoleGate, nc, false)
+		return logged(ctx, log, nc, g.Run)
+	}
+}
