@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,26 +45,37 @@ type Worker func(ctx context.Context, nc *nats.Conn) error
 var ErrConnClosed = errors.New("its NATS connection was closed")
 
 // Connected returns the Role name that connects with connect (as
-// principal, connection name "parley-"+name), registers the connection with
-// the health state on ctx (health.AddConn), runs w on it and closes it when
-// w returns. A connection closed for good before the role is asked to stop
-// is its death (ErrConnClosed); an error connecting is its death too.
+// principal, connection name "parley-"+name) and then runs w like OnConn.
+// An error connecting is the role's death.
 func Connected(name, principal string, connect ConnectFunc, w Worker) Role {
 	return Role{Name: name, Run: func(ctx context.Context) error {
 		nc, err := connect(ctx, "parley-"+name, principal)
 		if err != nil {
 			return err
 		}
+		return OnConn(name, nc, w).Run(ctx)
+	}}
+}
+
+// OnConn returns the Role name that runs w on the open connection nc,
+// registers nc with the health state on ctx (health.AddConn), and closes
+// nc when w returns. nc closed for good before the role is asked to stop
+// is the role's death (ErrConnClosed). OnConn replaces nc's closed
+// handler.
+func OnConn(name string, nc *nats.Conn, w Worker) Role {
+	return Role{Name: name, Run: func(ctx context.Context) error {
 		defer nc.Close()
-		ctx, cancel := context.WithCancelCause(ctx)
-		defer cancel(nil)
-		nc.SetClosedHandler(func(*nats.Conn) { cancel(ErrConnClosed) })
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var lost atomic.Bool // closed for good while the role ran
+		nc.SetClosedHandler(func(*nats.Conn) { lost.Store(true); cancel() })
 		if nc.IsClosed() {
-			cancel(ErrConnClosed)
+			lost.Store(true)
+			cancel()
 		}
 		health.AddConn(ctx, nc)
-		err = w(ctx, nc)
-		if cause := context.Cause(ctx); errors.Is(cause, ErrConnClosed) {
+		err := w(ctx, nc)
+		if lost.Load() {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("%w: %w", ErrConnClosed, err)
 			}
@@ -86,6 +98,36 @@ type Common struct {
 	// NoStreams skips creating the streams (EnsureStreams): someone else
 	// (an operator, a test's driver) has created them.
 	NoStreams bool
+	// Started, when set, is called with the role's name (RoleProcessor,
+	// ...) once the role has finished its start-up (streams, buckets,
+	// consumers' configuration, tool registration) and is about to run;
+	// see AwaitStarted. Optional.
+	Started func(role string)
+}
+
+// started reports role's start-up (health and Started).
+func (c Common) started(ctx context.Context, role string, nc *nats.Conn, consumes bool) {
+	health.Started(ctx, role, nc, consumes)
+	if c.Started != nil {
+		c.Started(role)
+	}
+}
+
+// AwaitStarted waits until n roles have reported their start-up on
+// started (a channel Common.Started sends the role's name to), and returns
+// nil; or returns the cause when g stops first (a role died), or ctx's
+// error when it ends first.
+func AwaitStarted(ctx context.Context, g *Group, started <-chan string, n int) error {
+	for range n {
+		select {
+		case <-started:
+		case <-g.Context().Done():
+			return fmt.Errorf("starting: %w", context.Cause(g.Context()))
+		case <-ctx.Done():
+			return fmt.Errorf("starting: %w", context.Cause(ctx))
+		}
+	}
+	return nil
 }
 
 // start connects the bus of a role on nc, sets the start-up policy on ctx
@@ -140,7 +182,7 @@ func Processor(c Common, opts processor.Options) Worker {
 		if err != nil {
 			return err
 		}
-		health.Started(ctx, RoleProcessor, nc, true)
+		c.started(ctx, RoleProcessor, nc, true)
 		return logged(ctx, log, nc, p.Run)
 	}
 }
@@ -163,20 +205,24 @@ func Agent(c Common, provider model.Provider, opts agent.Options) Worker {
 		if err != nil {
 			return err
 		}
-		health.Started(ctx, RoleAgent, nc, true)
+		c.started(ctx, RoleAgent, nc, true)
 		return logged(ctx, log, nc, a.Run)
 	}
 }
 
 // ToolexecConfig is what the tool-executor role serves.
 type ToolexecConfig struct {
-	// Tools are the built-in tools. Optional. Default (nil): the demo
-	// site's (builtin.OpenSite on the role's connection, with Site), whose
-	// read-only entity lookup (the gateway's /v1/lookup/entities) the role
-	// serves beside the tools.
+	// Tools are the built-in tools. Optional. Default (nil): Site's.
 	Tools []builtin.Tool
-	// Site are the demo site's options when Tools is nil. Optional.
-	Site builtin.SiteOptions
+	// Site is the demo site, whose read-only entity lookup (the gateway's
+	// /v1/lookup/entities) the role serves beside the tools. Optional.
+	// Default (nil, and Tools nil): the site opened on the role's
+	// connection with SiteOptions; with Tools set, no site and no lookup.
+	Site *builtin.Site
+	// SiteOptions open the demo site when Tools and Site are nil.
+	// Optional. Default: the site's defaults, on Common.Bus's storage and
+	// replicas.
+	SiteOptions builtin.SiteOptions
 	// Sources open further tool sources (MCP servers) when the role
 	// starts; close is called when it stops. Optional.
 	Sources func(ctx context.Context, log *slog.Logger) (sources []toolexec.Source, close func(), err error)
@@ -196,16 +242,17 @@ func Toolexec(c Common, cfg ToolexecConfig) Worker {
 		if opts.Logger == nil {
 			opts.Logger = log
 		}
-		tools := cfg.Tools
-		var site *builtin.Site
-		if tools == nil {
-			so := cfg.Site
-			if so.Storage == 0 && so.Replicas == 0 {
+		tools, site := cfg.Tools, cfg.Site
+		if tools == nil && site == nil {
+			so := cfg.SiteOptions
+			if so == (builtin.SiteOptions{}) {
 				so.Storage, so.Replicas = c.Bus.Storage, c.Bus.Replicas
 			}
 			if site, err = builtin.OpenSite(ctx, b.JetStream(), &so); err != nil {
 				return err
 			}
+		}
+		if tools == nil {
 			tools = site.Tools()
 		}
 		if cfg.Sources != nil {
@@ -229,7 +276,7 @@ func Toolexec(c Common, cfg ToolexecConfig) Worker {
 				}
 			}()
 		}
-		health.Started(ctx, RoleToolexec, nc, true)
+		c.started(ctx, RoleToolexec, nc, true)
 		return logged(ctx, log, nc, x.Run)
 	}
 }
@@ -251,7 +298,7 @@ func Gate(c Common, cfg *gate.Config, opts gate.Options) Worker {
 		if err != nil {
 			return err
 		}
-		health.Started(ctx, RoleGate, nc, false)
+		c.started(ctx, RoleGate, nc, false)
 		return logged(ctx, log, nc, g.Run)
 	}
 }
