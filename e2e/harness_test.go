@@ -222,6 +222,27 @@ func (s *system) startProcessor(name string) {
 	}
 }
 
+// startAgentIn starts an agent calling provider (with the agent's default
+// policies and a 1s pre-execute timeout) in the group and waits until it
+// has started; stop stops it alone (the group stops it with the test).
+func (s *system) startAgentIn(provider model.Provider) (stop func()) {
+	s.t.Helper()
+	started := make(chan string, 1)
+	c := starter.Common{Logger: s.log.With("worker", "agent"), NoStreams: true, Started: func(r string) { started <- r }}
+	stopOne := s.group.Go(starter.Connected("agent", starter.RoleAgent, s.connect,
+		starter.Agent(c, provider, agent.Options{PreExecuteTimeout: time.Second})))
+	ctx, cancel := context.WithTimeout(s.ctx, 20*time.Second)
+	defer cancel()
+	if err := starter.AwaitStarted(ctx, s.group, started, 1); err != nil {
+		s.t.Fatalf("agent: %v", err)
+	}
+	return func() {
+		if err := stopOne(); err != nil {
+			s.t.Errorf("stopping the agent: %v", err)
+		}
+	}
+}
+
 // stopProcessor stops a processor instance and waits until it drained.
 func (s *system) stopProcessor(name string) {
 	s.t.Helper()
