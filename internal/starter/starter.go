@@ -30,8 +30,10 @@ import (
 // DefaultDrainTimeout is Options.DrainTimeout's default: how long a Group
 // waits for its roles to return once they are asked to stop. It is longer
 // than bus.ConsumerSpec's default drain timeout (30s), so that a consumer's
-// own *bus.UncleanDrainError is reported before the group gives up on it.
-const DefaultDrainTimeout = 45 * time.Second
+// own *bus.UncleanDrainError is reported before the group gives up on it,
+// and shorter than the deployments' grace period before SIGKILL (40s,
+// deploy/base), so that the report is written.
+const DefaultDrainTimeout = 35 * time.Second
 
 // ErrDrainTimeout is wrapped by the *DrainError of a role still running
 // when Options.DrainTimeout ran out.
