@@ -93,29 +93,15 @@ func (c *demoCmd) Run(e *env) error {
 		return err
 	}
 
-	nc, err := natsauth.Connect(d.url, "parley-demo", d.creds(natsauth.Admin), d.logger)
-	if err != nil {
+	if err := d.connect(ctx); err != nil {
+		// A worker's death explains a failed set-up best: stop the
+		// workers and report both, once.
+		if werr := d.group.Stop(); werr != nil && !errors.Is(err, werr) {
+			err = errors.Join(err, werr)
+		}
 		return err
 	}
-	defer nc.Close()
-	b, err := bus.New(nc, nil)
-	if err != nil {
-		return err
-	}
-	if err := b.EnsureStreams(ctx); err != nil {
-		return err
-	}
-	d.client = client.New(b, "/parley/demo")
-	if d.site, err = builtin.OpenSite(ctx, b.JetStream(), nil); err != nil {
-		return err
-	}
-	if d.items, err = d.client.Watch(ctx, client.WatchOptions{FromStart: true}); err != nil {
-		return err
-	}
-	if err := waitRegistered(ctx, d); err != nil {
-		return err
-	}
-
+	defer d.client.Bus().Conn().Close()
 	fmt.Fprintf(d.note, "parley demo: embedded NATS with JetStream at %s, store in %s\n", d.url, dir)
 	fmt.Fprintln(d.note, "workers: processor-1, agent, toolexec, gate, each on its own NATS connection")
 	results := []error{
@@ -152,6 +138,36 @@ func (c *demoCmd) Run(e *env) error {
 	return nil
 }
 
+// connect connects the demo's driver (the operator: it creates the
+// streams and the demo site) and waits until the tool-executor has
+// registered its tools.
+func (d *demo) connect(ctx context.Context) (err error) {
+	nc, err := natsauth.Connect(d.url, "parley-demo", d.creds(natsauth.Admin), d.logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
+	b, err := bus.New(nc, nil)
+	if err != nil {
+		return err
+	}
+	if err := b.EnsureStreams(ctx); err != nil {
+		return err
+	}
+	d.client = client.New(b, "/parley/demo")
+	if d.site, err = builtin.OpenSite(ctx, b.JetStream(), nil); err != nil {
+		return err
+	}
+	if d.items, err = d.client.Watch(ctx, client.WatchOptions{FromStart: true}); err != nil {
+		return err
+	}
+	return waitRegistered(ctx, d)
+}
+
 // startProcessor runs a processor instance in the demo's group; stop
 // stops it alone and waits until it has drained.
 func (d *demo) startProcessor(name string) (stop func(), err error) {
@@ -185,6 +201,8 @@ func waitRegistered(ctx context.Context, d *demo) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-d.group.Context().Done():
+			return fmt.Errorf("waiting for the tools: %w", context.Cause(d.group.Context()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
