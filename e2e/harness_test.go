@@ -194,14 +194,10 @@ func (s *system) connect(_ context.Context, name, _ string) (*nats.Conn, error) 
 
 // waitGate waits until the gate's micro service answers discovery.
 func (s *system) waitGate() {
-	nc := s.srv.Connect(s.t)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := nc.Request("$SRV.PING.parley-gate", nil, 200*time.Millisecond); err == nil {
-			return
-		}
+	s.t.Helper()
+	if err := starter.WaitService(s.ctx, s.group, s.srv.Connect(s.t), gate.ServiceName, 5*time.Second); err != nil {
+		s.t.Fatal(err)
 	}
-	s.t.Fatal("gate did not come up")
 }
 
 // startProcessor starts a processor instance named name in the group

@@ -97,7 +97,7 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 	if err := starter.AwaitStarted(sctx, s.group, started, 4); err != nil {
 		return nil, err
 	}
-	if err := waitService(ctx, nc, gate.ServiceName); err != nil {
+	if err := starter.WaitService(ctx, s.group, nc, gate.ServiceName, 10*time.Second); err != nil {
 		return nil, err
 	}
 	s.disp, err = newDispatcher(ctx, drv.JetStream(), events.StreamChat, []string{
@@ -111,21 +111,6 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 		return nil, err
 	}
 	return s, nil
-}
-
-// waitService waits until a NATS micro service answers discovery.
-func waitService(ctx context.Context, nc *nats.Conn, name string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := nc.Request("$SRV.PING."+name, nil, 200*time.Millisecond); err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer $SRV.PING within 10s", name)
 }
 
 // stop stops the workers and waits until they drained (a worker that

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/model"
@@ -300,5 +301,33 @@ func Gate(c Common, cfg *gate.Config, opts gate.Options) Worker {
 		}
 		c.started(ctx, RoleGate, nc, false)
 		return logged(ctx, log, nc, g.Run)
+	}
+}
+
+// WaitService waits until the NATS micro service name (gate.ServiceName,
+// ...) answers discovery ($SRV.PING.<name>) on nc: the moment a role that
+// serves requests (the gate) takes them, which its start-up report
+// (Common.Started) precedes. It gives up when g stops (a role died: the
+// cause), when ctx ends, or after timeout.
+func WaitService(ctx context.Context, g *Group, nc *nats.Conn, name string, timeout time.Duration) error {
+	subject, err := micro.ControlSubject(micro.PingVerb, name, "")
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := nc.Request(subject, nil, 200*time.Millisecond); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", name, context.Cause(ctx))
+		case <-g.Context().Done():
+			return fmt.Errorf("waiting for %s: %w", name, context.Cause(g.Context()))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer %s within %v", name, subject, timeout)
+		}
 	}
 }
