@@ -161,54 +161,63 @@ func (c Common) start(ctx context.Context, nc *nats.Conn, streams bool) (context
 	return ctx, b, log, nil
 }
 
-// logged logs the start and the stop of a worker around run.
-func logged(ctx context.Context, log *slog.Logger, nc *nats.Conn, run func(context.Context) error) error {
-	log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
-	defer log.Info("worker stopped")
-	return run(ctx)
+// worker is the Worker of role: it starts the role's bus (creating the
+// streams when streams), builds the role with build (given the role's
+// context, bus and logger), reports its start-up (consumes: whether it runs
+// consumers, for readiness) and runs what build returned.
+func worker(c Common, role string, streams, consumes bool,
+	build func(ctx context.Context, b *bus.Client, log *slog.Logger) (run func(context.Context) error, err error)) Worker {
+	return func(ctx context.Context, nc *nats.Conn) error {
+		ctx, b, log, err := c.start(ctx, nc, streams)
+		if err != nil {
+			return err
+		}
+		run, err := build(ctx, b, log)
+		if err != nil {
+			return err
+		}
+		c.started(ctx, role, nc, consumes)
+		log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
+		defer log.Info("worker stopped")
+		return run(ctx)
+	}
+}
+
+// orLog is l, or log when l is nil.
+func orLog(l, log *slog.Logger) *slog.Logger {
+	if l == nil {
+		return log
+	}
+	return l
 }
 
 // Processor is the processor role with opts (see processor.New; a nil
 // Logger is Common.Logger's).
 func Processor(c Common, opts processor.Options) Worker {
-	return func(ctx context.Context, nc *nats.Conn) error {
-		ctx, b, log, err := c.start(ctx, nc, true)
-		if err != nil {
-			return err
-		}
-		if opts.Logger == nil {
-			opts.Logger = log
-		}
+	return worker(c, RoleProcessor, true, true, func(ctx context.Context, b *bus.Client, log *slog.Logger) (func(context.Context) error, error) {
+		opts.Logger = orLog(opts.Logger, log)
 		p, err := processor.New(ctx, b, &opts)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		c.started(ctx, RoleProcessor, nc, true)
-		return logged(ctx, log, nc, p.Run)
-	}
+		return p.Run, nil
+	})
 }
 
 // Agent is the agent role calling provider, with opts (see agent.New; a
 // nil Logger is Common.Logger's).
 func Agent(c Common, provider model.Provider, opts agent.Options) Worker {
-	return func(ctx context.Context, nc *nats.Conn) error {
+	return worker(c, RoleAgent, true, true, func(ctx context.Context, b *bus.Client, log *slog.Logger) (func(context.Context) error, error) {
 		if provider == nil {
-			return errors.New("starter: agent without a model provider")
+			return nil, errors.New("starter: agent without a model provider")
 		}
-		ctx, b, log, err := c.start(ctx, nc, true)
-		if err != nil {
-			return err
-		}
-		if opts.Logger == nil {
-			opts.Logger = log
-		}
+		opts.Logger = orLog(opts.Logger, log)
 		a, err := agent.New(ctx, b, provider, &opts)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		c.started(ctx, RoleAgent, nc, true)
-		return logged(ctx, log, nc, a.Run)
-	}
+		return a.Run, nil
+	})
 }
 
 // ToolexecConfig is what the tool-executor role serves.
@@ -234,15 +243,9 @@ type ToolexecConfig struct {
 
 // Toolexec is the tool-executor role with cfg.
 func Toolexec(c Common, cfg ToolexecConfig) Worker {
-	return func(ctx context.Context, nc *nats.Conn) error {
-		ctx, b, log, err := c.start(ctx, nc, true)
-		if err != nil {
-			return err
-		}
+	return worker(c, RoleToolexec, true, true, func(ctx context.Context, b *bus.Client, log *slog.Logger) (_ func(context.Context) error, err error) {
 		opts := cfg.Options
-		if opts.Logger == nil {
-			opts.Logger = log
-		}
+		opts.Logger = orLog(opts.Logger, log)
 		tools, site := cfg.Tools, cfg.Site
 		if tools == nil && site == nil {
 			so := cfg.SiteOptions
@@ -250,36 +253,39 @@ func Toolexec(c Common, cfg ToolexecConfig) Worker {
 				so.Storage, so.Replicas = c.Bus.Storage, c.Bus.Replicas
 			}
 			if site, err = builtin.OpenSite(ctx, b.JetStream(), &so); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if tools == nil {
 			tools = site.Tools()
 		}
+		closeSources := func() {}
 		if cfg.Sources != nil {
-			sources, closeSources, err := cfg.Sources(ctx, log)
-			if err != nil {
-				return err
+			var sources []toolexec.Source
+			if sources, closeSources, err = cfg.Sources(ctx, log); err != nil {
+				return nil, err
 			}
-			defer closeSources()
 			opts.Sources = append(append([]toolexec.Source(nil), opts.Sources...), sources...)
 		}
 		x, err := toolexec.New(ctx, b, tools, &opts)
 		if err != nil {
-			return err
+			closeSources()
+			return nil, err
 		}
-		if site != nil {
-			// Without the lookup the web chat shows plain fields: a
-			// warning, not the role's death.
-			go func() {
-				if err := site.ServeLookup(ctx, b); err != nil {
-					log.Warn("entity lookup not served", "error", err)
-				}
-			}()
-		}
-		c.started(ctx, RoleToolexec, nc, true)
-		return logged(ctx, log, nc, x.Run)
-	}
+		return func(ctx context.Context) error {
+			defer closeSources()
+			if site != nil {
+				// Without the lookup the web chat shows plain fields: a
+				// warning, not the role's death.
+				go func() {
+					if err := site.ServeLookup(ctx, b); err != nil {
+						log.Warn("entity lookup not served", "error", err)
+					}
+				}()
+			}
+			return x.Run(ctx)
+		}, nil
+	})
 }
 
 // Gate is the gate role deciding with cfg (nil: gate.DefaultConfig), with
@@ -287,21 +293,14 @@ func Toolexec(c Common, cfg ToolexecConfig) Worker {
 // answers requests on core NATS and owns no stream: it creates none (its
 // principal may not).
 func Gate(c Common, cfg *gate.Config, opts gate.Options) Worker {
-	return func(ctx context.Context, nc *nats.Conn) error {
-		ctx, b, log, err := c.start(ctx, nc, false)
-		if err != nil {
-			return err
-		}
-		if opts.Logger == nil {
-			opts.Logger = log
-		}
+	return worker(c, RoleGate, false, false, func(_ context.Context, b *bus.Client, log *slog.Logger) (func(context.Context) error, error) {
+		opts.Logger = orLog(opts.Logger, log)
 		g, err := gate.NewWithOptions(b, cfg, &opts)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		c.started(ctx, RoleGate, nc, false)
-		return logged(ctx, log, nc, g.Run)
-	}
+		return g.Run, nil
+	})
 }
 
 // WaitService waits until the NATS micro service name (gate.ServiceName,
