@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/parley-dev/parley/workers/bus"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger and a reader at once.
@@ -146,7 +148,7 @@ func TestHangingRoleIsBoundedAndReported(t *testing.T) {
 // of its consumer) is reported, beside the death that stopped the group.
 func TestUncleanDrainReported(t *testing.T) {
 	t.Parallel()
-	unclean := errors.New("consumer processor: 1 handler(s) still running after the drain timeout")
+	var unclean error = &bus.UncleanDrainError{Consumer: "processor", Running: 1, Timeout: 30 * time.Second}
 	g := Start(t.Context(), nil,
 		Role{Name: "processor", Run: func(ctx context.Context) error { <-ctx.Done(); return unclean }},
 		Role{Name: "agent", Run: func(context.Context) error { return errors.New("model gone") }},
@@ -154,7 +156,8 @@ func TestUncleanDrainReported(t *testing.T) {
 	err := waitResult(t, g, 5*time.Second)
 	var se *StoppedError
 	var de *DrainError
-	if !errors.As(err, &se) || se.Role != "agent" || !errors.As(err, &de) || de.Role != "processor" || !errors.Is(err, unclean) {
+	var ud *bus.UncleanDrainError
+	if !errors.As(err, &se) || se.Role != "agent" || !errors.As(err, &de) || de.Role != "processor" || !errors.As(err, &ud) {
 		t.Fatalf("Wait = %v, want agent's death and processor's unclean drain", err)
 	}
 }
