@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Tests of the faults of issue 8 (thread state machine under crashes and
@@ -84,19 +81,7 @@ func TestLatePauseIgnored(t *testing.T) {
 // with noAgent), stopped with the test.
 func (s *system) startAgent() {
 	s.t.Helper()
-	nc := s.srv.Connect(s.t)
-	b, err := bus.New(nc, &bus.Options{Logger: s.log.With("worker", "agent")})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	a, err := agent.New(ctx, b, s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	s.t.Cleanup(func() { cancel(); <-done })
+	s.startAgentIn(s.model)
 }
 
 // Item 2, as the issue reproduces it: no agent running, #1 starts and #2
