@@ -281,7 +281,7 @@ func TestChaosMCPToolexecKilledMidCall(t *testing.T) {
 		rec.mu.Lock()
 		end := rec.ends[tr.turnID][0].event
 		rec.mu.Unlock()
-		if end.Type() != events.TypeTurnCompleted {
+		if events.TypeOf(end) != events.TypeTurnCompleted {
 			t.Errorf("%s: turn ended with %s: %s", id, end.Type(), end.Data())
 			continue
 		}

@@ -127,7 +127,7 @@ func TestSIGTERMDrains(t *testing.T) {
 				if !ok {
 					t.Fatal("watch closed")
 				}
-				if it.Event != nil && it.Event.Type() == events.TypeTurnCompleted {
+				if it.Event != nil && events.TypeOf(it.Event) == events.TypeTurnCompleted {
 					d, _ := events.Data[events.TurnCompleted](it.Event)
 					if want[d.TurnID] {
 						completed[d.TurnID] = true

@@ -148,7 +148,7 @@ func (c *Client) Response(thread, elicitationID string, result schema.ElicitResu
 // sequence is PARLEY_INPUT's; the processor echoes the event into
 // PARLEY_CHAT (same ID) once it accepted it.
 func (c *Client) Publish(ctx context.Context, e *event.Event) (*jetstream.PubAck, error) {
-	suffix, ok := events.InputSuffix(e.Type())
+	suffix, ok := events.InputSuffix(events.TypeOf(e))
 	if !ok {
 		return nil, fmt.Errorf("publishing %s: integrators publish only %s and %s", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}

@@ -252,7 +252,7 @@ func TestMalformedHeaderRejected(t *testing.T) {
 	s := start(t, options{})
 	raw := func(suffix string, header nats.Header, data string) {
 		h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"req-1"}, "ce-source": {"/test"},
-			"ce-type": {events.TypeTurnRequested}, "ce-subject": {"mh"}, "Content-Type": {"application/json"}}
+			"ce-type": {string(events.TypeTurnRequested)}, "ce-subject": {"mh"}, "Content-Type": {"application/json"}}
 		for k, v := range header {
 			h[k] = v
 		}
@@ -263,7 +263,7 @@ func TestMalformedHeaderRejected(t *testing.T) {
 	}
 	raw(events.ChatTurnRequested, nats.Header{"ce-id": {"req%zz"}}, `{"message":{"role":"user","text":"list everything"}}`)
 	raw(events.ChatTurnRequested, nats.Header{"ce-id": {"req-2"}, "ce-source": {":nope"}}, `{"message":{"role":"user","text":"list everything"}}`)
-	raw(events.ChatElicitationResponded, nats.Header{"ce-id": {"ans%zz"}, "ce-type": {events.TypeElicitationResponded}},
+	raw(events.ChatElicitationResponded, nats.Header{"ce-id": {"ans%zz"}, "ce-type": {string(events.TypeElicitationResponded)}},
 		`{"elicitationId":"e1","action":"cancel"}`)
 	s.rec.await(t, 10*time.Second, "mh", events.TypeTurnRejected, 2)
 	var paths []string

@@ -346,12 +346,12 @@ func newRecorder(items <-chan client.Item) *recorder {
 }
 
 // matching returns the events of thread with type typ.
-func (r *recorder) matching(thread, typ string) []*event.Event {
+func (r *recorder) matching(thread string, typ events.Type) []*event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*event.Event
 	for _, e := range r.events {
-		if e.Subject() == thread && e.Type() == typ {
+		if e.Subject() == thread && events.TypeOf(e) == typ {
 			out = append(out, e)
 		}
 	}
@@ -359,7 +359,7 @@ func (r *recorder) matching(thread, typ string) []*event.Event {
 }
 
 // await waits for the n-th event of typ on thread.
-func (r *recorder) await(t *testing.T, timeout time.Duration, thread, typ string, n int) *event.Event {
+func (r *recorder) await(t *testing.T, timeout time.Duration, thread string, typ events.Type, n int) *event.Event {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -270,7 +270,7 @@ func TestMalformedAnswersRejected(t *testing.T) {
 	s := start(t, options{})
 	s.send("m1", deleteDrafts)
 	id, _ := s.question("m1", 1)
-	publish := func(typ, subject string, data any) {
+	publish := func(typ events.Type, subject string, data any) {
 		e, err := events.New("/test", typ, subject, data)
 		if err != nil {
 			t.Fatal(err)

@@ -577,7 +577,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			if it.ev == nil {
 				continue
 			}
-			if it.ev.Type() == events.TypeElicitationResponded {
+			if events.TypeOf(it.ev) == events.TypeElicitationResponded {
 				if it.ev.ID() == e.ID() { // the processor's echo: accepted
 					writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "accepted"})
 					return

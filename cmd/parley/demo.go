@@ -215,7 +215,7 @@ func (d *demo) scenario(title string, f func() error) error {
 }
 
 // expect reads (and prints) events until one of typ arrives on thread.
-func (d *demo) expect(thread string, types ...string) (*event.Event, error) {
+func (d *demo) expect(thread string, types ...events.Type) (*event.Event, error) {
 	timeout := time.After(d.cfg.Timeout)
 	for {
 		select {
@@ -228,18 +228,18 @@ func (d *demo) expect(thread string, types ...string) (*event.Event, error) {
 				continue
 			}
 			for _, t := range types {
-				if it.Event.Type() == t {
+				if events.TypeOf(it.Event) == t {
 					return it.Event, nil
 				}
 			}
-			if it.Event.Type() == events.TypeTurnFailed || it.Event.Type() == events.TypeElicitationRejected {
+			if events.TypeOf(it.Event) == events.TypeTurnFailed || events.TypeOf(it.Event) == events.TypeElicitationRejected {
 				return it.Event, fmt.Errorf("unexpected %s: %s", it.Event.Type(), string(it.Event.Data()))
 			}
 		case <-timeout:
-			return nil, fmt.Errorf("no %s on thread %s within %v", strings.Join(types, " or "), thread, d.cfg.Timeout)
+			return nil, fmt.Errorf("no %s on thread %s within %v", joinTypes(types), thread, d.cfg.Timeout)
 		case <-d.group.Context().Done():
 			// A worker died (or Ctrl-C): waiting longer is pointless.
-			return nil, fmt.Errorf("waiting for %s on thread %s: %w", strings.Join(types, " or "), thread, context.Cause(d.group.Context()))
+			return nil, fmt.Errorf("waiting for %s on thread %s: %w", joinTypes(types), thread, context.Cause(d.group.Context()))
 		}
 	}
 }
@@ -470,4 +470,13 @@ func (d *demo) deleteDrafts(stopProc1 func()) error {
 		return fmt.Errorf("after accept want 0 drafts, have %d (%v)", n, err)
 	}
 	return nil
+}
+
+// joinTypes lists types as "a or b".
+func joinTypes(types []events.Type) string {
+	s := make([]string, len(types))
+	for i, t := range types {
+		s[i] = string(t)
+	}
+	return strings.Join(s, " or ")
 }

@@ -234,7 +234,7 @@ func (c *answerCmd) Run(e *env) error {
 // exit status it maps to (see exitCodesHelp).
 func deliver(e *env, cl *client.Client, ev *event.Event, f *deliveryFlags) error {
 	what := "message"
-	if ev.Type() == events.TypeElicitationResponded {
+	if events.TypeOf(ev) == events.TypeElicitationResponded {
 		what = "answer"
 	}
 	// Say once that a publish is being retried, and why.

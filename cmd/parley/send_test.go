@@ -118,7 +118,7 @@ func TestSendAndAnswerVerdicts(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("--json line is not a CloudEvent: %v\n%s", err, sc.Text())
 		}
-		if e.Type() == events.TypeElicitationRequested {
+		if events.TypeOf(&e) == events.TypeElicitationRequested {
 			q = &e
 		}
 	}

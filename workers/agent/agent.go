@@ -157,7 +157,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // Handle handles one event of the agent's work queue.
 func (a *Agent) Handle(ctx context.Context, d *bus.Delivery) error {
-	switch d.Event.Type() {
+	switch events.TypeOf(d.Event) {
 	case events.TypeRunRequested:
 		in, err := events.Data[events.RunRequested](d.Event)
 		if err != nil {

@@ -138,7 +138,7 @@ func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
 	if json.Unmarshal(e.Data(), &named) == nil && events.ValidToken("policy", named.Policy) == nil {
 		d.Policy = named.Policy
 	}
-	if e.Type() != events.TypePreExecuteDecided {
+	if events.TypeOf(e) != events.TypePreExecuteDecided {
 		return d, fmt.Errorf("type: %q, want %q", e.Type(), events.TypePreExecuteDecided)
 	}
 	dec := json.NewDecoder(bytes.NewReader(e.Data()))

@@ -118,7 +118,7 @@ func TestPolicyReplyWithConfirmationTextVetoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := r.outcome()
-	if e.Type() != events.TypeRunCompleted {
+	if events.TypeOf(e) != events.TypeRunCompleted {
 		t.Fatalf("outcome %s: %s, want run.completed (nothing asked)", e.Type(), e.Data())
 	}
 	done, _ := events.Data[events.RunCompleted](e)
@@ -140,7 +140,7 @@ func TestConfirmationWordedByTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := r.outcome()
-	if e.Type() != events.TypeRunPaused {
+	if events.TypeOf(e) != events.TypeRunPaused {
 		t.Fatalf("outcome %s: %s, want run.paused", e.Type(), e.Data())
 	}
 	paused, err := events.Data[events.RunPaused](e)

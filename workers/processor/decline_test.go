@@ -21,7 +21,7 @@ func TestDeclineWithNonObjectContentResumes(t *testing.T) {
 	e := cloudevents.New()
 	e.SetID("a1")
 	e.SetSource("/test")
-	e.SetType(events.TypeElicitationResponded)
+	e.SetType(string(events.TypeElicitationResponded))
 	e.SetSubject("t")
 	if err := e.SetData("application/json", json.RawMessage(`{"elicitationId":"q1","action":"decline","content":"a string"}`)); err != nil {
 		t.Fatal(err)

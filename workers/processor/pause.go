@@ -196,7 +196,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
 	switch {
-	case e.Type() != events.TypeElicitationResponded:
+	case events.TypeOf(e) != events.TypeElicitationResponded:
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf("type: must be %q on an elicitation.responded subject", events.TypeElicitationResponded), nil)
 	case e.Subject() != thread:

@@ -213,7 +213,7 @@ func (p *Processor) echo(ctx context.Context, thread, suffix string, e *event.Ev
 
 // HandleRun handles agent run outcomes.
 func (p *Processor) HandleRun(ctx context.Context, d *bus.Delivery) error {
-	switch d.Event.Type() {
+	switch events.TypeOf(d.Event) {
 	case events.TypeRunCompleted:
 		in, err := events.Data[events.RunCompleted](d.Event)
 		if err != nil {

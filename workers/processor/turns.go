@@ -281,7 +281,7 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 		vs = append(vs, schema.Violation{Path: "data.message.text",
 			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxMessageText)})
 	}
-	if e.Type() != events.TypeTurnRequested {
+	if events.TypeOf(e) != events.TypeTurnRequested {
 		vs = append(vs, schema.Violation{Path: "type", Rule: fmt.Sprintf("must be %q on a turn.requested subject", events.TypeTurnRequested)})
 	}
 	return in, vs

@@ -335,7 +335,7 @@ func (x *Executor) watchSource(ctx context.Context, s Source, ch <-chan struct{}
 // Handle runs one tool call, at most once per (run, call, round): see the
 // package documentation.
 func (x *Executor) Handle(ctx context.Context, d *bus.Delivery) error {
-	if d.Event.Type() != events.TypeToolCallRequested {
+	if events.TypeOf(d.Event) != events.TypeToolCallRequested {
 		return bus.Permanent(fmt.Errorf("type: %q is not handled by the tool-executor", d.Event.Type()))
 	}
 	in, err := events.Data[events.ToolCallRequested](d.Event)

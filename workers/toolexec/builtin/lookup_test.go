@@ -48,7 +48,7 @@ func TestServeLookup(t *testing.T) {
 			if err != nil {
 				return reply, err
 			}
-			if out.Type() != events.TypeLookupEntitiesAnswered {
+			if events.TypeOf(out) != events.TypeLookupEntitiesAnswered {
 				t.Fatalf("reply type %s", out.Type())
 			}
 			return events.Data[events.LookupEntitiesReply](out)
