@@ -261,10 +261,17 @@ func Catalog() []Entry {
 // Lookup returns the catalogue entry of t; ok is false for a type parley
 // does not define.
 func Lookup(t Type) (Entry, bool) {
-	for _, e := range catalog {
-		if e.Type == t {
-			return e, true
-		}
+	if i, ok := catalogIndex[t]; ok {
+		return catalog[i], true
 	}
 	return Entry{}, false
 }
+
+// catalogIndex is the position of each type in catalog.
+var catalogIndex = func() map[Type]int {
+	out := make(map[Type]int, len(catalog))
+	for i, e := range catalog {
+		out[e.Type] = i
+	}
+	return out
+}()

@@ -67,16 +67,30 @@ func (k Kind[T]) Data(e *event.Event) (T, error) {
 // route. It fails, naming the rule, when the kind has no route in stream,
 // or a value is not a token (the error names the parameter).
 func (k Kind[T]) Subject(stream string, values ...string) (string, error) {
-	e, ok := Lookup(k.typ)
+	return routeSubject(k.typ, stream, values)
+}
+
+// SubjectOf returns the subject e travels on in stream: the route of e's
+// type there (see Kind.Subject), with values for its parameters. A
+// publisher that derives the subject from the event this way cannot send
+// an event on another type's subject. It fails, naming the rule, for a type
+// that is not in the catalogue or has no route in stream, or a value that
+// is not a token.
+func SubjectOf(e *event.Event, stream string, values ...string) (string, error) {
+	return routeSubject(TypeOf(e), stream, values)
+}
+
+func routeSubject(t Type, stream string, values []string) (string, error) {
+	e, ok := Lookup(t)
 	if !ok {
-		return "", fmt.Errorf("type: %q is not in the catalogue", k.typ)
+		return "", fmt.Errorf("type: %q is not in the catalogue", t)
 	}
 	for _, r := range e.Routes {
 		if r.Stream == stream && r.Subject != "" {
 			return r.SubjectFor(values...)
 		}
 	}
-	return "", fmt.Errorf("type %s: no route in stream %q", k.typ, stream)
+	return "", fmt.Errorf("type %s: no route in stream %q", t, stream)
 }
 
 // ChatSubject returns the kind's subject in PARLEY_CHAT for thread:
