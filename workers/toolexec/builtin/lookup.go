@@ -23,7 +23,7 @@ func (s *Site) ServeLookup(ctx context.Context, b *bus.Client) error {
 		Subject: events.SubjectLookupEntities, QueueGroup: "lookup",
 		Description: "Site entities whose title or ID contains a query (entity_autocomplete)"},
 		func(ctx context.Context, req *event.Event) (*event.Event, error) {
-			r, err := events.Data[events.LookupEntitiesRequest](req)
+			r, err := events.KindLookupEntitiesRequested.Data(req)
 			if err != nil {
 				return nil, err
 			}
@@ -31,7 +31,7 @@ func (s *Site) ServeLookup(ctx context.Context, b *bus.Client) error {
 			if err != nil {
 				return nil, err
 			}
-			return events.New(SourceLookup, events.TypeLookupEntitiesAnswered, "", reply)
+			return events.KindLookupEntitiesAnswered.New(SourceLookup, "", "", reply)
 		})
 }
 
