@@ -198,6 +198,16 @@ func TestPublishedCountsFirstStoreOnly(t *testing.T) {
 	}
 }
 
+// TestEventTypeLabelsEveryCatalogueType: every type of the catalogue (and
+// only those) is recorded by name, so a new type needs no second list here.
+func TestEventTypeLabelsEveryCatalogueType(t *testing.T) {
+	for _, e := range events.Catalog() {
+		if got := EventType(string(e.Type)); got != string(e.Type) {
+			t.Errorf("EventType(%s) = %s", e.Type, got)
+		}
+	}
+}
+
 func TestEventTypeBounded(t *testing.T) {
 	if got := EventType(string(events.TypeRunPaused)); got != string(events.TypeRunPaused) {
 		t.Errorf("EventType(%s) = %s", events.TypeRunPaused, got)
