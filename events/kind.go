@@ -93,10 +93,6 @@ func routeSubject(t Type, stream string, values []string) (string, error) {
 	return "", fmt.Errorf("type %s: no route in stream %q", t, stream)
 }
 
-// ChatSubject returns the kind's subject in PARLEY_CHAT for thread:
-// Subject(StreamChat, thread).
-func (k Kind[T]) ChatSubject(thread string) (string, error) { return k.Subject(StreamChat, thread) }
-
 // The catalogue's kinds, one per event type (see Catalog), in its order.
 var (
 	KindTurnRequested           = Kind[TurnRequested]{TypeTurnRequested}
