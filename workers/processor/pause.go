@@ -280,7 +280,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
 	// PARLEY_CHAT see the answer accepted before the resumed turn's events.
-	if err := p.echo(ctx, thread, events.ChatElicitationResponded, e, who); err != nil {
+	if err := p.echo(ctx, thread, e, who); err != nil {
 		return err
 	}
 	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {

@@ -195,12 +195,13 @@ type input struct {
 	d         *bus.Delivery
 }
 
-// echo republishes the accepted input e into PARLEY_CHAT on
+// echo republishes the accepted input e (its type checked against its
+// input subject) into PARLEY_CHAT on its type's subject,
 // parley.chat.<thread>.<suffix>, with the same event ID (so a redelivery
 // stores it once) and the extension attributes principal and, when the
 // claim was honoured, onbehalfof; any such attributes the integrator set
 // are replaced.
-func (p *Processor) echo(ctx context.Context, thread, suffix string, e *event.Event, who events.Identity) error {
+func (p *Processor) echo(ctx context.Context, thread string, e *event.Event, who events.Identity) error {
 	out := e.Clone()
 	out.SetExtension(events.ExtPrincipal, who.Principal)
 	if who.OnBehalfOf != "" {
@@ -208,7 +209,7 @@ func (p *Processor) echo(ctx context.Context, thread, suffix string, e *event.Ev
 	} else {
 		out.SetExtension(events.ExtOnBehalfOf, nil) // nil removes it
 	}
-	if _, err := p.pub.Publish(ctx, events.ChatSubject(thread, suffix), &out); err != nil {
+	if _, err := bus.PublishTo(ctx, p.pub, events.StreamChat, &out, thread); err != nil {
 		return fmt.Errorf("echoing %s into %s: %w", e.ID(), events.StreamChat, err)
 	}
 	return nil

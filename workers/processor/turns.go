@@ -137,7 +137,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	// Accepted (started or queued): readers of PARLEY_CHAT see the
 	// message before anything the turn it starts publishes.
-	if err := p.echo(ctx, thread, events.ChatTurnRequested, e, who); err != nil {
+	if err := p.echo(ctx, thread, e, who); err != nil {
 		return err
 	}
 	if sup := t.Superseded; sup != nil && sup.By == e.ID() {
