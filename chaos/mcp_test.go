@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // The MCP scenario's agent rules: "count <key>" calls the counter

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // SIGTERM drains: a processor and an agent that get SIGTERM while turns are

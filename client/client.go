@@ -34,11 +34,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Client publishes and reads chat events.

@@ -97,7 +97,7 @@ func TestCatalogComplete(t *testing.T) {
 	}
 }
 
-// streamSubjects are the subjects each stream holds (workers/bus
+// streamSubjects are the subjects each stream holds (bus
 // EnsureStreams).
 var streamSubjects = map[string][]string{
 	StreamChat:       {SubjectChatAll},

@@ -18,11 +18,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // SourceGateway is the CloudEvents source of the events the gateway

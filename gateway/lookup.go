@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // RouteLookupEntities is the entity lookup behind the web chat's

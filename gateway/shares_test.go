@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 const (

@@ -14,13 +14,13 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 

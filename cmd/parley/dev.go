@@ -8,12 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/internal/telemetry"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 type devCmd struct {

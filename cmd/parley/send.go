@@ -13,10 +13,10 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // integrator opens a client on e.NATS with the integrator credentials

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/natsauth"
@@ -17,7 +18,6 @@ import (
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec"

@@ -11,13 +11,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
 )

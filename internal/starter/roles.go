@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec"

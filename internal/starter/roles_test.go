@@ -8,10 +8,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
 )

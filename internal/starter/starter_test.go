@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/bus"
 )
 
 // syncBuffer is a bytes.Buffer safe for a logger and a reader at once.

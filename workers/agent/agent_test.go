@@ -12,12 +12,12 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // rig is one agent on an embedded server, driven by calling Handle with

@@ -15,10 +15,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // DefaultPolicies is the policy set an agent expects by default: the gate.

@@ -6,8 +6,8 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // A decline whose content is not an object (a string) is honoured: the

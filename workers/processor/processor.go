@@ -12,10 +12,10 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Options configures a Processor.

@@ -51,11 +51,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // LookupService is the NATS micro service name of the entity lookup.

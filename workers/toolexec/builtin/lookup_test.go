@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // Lookup over NATS: matches by title (prefix first) and ID, filters by

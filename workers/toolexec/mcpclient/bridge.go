@@ -16,9 +16,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nuid"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // env is one embedded server with parley's streams and a Client on it.
