@@ -37,6 +37,12 @@ type natsServer struct {
 
 func (s *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.port) }
 
+// serverReadyTimeout bounds how long start waits for JetStream to answer.
+// A cluster node answers only once the three nodes elected a meta leader,
+// which took over 20 s on a loaded 2-core CI machine (JetStream system
+// temporarily unavailable, 10008).
+const serverReadyTimeout = 60 * time.Second
+
 // start runs the server and waits until JetStream answers.
 func (s *natsServer) start() error {
 	f, err := os.OpenFile(s.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -56,7 +62,7 @@ func (s *natsServer) start() error {
 	s.mu.Lock()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(serverReadyTimeout)
 	for {
 		select {
 		case <-done:
@@ -66,7 +72,7 @@ func (s *natsServer) start() error {
 		if err := pingJetStream(s.url(), s.connOpts...); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
-			return fmt.Errorf("nats-server not ready after 20s: %w (see %s)", err, s.log)
+			return fmt.Errorf("nats-server not ready after %v: %w (see %s)", serverReadyTimeout, err, s.log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
