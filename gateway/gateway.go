@@ -48,8 +48,10 @@ type Options struct {
 	// AllowedOrigins are the origins allowed by CORS ("*" allows any).
 	// Optional. Default: none (same-origin only).
 	AllowedOrigins []string
-	// VerdictWait is how long POST .../elicitations/{id} waits for the
-	// processor's rejection before answering 202. Optional. Default: 1.5 s.
+	// VerdictWait is how long POST .../elicitations/{id}, and POST
+	// .../messages on a thread whose claim is not yet confirmed, wait for
+	// the processor's verdict before answering 202 "pending". Optional.
+	// Default: 1.5 s.
 	VerdictWait time.Duration
 	// Heartbeat is the interval of SSE comment lines on an idle stream.
 	// Optional. Default: 15 s.
@@ -177,9 +179,11 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	if err != nil {
 		return nil, err
 	}
+	own.verdicts = &verdicts{js: b.JetStream(), principal: o.Principal}
 	g := &Gateway{bus: b, auth: auth, opts: o, log: o.Logger, owners: own,
 		limits:  newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
 		closing: make(chan struct{}), streams: map[string]int{}}
+	own.verdicts.follow = g.follow
 	mux := http.NewServeMux()
 	handlers := map[Route]func(http.ResponseWriter, *http.Request, string){
 		Routes[0]: g.listThreads,
@@ -367,9 +371,11 @@ type Accepted struct {
 	// elicitation.responded).
 	EventID string `json:"eventId"`
 	Thread  string `json:"thread"`
-	// Status is "published" for messages; for answers "accepted" (the
-	// processor took it) or "pending": no verdict arrived within the
-	// verdict wait (the outcome follows on the event stream).
+	// Status is "published" for messages to a thread the processor
+	// already gave the user; for the messages of a claim not yet confirmed
+	// (the first) and for answers "accepted" (the processor took it) or
+	// "pending": no verdict arrived within the verdict wait (the outcome
+	// follows on the event stream).
 	Status string `json:"status"`
 }
 
@@ -409,9 +415,6 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
 		return
 	}
-	if !g.owned(w, r, g.owners.claim(r.Context(), thread, user)) {
-		return
-	}
 	e, err := events.New(SourceGateway, events.TypeTurnRequested, thread,
 		events.TurnRequested{Agent: req.Agent, User: user, Message: msg})
 	if err != nil {
@@ -424,8 +427,17 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 			Detail: fmt.Sprintf("the message with its content blocks and _meta is %d bytes; at most %d", n, events.MaxTurnRequestBytes)})
 		return
 	}
+	// The claim is pending until the processor accepts (verify.go).
+	c, pending, err := g.owners.claimFor(r.Context(), thread, user, e.ID())
+	if !g.owned(w, r, err) {
+		return
+	}
 	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e); err != nil {
 		g.unavailable(w, r, err)
+		return
+	}
+	if pending {
+		g.answerMessage(w, r, thread, user, c, e.ID())
 		return
 	}
 	w.Header().Set("Location", "/v1/threads/"+thread+"/events")

@@ -16,6 +16,11 @@ import (
 // reads nothing for this long is disconnected.
 const sseWriteTimeout = 30 * time.Second
 
+// pendingStreamWait bounds how long a request for the event stream of the
+// user's own pending claim waits for the processor's verdict; without one
+// it is answered 404 like an unknown thread.
+const pendingStreamWait = 20 * time.Second
+
 // lastEventID reads the resume point: the Last-Event-ID header (what
 // EventSource sends on reconnect) or the lastEventId query parameter,
 // a stream sequence. ok is false when the value is present and invalid.
@@ -48,7 +53,9 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 			Errors: []schema.Violation{{Path: "Last-Event-ID", Rule: "must be an unsigned integer"}}})
 		return
 	}
-	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
+	// A claim still pending (the first message just sent) waits for the
+	// processor's verdict before anything is streamed (verify.go).
+	if !g.owned(w, r, g.owners.verified(r.Context(), thread, user, pendingStreamWait)) {
 		return
 	}
 	if !g.openStream(user) {

@@ -16,10 +16,12 @@ import (
 )
 
 // BucketThreads is the gateway's KV bucket of thread ownership. Keys:
-// "t.<thread>" → ThreadOwner (JSON), claimed with kv.Create so the first
-// claimant wins on every replica; "u.<user>.<thread>" → the claim time,
-// an index for listing a user's threads (<user> is the subject in
-// unpadded base64url, so any subject makes a valid key).
+// "t.<thread>" → ThreadOwner (JSON), claimed with kv.Create so one
+// claimant is pending on every replica, and confirmed only by the
+// processor's verdict (verify.go); "u.<user>.<thread>" → the claim time,
+// an index for listing a user's threads, written when the claim is
+// confirmed (<user> is the subject in unpadded base64url, so any subject
+// makes a valid key).
 const BucketThreads = "parley_gateway_threads"
 
 // MaxThreadsListed bounds GET /v1/threads: at most this many of a user's
@@ -31,6 +33,17 @@ const MaxThreadsListed = 1000
 type ThreadOwner struct {
 	Owner     string    `json:"owner"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Verdict is VerdictPending until the gateway saw the processor accept
+	// a message of Owner on the thread, then VerdictAccepted. A record
+	// without it (written before verdicts were followed) is verified like
+	// a pending one.
+	Verdict string `json:"verdict,omitempty"`
+	// EventID is the ID of the claim's first message (turn.requested):
+	// its rejection releases the claim.
+	EventID string `json:"eventId,omitempty"`
+	// FromSeq is the PARLEY_CHAT sequence the verdict is looked for from
+	// (the stream's next sequence when the claim was made).
+	FromSeq uint64 `json:"fromSeq,omitempty"`
 }
 
 // ThreadSummary is one entry of GET /v1/threads.
@@ -45,6 +58,8 @@ var errNotOwner = errors.New("thread not found")
 
 type ownership struct {
 	kv jetstream.KeyValue
+	// verdicts reads the processor's verdicts on claims (verify.go).
+	verdicts *verdicts
 }
 
 // openOwnership creates the bucket, or opens it when another replica did
@@ -76,39 +91,10 @@ func (o *ownership) owner(ctx context.Context, thread string) (ThreadOwner, erro
 	return t, nil
 }
 
-// check returns nil when user owns thread, errNotOwner otherwise.
+// check returns nil when user owns thread as the processor decided (its
+// claim is accepted, verify.go), errNotOwner otherwise.
 func (o *ownership) check(ctx context.Context, thread, user string) error {
-	t, err := o.owner(ctx, thread)
-	if err != nil {
-		return err
-	}
-	if t.Owner != user {
-		return errNotOwner
-	}
-	return nil
-}
-
-// claim makes user the owner of thread if nobody is, and returns
-// errNotOwner if someone else already is.
-func (o *ownership) claim(ctx context.Context, thread, user string) error {
-	now := time.Now().UTC()
-	val, _ := json.Marshal(ThreadOwner{Owner: user, CreatedAt: now})
-	_, err := o.kv.Create(ctx, "t."+thread, val)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyExists):
-		if err := o.check(ctx, thread, user); err != nil {
-			return err
-		}
-	case err != nil:
-		return fmt.Errorf("claiming %s: %w", thread, err)
-	}
-	// The index is rewritten on every claim, so a crash between the two
-	// writes heals on the owner's next message.
-	ts, _ := now.MarshalText()
-	if _, err := o.kv.Put(ctx, "u."+userKey(user)+"."+thread, ts); err != nil {
-		return fmt.Errorf("indexing %s: %w", thread, err)
-	}
-	return nil
+	return o.verified(ctx, thread, user, 0)
 }
 
 // list returns at most MaxThreadsListed of user's threads (the first in
