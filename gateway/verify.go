@@ -27,8 +27,8 @@ import (
 // thread) releases the claim: the record is deleted with its revision, so
 // a replica that confirmed it meanwhile is not undone. A verdict that came
 // while no gateway was waiting (a restart, the verdict wait elapsed) is
-// found on the next request by reading the thread's turn events from the
-// claim's FromSeq.
+// found on the next request by reading the thread's turn.requested and
+// turn.rejected events from the claim's FromSeq.
 
 // Verdicts of a claim (ThreadOwner.Verdict).
 const (
@@ -41,7 +41,8 @@ const (
 )
 
 // MaxVerdictScan bounds the thread events read to resolve one pending
-// claim (the thread's turn.* events from the claim's FromSeq). A claim
+// claim (the thread's turn.requested and turn.rejected events from the
+// claim's FromSeq). A claim
 // whose verdict is not among them stays pending (reads answer 404); a
 // later request scans again.
 const MaxVerdictScan = 10000
@@ -64,11 +65,14 @@ const (
 	outcomeRejected                // the claim's first message was refused
 )
 
-// verdictFilter is the filter of the events that carry verdicts on
-// turn.requested inputs: the echo (turn.requested) and turn.rejected.
-func verdictFilter(thread string) string { return events.ChatSubject(thread, "turn.*") }
+// verdictSubjects are the subjects of the events that carry verdicts on
+// thread's turn.requested inputs: the echo (turn.requested) and
+// turn.rejected.
+func verdictSubjects(thread string) []string {
+	return []string{events.ChatSubject(thread, events.ChatTurnRequested), events.ChatSubject(thread, events.ChatTurnRejected)}
+}
 
-// judge reads the thread's turn events from the claim's FromSeq (1 for a
+// judge reads the thread's turn.requested and turn.rejected events from the claim's FromSeq (1 for a
 // record written before verdicts were followed) and returns the claim's
 // outcome: accepted on an echo of any message of user (through the
 // gateway's principal); rejected when the claim's first message, or the
@@ -84,21 +88,25 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 		if err != nil {
 			return outcomePending, nil, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 		}
-		last, err := stream.GetLastMsgForSubject(ctx, verdictFilter(thread))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return outcomePending, nil, nil
+		var last uint64
+		for _, subj := range verdictSubjects(thread) {
+			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return outcomePending, nil, fmt.Errorf("reading the last %s: %w", subj, err)
+			}
+			last = max(last, m.Sequence)
 		}
-		if err != nil {
-			return outcomePending, nil, fmt.Errorf("reading the last turn event of %s: %w", thread, err)
-		}
-		if last.Sequence < from {
-			return outcomePending, nil, nil
+		if last < from {
+			return outcomePending, nil, nil // no verdict stored since the claim
 		}
 		wait = 30 * time.Second // bounds reading what is stored
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	items, stop, err := v.follow(ctx, []string{verdictFilter(thread)}, from)
+	items, stop, err := v.follow(ctx, verdictSubjects(thread), from)
 	if err != nil {
 		return outcomePending, nil, err
 	}
