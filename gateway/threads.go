@@ -75,22 +75,6 @@ func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstrea
 
 func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
 
-// owner returns the owner of thread; errNotOwner when unclaimed.
-func (o *ownership) owner(ctx context.Context, thread string) (ThreadOwner, error) {
-	e, err := o.kv.Get(ctx, "t."+thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return ThreadOwner{}, errNotOwner
-	}
-	if err != nil {
-		return ThreadOwner{}, fmt.Errorf("reading owner of %s: %w", thread, err)
-	}
-	var t ThreadOwner
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return ThreadOwner{}, fmt.Errorf("decoding owner of %s: %w", thread, err)
-	}
-	return t, nil
-}
-
 // check returns nil when user owns thread as the processor decided (its
 // claim is accepted, verify.go), errNotOwner otherwise.
 func (o *ownership) check(ctx context.Context, thread, user string) error {
