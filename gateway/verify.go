@@ -286,6 +286,12 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 		case r.Owner != user:
 			return rec{}, false, errNotOwner
 		case r.Verdict == VerdictAccepted:
+			// The index is rewritten on every message, so a crash between
+			// confirming and indexing heals on the owner's next message.
+			ts, _ := r.CreatedAt.MarshalText()
+			if _, err := o.kv.Put(ctx, "u."+userKey(user)+"."+thread, ts); err != nil {
+				return rec{}, false, fmt.Errorf("indexing %s: %w", thread, err)
+			}
 			return r, false, nil
 		}
 		// user's own claim, not yet accepted: maybe a verdict came.
