@@ -53,11 +53,8 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 			Errors: []schema.Violation{{Path: "Last-Event-ID", Rule: "must be an unsigned integer"}}})
 		return
 	}
-	// A claim still pending (the first message just sent) waits for the
-	// processor's verdict before anything is streamed (verify.go).
-	if !g.owned(w, r, g.owners.verified(r.Context(), thread, user, pendingStreamWait)) {
-		return
-	}
+	// Counted before the ownership check: a wait for a verdict holds a
+	// consumer like a stream does.
 	if !g.openStream(user) {
 		w.Header().Set("Retry-After", "5")
 		writeProblem(w, Problem{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited,
@@ -65,6 +62,11 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 		return
 	}
 	defer g.closeStream(user)
+	// A claim still pending (the first message just sent) waits for the
+	// processor's verdict before anything is streamed (verify.go).
+	if !g.owned(w, r, g.owners.verified(r.Context(), thread, user, pendingStreamWait)) {
+		return
+	}
 	ctx := r.Context()
 	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, after+1)
 	if err != nil {
