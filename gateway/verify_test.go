@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +188,45 @@ func TestLegacyClaimVerified(t *testing.T) {
 	if get, _ := reads(t, g, devTok, "t4"); get != 200 {
 		t.Fatalf("legacy claim after the echo: GET %d, want 200", get)
 	}
+}
+
+// The event stream of the user's own pending claim waits for the verdict
+// (the web chat opens it right after the first message): once the
+// processor accepts, it streams the thread.
+func TestStreamWaitsForOwnPendingClaim(t *testing.T) {
+	g, _ := newVerdictGateway(t)
+	postPending(t, g, devTok, "t6")
+	hs := httptest.NewServer(g.Handler())
+	t.Cleanup(hs.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+"/v1/threads/t6/events", nil)
+	req.Header.Set("Authorization", "Bearer "+devTok)
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		got <- result{resp, err}
+	}()
+	time.Sleep(500 * time.Millisecond) // the request waits for the verdict
+	echoInput(t, g, "t6", events.ChatTurnRequested)
+	res := <-got
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	resp := res.resp
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("event stream of dev's pending claim = %d, want 200 once accepted", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"type":"dev.parley.turn.requested"`) {
+			return
+		}
+	}
+	t.Fatalf("stream ended without dev's message: %v", sc.Err())
 }
