@@ -193,10 +193,11 @@ func (o *ownership) verified(ctx context.Context, thread, user string, wait time
 
 // access returns thread's record when user may use it: the processor
 // accepted the owner's claim and user is the owner or one it is shared
-// with. A pending claim is resolved first (waiting up to wait for its
-// verdict), on behalf of its owner: a share of a pending claim gives
-// nothing until then. errNotOwner when the thread is unclaimed, someone
-// else's, pending or refused.
+// with. A pending claim is resolved first, on behalf of its owner (only
+// the owner's own request waits up to wait for the verdict; one of a user
+// it is shared with reads what is stored): a share of a pending claim
+// gives nothing until then. errNotOwner when the thread is unclaimed,
+// someone else's, pending or refused.
 func (o *ownership) access(ctx context.Context, thread, user string, wait time.Duration) (ThreadOwner, error) {
 	r, err := o.get(ctx, thread)
 	if err != nil {
@@ -207,6 +208,9 @@ func (o *ownership) access(ctx context.Context, thread, user string, wait time.D
 	}
 	if r.Verdict == VerdictAccepted {
 		return r.ThreadOwner, nil
+	}
+	if r.Owner != user {
+		wait = 0
 	}
 	out, _, err := o.resolve(ctx, thread, r.Owner, r, "", wait)
 	if err != nil {
