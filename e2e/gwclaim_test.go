@@ -154,6 +154,18 @@ func TestGatewayThreadSharedThroughProcessor(t *testing.T) {
 		t.Fatalf("alice POST gi4 = %d %s, want 404", resp.StatusCode, body)
 	}
 	x.noAccess(aliceToken, "gi4")
+	// Bob is a party the integrator shared gi4 with, not its owner: he may
+	// not share it on (the processor takes grants only from its owner,
+	// and would refuse his messages carrying one), and carol reads nothing.
+	resp, body = x.do("PUT", "/v1/threads/gi4/shares/carol", bobToken, nil)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "forbidden") {
+		t.Fatalf("bob shares gi4 with carol = %d %s, want 403 forbidden", resp.StatusCode, body)
+	}
+	x.noAccess(carolToken, "gi4")
+	if got := x.send(bobToken, "gi4", "still mine to use?"); got.Status != "published" {
+		t.Fatalf("bob POST gi4 after refused share = %+v, want published", got)
+	}
+	s.completed("gi4", 3)
 }
 
 // Sharing does not get around the verdict: alice shares an integrator's

@@ -534,13 +534,14 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 
 // shareOf returns the shares the message of user on the thread of t
 // carries: the thread's current shares for its owner, none for anyone
-// else (only the owner may share, at the processor too).
+// else (only the owner may share, at the processor too), and none when
+// the processor only shared the thread with its gateway owner.
 func (g *Gateway) shareOf(t ThreadOwner, user string) []events.Identity {
 	if t.Owner != user {
 		return nil
 	}
 	var share []events.Identity
-	for _, s := range t.Shared {
+	for _, s := range t.sharedWith() {
 		share = append(share, events.Identity{Principal: g.opts.Principal, OnBehalfOf: s})
 	}
 	return share

@@ -111,6 +111,9 @@ func (g *Gateway) changeShare(w http.ResponseWriter, r *http.Request, user strin
 		writeProblem(w, Problem{Status: http.StatusForbidden, Reason: ReasonForbidden,
 			Detail: "only the thread's owner may share it or revoke a share"})
 		return
+	case errors.Is(err, errSharedToOwner):
+		writeProblem(w, Problem{Status: http.StatusForbidden, Reason: ReasonForbidden, Detail: err.Error()})
+		return
 	case errors.Is(err, errShareOwner):
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "user: " + err.Error(),
 			Errors: []schema.Violation{{Path: "user", Rule: "must not be the thread's owner"}}})

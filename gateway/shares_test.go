@@ -429,3 +429,44 @@ func TestShareOfUnverifiedClaim(t *testing.T) {
 		t.Fatalf("eve's list after the verdict = %s, want f3", w.Body)
 	}
 }
+
+// A user the processor accepted as a party an integrator shared the thread
+// with (not its owner: the thread's first accepted message is the
+// integrator's) may use the thread but not share it on: a share made
+// while the claim was pending counts for nothing once it is confirmed,
+// and a new one is 403. The processor would refuse the user's messages
+// carrying grants, so none are sent.
+func TestShareByProcessorSharedParty(t *testing.T) {
+	g, _ := newVerdictGateway(t)
+	h := g.Handler()
+	first, err := events.New("/test", events.TypeTurnRequested, "p1",
+		events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "mine"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.SetExtension(events.ExtPrincipal, events.PrincipalIntegrator)
+	publishChat(t, g, "p1", events.ChatTurnRequested, first)
+	postPending(t, g, devTok, "p1")
+	if w := request(t, h, "PUT", "/v1/threads/p1/shares/eve", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share of the pending claim = %d %s", w.Code, w.Body)
+	}
+	echoInput(t, g, "p1", events.ChatTurnRequested) // the processor accepted dev as a shared party
+	if w := request(t, h, "GET", "/v1/threads/p1", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("dev GET p1 = %d %s, want 200", w.Code, w.Body)
+	}
+	if get, answer := reads(t, g, eveTok, "p1"); get != 404 || answer != 404 {
+		t.Fatalf("eve, shared by a party that is not the owner: GET %d, answer %d; want 404 both", get, answer)
+	}
+	if r, err := g.owners.get(t.Context(), "p1"); err != nil || !r.ProcessorShared {
+		t.Fatalf("record = %+v, %v; want processorShared", r, err)
+	}
+	if w := request(t, h, "PUT", "/v1/threads/p1/shares/eve", devTok, "", nil); w.Code != http.StatusForbidden {
+		t.Fatalf("dev shares p1 = %d %s, want 403", w.Code, w.Body)
+	}
+	if w := request(t, h, "POST", "/v1/threads/p1/messages", devTok, `{"text":"again"}`, nil); w.Code != http.StatusAccepted {
+		t.Fatalf("dev POST p1 = %d %s", w.Code, w.Body)
+	}
+	if got := lastInputShare(t, g, "p1"); got != nil {
+		t.Fatalf("dev's message carries share %v, want none", got)
+	}
+}

@@ -63,6 +63,22 @@ type ThreadOwner struct {
 	// FromSeq is the PARLEY_CHAT sequence the verdict is looked for from
 	// (the stream's next sequence when the claim was made).
 	FromSeq uint64 `json:"fromSeq,omitempty"`
+	// ProcessorShared is true when the processor accepted Owner as a party
+	// the thread's owner there (an integrator, say) shared it with, not as
+	// that owner: Owner may use the thread but not share it on (the
+	// processor takes grants only from its owner), so Shared counts for
+	// nothing. Set when the claim is confirmed.
+	ProcessorShared bool `json:"processorShared,omitempty"`
+}
+
+// sharedWith returns the users Shared gives access to once the claim is
+// accepted: none when Owner is only a party the processor's owner shared
+// the thread with.
+func (t ThreadOwner) sharedWith() []string {
+	if t.ProcessorShared {
+		return nil
+	}
+	return t.Shared
 }
 
 // member reports whether user is the owner or one the thread is shared
@@ -74,7 +90,7 @@ func (t ThreadOwner) member(user string) bool {
 // allows reports whether user may use the thread now: the processor
 // accepted the owner's claim, and user is the owner or shared with.
 func (t ThreadOwner) allows(user string) bool {
-	return t.Verdict == VerdictAccepted && t.member(user)
+	return t.Verdict == VerdictAccepted && (t.Owner == user || slices.Contains(t.sharedWith(), user))
 }
 
 // ThreadSummary is one entry of GET /v1/threads.
@@ -126,6 +142,7 @@ func (o *ownership) index(ctx context.Context, thread, user string, at time.Time
 var (
 	errNotThreadOwner = errors.New("only the thread's owner may share it")
 	errShareOwner     = errors.New("the owner cannot be shared their own thread")
+	errSharedToOwner  = errors.New("the thread was shared with you at the processor by its owner there, who alone may share it")
 	errTooManyShares  = fmt.Errorf("a thread is shared with at most %d users, revoked ones included", events.MaxShares)
 )
 
@@ -182,8 +199,12 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			return ThreadOwner{}, errNotOwner
 		case t.Owner != owner && t.Verdict != VerdictAccepted:
 			return ThreadOwner{}, errNotOwner // a pending claim shows nothing to those it is shared with
+		case t.Owner != owner && t.ProcessorShared:
+			return ThreadOwner{}, errNotOwner // those it is shared with have no access either
 		case t.Owner != owner:
 			return ThreadOwner{}, errNotThreadOwner
+		case grant && t.ProcessorShared:
+			return ThreadOwner{}, errSharedToOwner
 		case other == owner:
 			return ThreadOwner{}, errShareOwner
 		}

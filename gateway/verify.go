@@ -162,6 +162,31 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 	}
 }
 
+// processorOwner reports whether who is the owner of thread at the
+// processor: the party of the thread's first accepted message, i.e. of the
+// first turn.requested echo stored in PARLEY_CHAT. False when that echo is
+// someone else's (who was accepted as a party the owner shared the thread
+// with) or no longer stored (the stream's limits dropped it; the gateway
+// cannot tell, and assumes the narrower right).
+func (v *verdicts) processorOwner(ctx context.Context, thread string, who events.Identity) (bool, error) {
+	stream, err := v.js.Stream(ctx, events.StreamChat)
+	if err != nil {
+		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.ChatSubject(thread, events.ChatTurnRequested)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the first message of %s: %w", thread, err)
+	}
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		return false, nil // not a readable echo: not provably who's
+	}
+	return events.EchoIdentity(e).Same(who), nil
+}
+
 // rec is a claim record and its KV revision.
 type rec struct {
 	ThreadOwner
@@ -207,6 +232,9 @@ func (o *ownership) access(ctx context.Context, thread, user string, wait time.D
 		return ThreadOwner{}, errNotOwner
 	}
 	if r.Verdict == VerdictAccepted {
+		if !r.allows(user) {
+			return ThreadOwner{}, errNotOwner
+		}
 		return r.ThreadOwner, nil
 	}
 	if r.Owner != user {
@@ -257,6 +285,10 @@ const maxVerdictWrites = 8
 // replica confirming first is not an error; a share written meanwhile is
 // kept (the record is read again and confirmed with it).
 func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) error {
+	own, err := o.verdicts.processorOwner(ctx, thread, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
+	if err != nil {
+		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
+	}
 	for range maxVerdictWrites {
 		if r.Owner != owner {
 			return fmt.Errorf("confirming the claim on %s: it is no longer %s's", thread, owner)
@@ -265,7 +297,7 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) er
 			break
 		}
 		t := r.ThreadOwner
-		t.Verdict = VerdictAccepted
+		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
 		val, _ := json.Marshal(t)
 		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
 		if err == nil {
@@ -282,7 +314,7 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) er
 	if r.Verdict != VerdictAccepted {
 		return fmt.Errorf("confirming the claim on %s: the record kept changing (%d attempts)", thread, maxVerdictWrites)
 	}
-	for _, u := range append([]string{owner}, r.Shared...) {
+	for _, u := range append([]string{owner}, r.sharedWith()...) {
 		if err := o.index(ctx, thread, u, r.CreatedAt); err != nil {
 			return err
 		}
@@ -369,6 +401,8 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 		case err != nil:
 			return rec{}, false, err
 		case !r.member(user):
+			return rec{}, false, errNotOwner
+		case r.Verdict == VerdictAccepted && !r.allows(user):
 			return rec{}, false, errNotOwner
 		case r.Verdict == VerdictAccepted:
 			// The index is rewritten on every message, so a crash between
