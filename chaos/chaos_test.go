@@ -21,11 +21,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
@@ -859,7 +859,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 			problem(tr.thread, "turn %s ended %d times", short(tr.turnID), len(ends))
 		}
 		end := ends[0]
-		if end.event.Type() == events.TypeTurnFailed {
+		if events.TypeOf(end.event) == events.TypeTurnFailed {
 			failed++
 			d, _ := events.Data[events.TurnFailed](end.event)
 			failReasons[d.Reason]++
@@ -1015,7 +1015,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 		}
 	}
 	for title, el := range expected {
-		if el.turn != nil && len(r.ends[el.turn.turnID]) > 0 && r.ends[el.turn.turnID][0].event.Type() == events.TypeTurnFailed {
+		if el.turn != nil && len(r.ends[el.turn.turnID]) > 0 && events.TypeOf(r.ends[el.turn.turnID][0].event) == events.TypeTurnFailed {
 			continue // a failed turn's effects are not predictable (and the failure is reported)
 		}
 		if effectsByTitle[title] == 0 {
@@ -1027,7 +1027,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	// The reply of each completed plan turn says what happened to each call.
 	var wrongReplies, wrongDecisions int
 	for _, tr := range c.turns {
-		if tr.kind != "plan" || len(r.ends[tr.turnID]) == 0 || r.ends[tr.turnID][0].event.Type() != events.TypeTurnCompleted {
+		if tr.kind != "plan" || len(r.ends[tr.turnID]) == 0 || events.TypeOf(r.ends[tr.turnID][0].event) != events.TypeTurnCompleted {
 			continue
 		}
 		d, _ := events.Data[events.TurnCompleted](r.ends[tr.turnID][0].event)
@@ -1180,7 +1180,7 @@ func failedOrCancelledTitle(title string, turns []*turn, r *recorder) bool {
 			return true
 		}
 		ends := r.ends[tr.turnID]
-		return len(ends) > 0 && ends[0].event.Type() == events.TypeTurnFailed
+		return len(ends) > 0 && events.TypeOf(ends[0].event) == events.TypeTurnFailed
 	}
 	return false
 }

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // The MCP scenario's agent rules: "count <key>" calls the counter
@@ -281,7 +281,7 @@ func TestChaosMCPToolexecKilledMidCall(t *testing.T) {
 		rec.mu.Lock()
 		end := rec.ends[tr.turnID][0].event
 		rec.mu.Unlock()
-		if end.Type() != events.TypeTurnCompleted {
+		if events.TypeOf(end) != events.TypeTurnCompleted {
 			t.Errorf("%s: turn ended with %s: %s", id, end.Type(), end.Data())
 			continue
 		}

@@ -74,7 +74,7 @@ func (r *recorder) add(it client.Item) {
 	}
 	r.all = append(r.all, s)
 	r.byID[e.ID()] = append(r.byID[e.ID()], it.Seq)
-	switch e.Type() {
+	switch events.TypeOf(e) {
 	case events.TypeTurnCompleted, events.TypeTurnFailed:
 		id := s.turnID
 		if id == "" {

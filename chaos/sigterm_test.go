@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // SIGTERM drains: a processor and an agent that get SIGTERM while turns are
@@ -127,7 +127,7 @@ func TestSIGTERMDrains(t *testing.T) {
 				if !ok {
 					t.Fatal("watch closed")
 				}
-				if it.Event != nil && it.Event.Type() == events.TypeTurnCompleted {
+				if it.Event != nil && events.TypeOf(it.Event) == events.TypeTurnCompleted {
 					d, _ := events.Data[events.TurnCompleted](it.Event)
 					if want[d.TurnID] {
 						completed[d.TurnID] = true

@@ -249,7 +249,7 @@ func waitTurnCompleted(t *testing.T, url, thread string, within time.Duration) e
 			t.Fatalf("undecodable chat event on %s: %v", msg.Subject(), err)
 		}
 		seen = append(seen, e.Type())
-		switch e.Type() {
+		switch events.TypeOf(e) {
 		case events.TypeTurnCompleted:
 			d, err := events.Data[events.TurnCompleted](e)
 			if err != nil {

@@ -126,7 +126,7 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 		m         matcher
 		answering string // the elicitation ID an answer is for
 	)
-	switch e.Type() {
+	switch events.TypeOf(e) {
 	case events.TypeTurnRequested:
 		m = newTurnMatcher(e.ID())
 	case events.TypeElicitationResponded:

@@ -34,11 +34,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Client publishes and reads chat events.
@@ -148,7 +148,7 @@ func (c *Client) Response(thread, elicitationID string, result schema.ElicitResu
 // sequence is PARLEY_INPUT's; the processor echoes the event into
 // PARLEY_CHAT (same ID) once it accepted it.
 func (c *Client) Publish(ctx context.Context, e *event.Event) (*jetstream.PubAck, error) {
-	suffix, ok := events.InputSuffix(e.Type())
+	suffix, ok := events.InputSuffix(events.TypeOf(e))
 	if !ok {
 		return nil, fmt.Errorf("publishing %s: integrators publish only %s and %s", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}

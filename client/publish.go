@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/bus"
 )
 
 // Defaults of RetryPolicy.

@@ -23,7 +23,7 @@ func TestMalformedAttributesAfterDecoding(t *testing.T) {
 	}
 	binary := func(id, k, v string) nats.Header {
 		h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {id}, "ce-source": {"/test"},
-			"ce-type": {events.TypeTurnRequested}, "ce-subject": {"ma"}, "Content-Type": {"application/json"}}
+			"ce-type": {string(events.TypeTurnRequested)}, "ce-subject": {"ma"}, "Content-Type": {"application/json"}}
 		h[k] = []string{v}
 		return h
 	}
@@ -32,7 +32,7 @@ func TestMalformedAttributesAfterDecoding(t *testing.T) {
 	pub(binary("r2", "ce-datacontenttype", "text/plain"), msg)
 	pub(binary("r3", "ce-dataschema", "not a uri"), msg)
 	pub(nats.Header{"Content-Type": {"application/cloudevents+json"}},
-		`{"specversion":"1.0","id":"r4","source":"a b","type":"`+events.TypeTurnRequested+`","subject":"ma","data":`+msg+`}`)
+		`{"specversion":"1.0","id":"r4","source":"a b","type":"`+string(events.TypeTurnRequested)+`","subject":"ma","data":`+msg+`}`)
 	s.rec.await(t, 10*time.Second, "ma", events.TypeTurnRejected, 4)
 	var got []string
 	for _, e := range s.rec.matching("ma", events.TypeTurnRejected) {

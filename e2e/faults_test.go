@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -13,8 +12,6 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Tests of the faults of issue 8 (thread state machine under crashes and
@@ -84,19 +81,7 @@ func TestLatePauseIgnored(t *testing.T) {
 // with noAgent), stopped with the test.
 func (s *system) startAgent() {
 	s.t.Helper()
-	nc := s.srv.Connect(s.t)
-	b, err := bus.New(nc, &bus.Options{Logger: s.log.With("worker", "agent")})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	a, err := agent.New(ctx, b, s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	s.t.Cleanup(func() { cancel(); <-done })
+	s.startAgentIn(s.model)
 }
 
 // Item 2, as the issue reproduces it: no agent running, #1 starts and #2
@@ -267,7 +252,7 @@ func TestMalformedHeaderRejected(t *testing.T) {
 	s := start(t, options{})
 	raw := func(suffix string, header nats.Header, data string) {
 		h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"req-1"}, "ce-source": {"/test"},
-			"ce-type": {events.TypeTurnRequested}, "ce-subject": {"mh"}, "Content-Type": {"application/json"}}
+			"ce-type": {string(events.TypeTurnRequested)}, "ce-subject": {"mh"}, "Content-Type": {"application/json"}}
 		for k, v := range header {
 			h[k] = v
 		}
@@ -278,7 +263,7 @@ func TestMalformedHeaderRejected(t *testing.T) {
 	}
 	raw(events.ChatTurnRequested, nats.Header{"ce-id": {"req%zz"}}, `{"message":{"role":"user","text":"list everything"}}`)
 	raw(events.ChatTurnRequested, nats.Header{"ce-id": {"req-2"}, "ce-source": {":nope"}}, `{"message":{"role":"user","text":"list everything"}}`)
-	raw(events.ChatElicitationResponded, nats.Header{"ce-id": {"ans%zz"}, "ce-type": {events.TypeElicitationResponded}},
+	raw(events.ChatElicitationResponded, nats.Header{"ce-id": {"ans%zz"}, "ce-type": {string(events.TypeElicitationResponded)}},
 		`{"elicitationId":"e1","action":"cancel"}`)
 	s.rec.await(t, 10*time.Second, "mh", events.TypeTurnRejected, 2)
 	var paths []string

@@ -16,10 +16,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/gateway"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 const (
@@ -154,7 +154,7 @@ func (x *gw) sse(ctx context.Context, token, thread string, lastID uint64) <-cha
 
 // awaitType reads from ch until an event of type typ; it returns every
 // event read.
-func awaitType(t *testing.T, ch <-chan sseEvent, typ string) []sseEvent {
+func awaitType(t *testing.T, ch <-chan sseEvent, typ events.Type) []sseEvent {
 	t.Helper()
 	var seen []sseEvent
 	timeout := time.After(15 * time.Second)
@@ -165,7 +165,7 @@ func awaitType(t *testing.T, ch <-chan sseEvent, typ string) []sseEvent {
 				t.Fatalf("stream ended before %s; read %d events", typ, len(seen))
 			}
 			seen = append(seen, ev)
-			if ev.data["type"] == typ {
+			if ev.data["type"] == string(typ) {
 				return seen
 			}
 		case <-timeout:

@@ -66,7 +66,7 @@ func TestGatewayIntegratorThreadHidden(t *testing.T) {
 		}
 		x.noAccess(tok, "gi1")
 	}
-	rejected := s.rec.matching("gi1", string(events.TypeTurnRejected))
+	rejected := s.rec.matching("gi1", events.TypeTurnRejected)
 	if len(rejected) != 2 {
 		t.Fatalf("turn.rejected on gi1: %d, want 2 (one per gateway user)", len(rejected))
 	}
@@ -102,7 +102,7 @@ func TestGatewayClaimRaceWithIntegrator(t *testing.T) {
 	a.stop()
 	s.startProcessor("B")
 	s.completed("gi2", 1)
-	s.rec.await(t, 10*time.Second, "gi2", string(events.TypeTurnRejected), 1)
+	s.rec.await(t, 10*time.Second, "gi2", events.TypeTurnRejected, 1)
 	b.noAccess(aliceToken, "gi2")
 	resp, body := b.do("POST", "/v1/threads/gi2/messages", aliceToken, map[string]any{"text": "again"})
 	if resp.StatusCode != http.StatusNotFound {
@@ -110,7 +110,7 @@ func TestGatewayClaimRaceWithIntegrator(t *testing.T) {
 	}
 
 	s.completed("gi3", 1)
-	s.rec.await(t, 10*time.Second, "gi3", string(events.TypeTurnRejected), 1) // the integrator's
+	s.rec.await(t, 10*time.Second, "gi3", events.TypeTurnRejected, 1) // the integrator's
 	resp, body = b.do("GET", "/v1/threads/gi3", aliceToken, nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"owner":"alice"`) {
 		t.Fatalf("alice GET gi3 = %d %s, want 200 owner alice", resp.StatusCode, body)
@@ -145,7 +145,7 @@ func TestGatewayThreadSharedThroughProcessor(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	first := awaitType(t, x.sse(ctx, bobToken, "gi4", 0), string(events.TypeTurnRequested))
+	first := awaitType(t, x.sse(ctx, bobToken, "gi4", 0), events.TypeTurnRequested)
 	if data, _ := first[0].data["data"].(map[string]any); data == nil || !strings.Contains(first[0].data["id"].(string), e.ID()) {
 		t.Fatalf("bob's stream starts with %v, want the owner's message %s", first[0].data, e.ID())
 	}
@@ -199,7 +199,7 @@ func TestGatewayShareOfIntegratorThread(t *testing.T) {
 	x.noAccess(bobToken, "gs1")
 	// Nothing of the integrator's thread went to either of them: the one
 	// refusal is alice's (bob's message was not published).
-	if n := len(s.rec.matching("gs1", string(events.TypeTurnRejected))); n != 1 {
+	if n := len(s.rec.matching("gs1", events.TypeTurnRejected)); n != 1 {
 		t.Fatalf("turn.rejected on gs1: %d, want 1 (alice's)", n)
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,13 +15,14 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec"
@@ -63,8 +65,9 @@ type system struct {
 	site   *builtin.Site
 	model  *countingProvider
 	rec    *recorder
+	group  *starter.Group // every worker the harness starts
 	mu     sync.Mutex
-	procs  map[string]func()
+	procs  map[string]func() error
 	log    *slog.Logger
 }
 
@@ -86,7 +89,9 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // start runs the gate (unless noGate), a tool-executor, an agent and
-// opts.processors processors, each on its own connection.
+// opts.processors processors, each on its own connection, in one
+// starter.Group (as parley dev does), and waits until each has started. A
+// worker that dies during the test fails it.
 func start(t *testing.T, opts options) *system {
 	t.Helper()
 	if opts.pauseTTL == 0 {
@@ -97,16 +102,17 @@ func start(t *testing.T, opts options) *system {
 	}
 	srv := bustest.NewServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &system{t: t, srv: srv, ctx: ctx, opts: opts, procs: map[string]func(){}, log: testLogger(t)}
-	var wg sync.WaitGroup
+	s := &system{t: t, srv: srv, ctx: ctx, opts: opts, procs: map[string]func() error{}, log: testLogger(t)}
+	s.group = starter.New(context.Background(), &starter.Options{Logger: s.log})
 	t.Cleanup(func() {
-		s.mu.Lock()
-		for _, stop := range s.procs {
-			stop()
-		}
-		s.mu.Unlock()
+		err := s.group.Stop()
 		cancel()
-		wg.Wait()
+		var died *starter.StoppedError
+		if errors.As(err, &died) {
+			t.Errorf("a worker died during the test: %v", err)
+		} else if err != nil {
+			t.Logf("stopping the workers: %v", err)
+		}
 	})
 	nc := srv.Connect(t)
 	b, err := bus.New(nc, nil)
@@ -127,38 +133,28 @@ func start(t *testing.T, opts options) *system {
 	}
 	s.rec = newRecorder(items)
 
-	worker := func(name string) *bus.Client {
-		c, err := nats.Connect(srv.ClientURL(), nats.Name(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Close)
-		wb, err := bus.New(c, &bus.Options{Logger: s.log.With("worker", name)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return wb
+	started := make(chan string, 8)
+	n := 0
+	run := func(name, principal string, w func(starter.Common) starter.Worker) {
+		c := starter.Common{Logger: s.log.With("worker", name), NoStreams: true, Started: func(r string) { started <- r }}
+		s.group.Go(starter.Connected(name, principal, s.connect, w(c)))
+		n++
 	}
 	if !opts.noGate {
-		g := gate.New(worker("gate"), opts.gate, s.log)
-		wg.Go(func() { _ = g.Run(ctx) })
+		run("gate", starter.RoleGate, func(c starter.Common) starter.Worker { return starter.Gate(c, opts.gate, gate.Options{}) })
 	}
 	expected := []string{gate.PolicyName}
 	for name, cfg := range opts.policies {
-		g, err := gate.NewWithOptions(worker("policy-"+name), cfg, &gate.Options{Logger: s.log, Name: name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() { _ = g.Run(ctx) })
+		run("policy-"+name, starter.RoleGate, func(c starter.Common) starter.Worker {
+			return starter.Gate(c, cfg, gate.Options{Name: name})
+		})
 		expected = append(expected, name)
 	}
-	x, err := toolexec.New(ctx, worker("toolexec"), s.site.Tools(), &toolexec.Options{Logger: s.log, Sources: opts.sources})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Go(func() { _ = x.Run(ctx) })
-	lookup := worker("lookup")
-	wg.Go(func() { _ = s.site.ServeLookup(ctx, lookup) })
+	// The tool-executor serves the harness's site (its tools and its
+	// entity lookup) beside opts.sources.
+	run("toolexec", starter.RoleToolexec, func(c starter.Common) starter.Worker {
+		return starter.Toolexec(c, starter.ToolexecConfig{Site: s.site, Options: toolexec.Options{Sources: opts.sources}})
+	})
 	provider := opts.provider
 	switch {
 	case provider != nil:
@@ -172,12 +168,14 @@ func start(t *testing.T, opts options) *system {
 	}
 	s.model = &countingProvider{Provider: provider}
 	if !opts.noAgent {
-		a, err := agent.New(ctx, worker("agent"), s.model, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second, FormRevision: opts.formRevision,
-			Policies: expected})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() { _ = a.Run(ctx) })
+		run("agent", starter.RoleAgent, func(c starter.Common) starter.Worker {
+			return starter.Agent(c, s.model, agent.Options{PreExecuteTimeout: time.Second, FormRevision: opts.formRevision, Policies: expected})
+		})
+	}
+	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)
+	defer scancel()
+	if err := starter.AwaitStarted(sctx, s.group, started, n); err != nil {
+		t.Fatal(err)
 	}
 	for i := range opts.processors {
 		s.startProcessor(string(rune('A' + i)))
@@ -188,49 +186,70 @@ func start(t *testing.T, opts options) *system {
 	return s
 }
 
-// waitGate waits until the gate's micro service answers discovery.
-func (s *system) waitGate() {
-	nc := s.srv.Connect(s.t)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := nc.Request("$SRV.PING.parley-gate", nil, 200*time.Millisecond); err == nil {
-			return
-		}
-	}
-	s.t.Fatal("gate did not come up")
+// connect opens a worker's connection to the test server (which has no
+// authorization: the principal is not used).
+func (s *system) connect(_ context.Context, name, _ string) (*nats.Conn, error) {
+	return nats.Connect(s.srv.ClientURL(), nats.Name(name))
 }
 
-// startProcessor starts a processor instance named name.
+// waitGate waits until the gate's micro service answers discovery.
+func (s *system) waitGate() {
+	s.t.Helper()
+	if err := starter.WaitService(s.ctx, s.group, s.srv.Connect(s.t), gate.ServiceName, 5*time.Second); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// startProcessor starts a processor instance named name in the group
+// and waits until it has started.
 func (s *system) startProcessor(name string) {
 	s.t.Helper()
-	nc, err := nats.Connect(s.srv.ClientURL(), nats.Name("processor-"+name))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	b, err := bus.New(nc, &bus.Options{Logger: s.log.With("worker", "processor-"+name)})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	p, err := processor.New(ctx, b, &processor.Options{Logger: s.log.With("worker", "processor-"+name), PauseTTL: s.opts.pauseTTL})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); defer nc.Close(); _ = p.Run(ctx) }()
+	started := make(chan string, 1)
+	c := starter.Common{Logger: s.log.With("worker", "processor-"+name), NoStreams: true, Started: func(r string) { started <- r }}
+	stop := s.group.Go(starter.Connected("processor-"+name, starter.RoleProcessor, s.connect,
+		starter.Processor(c, processor.Options{PauseTTL: s.opts.pauseTTL})))
 	s.mu.Lock()
-	s.procs[name] = func() { cancel(); <-done }
+	s.procs[name] = stop
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, 20*time.Second)
+	defer cancel()
+	if err := starter.AwaitStarted(ctx, s.group, started, 1); err != nil {
+		s.t.Fatalf("processor-%s: %v", name, err)
+	}
+}
+
+// startAgentIn starts an agent calling provider (with the agent's default
+// policies and a 1s pre-execute timeout) in the group and waits until it
+// has started; stop stops it alone (the group stops it with the test).
+func (s *system) startAgentIn(provider model.Provider) (stop func()) {
+	s.t.Helper()
+	started := make(chan string, 1)
+	c := starter.Common{Logger: s.log.With("worker", "agent"), NoStreams: true, Started: func(r string) { started <- r }}
+	stopOne := s.group.Go(starter.Connected("agent", starter.RoleAgent, s.connect,
+		starter.Agent(c, provider, agent.Options{PreExecuteTimeout: time.Second})))
+	ctx, cancel := context.WithTimeout(s.ctx, 20*time.Second)
+	defer cancel()
+	if err := starter.AwaitStarted(ctx, s.group, started, 1); err != nil {
+		s.t.Fatalf("agent: %v", err)
+	}
+	return func() {
+		if err := stopOne(); err != nil {
+			s.t.Errorf("stopping the agent: %v", err)
+		}
+	}
 }
 
 // stopProcessor stops a processor instance and waits until it drained.
 func (s *system) stopProcessor(name string) {
+	s.t.Helper()
 	s.mu.Lock()
 	stop := s.procs[name]
 	delete(s.procs, name)
 	s.mu.Unlock()
 	if stop != nil {
-		stop()
+		if err := stop(); err != nil {
+			s.t.Errorf("stopping processor-%s: %v", name, err)
+		}
 	}
 }
 
@@ -327,12 +346,12 @@ func newRecorder(items <-chan client.Item) *recorder {
 }
 
 // matching returns the events of thread with type typ.
-func (r *recorder) matching(thread, typ string) []*event.Event {
+func (r *recorder) matching(thread string, typ events.Type) []*event.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []*event.Event
 	for _, e := range r.events {
-		if e.Subject() == thread && e.Type() == typ {
+		if e.Subject() == thread && events.TypeOf(e) == typ {
 			out = append(out, e)
 		}
 	}
@@ -340,7 +359,7 @@ func (r *recorder) matching(thread, typ string) []*event.Event {
 }
 
 // await waits for the n-th event of typ on thread.
-func (r *recorder) await(t *testing.T, timeout time.Duration, thread, typ string, n int) *event.Event {
+func (r *recorder) await(t *testing.T, timeout time.Duration, thread string, typ events.Type, n int) *event.Event {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -246,7 +246,7 @@ func TestEverythingContentKinds(t *testing.T) {
 			nc := s.srv.Connect(t)
 			sub, err := nc.Subscribe(events.ChatSubject("long", events.ChatProgress), func(m *nats.Msg) {
 				e, err := events.Decode(events.Header(m.Header), m.Data)
-				if err != nil || e.Type() != events.TypeProgress {
+				if err != nil || events.TypeOf(e) != events.TypeProgress {
 					t.Errorf("progress event: %v %v", err, e)
 					return
 				}

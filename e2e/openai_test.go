@@ -1,21 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/model/openai"
 	"github.com/parley-dev/parley/model/openai/openaitest"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
@@ -304,22 +299,7 @@ func TestOpenAIRetries(t *testing.T) {
 // returned stop is called.
 func (s *system) startAgentWith(provider model.Provider) (stop func()) {
 	s.t.Helper()
-	nc, err := nats.Connect(s.srv.ClientURL(), nats.Name("agent"))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	b, err := bus.New(nc, &bus.Options{Logger: s.log})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	a, err := agent.New(ctx, b, provider, &agent.Options{Logger: s.log, PreExecuteTimeout: time.Second})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); defer nc.Close(); _ = a.Run(ctx) }()
-	return func() { cancel(); <-done }
+	return s.startAgentIn(provider)
 }
 
 // A turn paused with the real provider resumes on a fresh agent (a new

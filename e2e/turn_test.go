@@ -9,10 +9,10 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 const deleteDrafts = "delete the 10 draft articles"
@@ -270,7 +270,7 @@ func TestMalformedAnswersRejected(t *testing.T) {
 	s := start(t, options{})
 	s.send("m1", deleteDrafts)
 	id, _ := s.question("m1", 1)
-	publish := func(typ, subject string, data any) {
+	publish := func(typ events.Type, subject string, data any) {
 		e, err := events.New("/test", typ, subject, data)
 		if err != nil {
 			t.Fatal(err)

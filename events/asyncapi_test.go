@@ -34,7 +34,7 @@ var paramDescriptions = map[string]string{
 func messageID(t Type) string {
 	var b strings.Builder
 	up := false
-	for _, r := range strings.TrimPrefix(t, "dev.parley.") {
+	for _, r := range strings.TrimPrefix(string(t), "dev.parley.") {
 		if r == '.' || r == '_' {
 			up = true
 			continue
@@ -212,7 +212,7 @@ func requestsOf(entries []Entry, typ Type) []string {
 	var out []string
 	for _, e := range entries {
 		if e.Reply == typ {
-			out = append(out, e.Type)
+			out = append(out, string(e.Type))
 		}
 	}
 	return out
@@ -353,7 +353,7 @@ func TestEventsDocListsCatalog(t *testing.T) {
 	// the catalogue, so a new event documented there needs an entry.
 	prose := text[:i] + text[j+len(end):]
 	for _, m := range docType.FindAllString(prose, -1) {
-		if _, ok := Lookup(m); !ok && !strings.HasSuffix(m, ".json") {
+		if _, ok := Lookup(Type(m)); !ok && !strings.HasSuffix(m, ".json") {
 			t.Errorf("docs/events.md names type %s, which is not in the catalogue", m)
 		}
 	}

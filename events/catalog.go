@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-
-	"github.com/parley-dev/parley/schema"
 )
 
 // Visibility says who may read an event type.
@@ -78,11 +76,11 @@ type Entry struct {
 
 // DataSchema returns the event's CloudEvents dataschema URI,
 // DataSchemaBase + Type + ".json" (what New sets).
-func (e Entry) DataSchema() string { return DataSchemaBase + e.Type + ".json" }
+func (e Entry) DataSchema() string { return DataSchemaBase + string(e.Type) + ".json" }
 
 // SchemaFile returns the path, from the repository root, of the JSON Schema
 // file DataSchema names: "schema/<Type>.json".
-func (e Entry) SchemaFile() string { return "schema/" + e.Type + ".json" }
+func (e Entry) SchemaFile() string { return "schema/" + string(e.Type) + ".json" }
 
 // Params returns the route's subject parameters in order, e.g. ["thread"].
 func (r Route) Params() []string {
@@ -161,83 +159,90 @@ var (
 	processor   = []Role{RoleProcessor}
 )
 
+// of returns e as the entry of k: its Type and Payload are k's, so the
+// catalogue's payload type and a Kind's cannot disagree.
+func of[T any](k Kind[T], e Entry) Entry {
+	e.Type, e.Payload = k.typ, reflect.TypeFor[T]()
+	return e
+}
+
 // catalog lists every event type, public ones first, in the order of
 // docs/events.md.
 var catalog = []Entry{
-	{Type: TypeTurnRequested, Summary: "A user message starts (or queues) a turn on a thread.",
-		Payload: reflect.TypeFor[TurnRequested](), Visibility: Public,
-		Routes: []Route{inputRoute(ChatTurnRequested), chatRoute(ChatTurnRequested, processor, integrators)}},
-	{Type: TypeElicitationResponded, Summary: "A person's answer to an elicitation (MCP ElicitResult plus the elicitation it answers).",
-		Payload: reflect.TypeFor[ElicitationResponded](), Visibility: Public,
-		Routes: []Route{inputRoute(ChatElicitationResponded), chatRoute(ChatElicitationResponded, processor, integrators)}},
-	{Type: TypeTurnPaused, Summary: "The turn waits for answers; the question restated in prose.",
-		Payload: reflect.TypeFor[TurnPaused](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatTurnPaused, processor, integrators)}},
-	{Type: TypeElicitationRequested, Summary: "A question for a person: MCP elicitation/create params with _meta[\"drupal.org/ai.elicitation_id\"].",
-		Payload: reflect.TypeFor[schema.ElicitRequestParams](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatElicitationRequested, processor, integrators)}},
-	{Type: TypeElicitationRejected, Summary: "An answer was refused; the reason names the rule.",
-		Payload: reflect.TypeFor[ElicitationRejected](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatElicitationRejected, processor, integrators)}},
-	{Type: TypeElicitationExpired, Summary: "Questions expired unanswered; the thread is idle again.",
-		Payload: reflect.TypeFor[ElicitationExpired](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatElicitationExpired, processor, integrators)}},
-	{Type: TypeElicitationCancelled, Summary: "Questions were withdrawn (a newer message superseded the turn, or a cancel answer).",
-		Payload: reflect.TypeFor[ElicitationCancelled](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatElicitationCancelled, processor, integrators)}},
-	{Type: TypeTurnCompleted, Summary: "The assistant's answer, with how each tool call was decided.",
-		Payload: reflect.TypeFor[TurnCompleted](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatTurnCompleted, processor, integrators)}},
-	{Type: TypeTurnFailed, Summary: "The turn ended with an error; reason is a stable code.",
-		Payload: reflect.TypeFor[TurnFailed](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatTurnFailed, processor, integrators)}},
-	{Type: TypeTurnRejected, Summary: "A turn.requested was refused; errors name each field and rule.",
-		Payload: reflect.TypeFor[TurnRejected](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatTurnRejected, processor, integrators)}},
-	{Type: TypeMessageDelta, Summary: "A piece of the assistant's answer while the model writes it (a preview; turn.completed is authoritative).",
-		Payload: reflect.TypeFor[MessageDelta](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatMessageDelta, []Role{RoleAgent}, integrators)}},
-	{Type: TypeProgress, Summary: "MCP progress of a running turn or tool call (advisory).",
-		Payload: reflect.TypeFor[schema.Progress](), Visibility: Public,
-		Routes: []Route{chatRoute(ChatProgress, []Role{RoleAgent, RoleToolexec}, integrators)}},
+	of(KindTurnRequested, Entry{Summary: "A user message starts (or queues) a turn on a thread.",
+		Visibility: Public,
+		Routes:     []Route{inputRoute(ChatTurnRequested), chatRoute(ChatTurnRequested, processor, integrators)}}),
+	of(KindElicitationResponded, Entry{Summary: "A person's answer to an elicitation (MCP ElicitResult plus the elicitation it answers).",
+		Visibility: Public,
+		Routes:     []Route{inputRoute(ChatElicitationResponded), chatRoute(ChatElicitationResponded, processor, integrators)}}),
+	of(KindTurnPaused, Entry{Summary: "The turn waits for answers; the question restated in prose.",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatTurnPaused, processor, integrators)}}),
+	of(KindElicitationRequested, Entry{Summary: "A question for a person: MCP elicitation/create params with _meta[\"drupal.org/ai.elicitation_id\"].",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatElicitationRequested, processor, integrators)}}),
+	of(KindElicitationRejected, Entry{Summary: "An answer was refused; the reason names the rule.",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatElicitationRejected, processor, integrators)}}),
+	of(KindElicitationExpired, Entry{Summary: "Questions expired unanswered; the thread is idle again.",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatElicitationExpired, processor, integrators)}}),
+	of(KindElicitationCancelled, Entry{Summary: "Questions were withdrawn (a newer message superseded the turn, or a cancel answer).",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatElicitationCancelled, processor, integrators)}}),
+	of(KindTurnCompleted, Entry{Summary: "The assistant's answer, with how each tool call was decided.",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatTurnCompleted, processor, integrators)}}),
+	of(KindTurnFailed, Entry{Summary: "The turn ended with an error; reason is a stable code.",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatTurnFailed, processor, integrators)}}),
+	of(KindTurnRejected, Entry{Summary: "A turn.requested was refused; errors name each field and rule.",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatTurnRejected, processor, integrators)}}),
+	of(KindMessageDelta, Entry{Summary: "A piece of the assistant's answer while the model writes it (a preview; turn.completed is authoritative).",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatMessageDelta, []Role{RoleAgent}, integrators)}}),
+	of(KindProgress, Entry{Summary: "MCP progress of a running turn or tool call (advisory).",
+		Visibility: Public,
+		Routes:     []Route{chatRoute(ChatProgress, []Role{RoleAgent, RoleToolexec}, integrators)}}),
 
-	{Type: TypeRunRequested, Summary: "The processor asks an agent to run a turn.",
-		Payload: reflect.TypeFor[RunRequested](), Visibility: Internal,
-		Routes: []Route{{Subject: SubjectRunRequested, Stream: StreamAgent, Publishers: processor, Consumers: []Role{RoleAgent}}}},
-	{Type: TypeRunResumed, Summary: "The processor resumes a paused run with every answer.",
-		Payload: reflect.TypeFor[RunResumed](), Visibility: Internal,
-		Routes: []Route{{Subject: SubjectRunResumed, Stream: StreamAgent, Publishers: processor, Consumers: []Role{RoleAgent}}}},
-	{Type: TypeToolResultReady, Summary: "The tool-executor's result of one tool call (or its request for input).",
-		Payload: reflect.TypeFor[ToolResult](), Visibility: Internal,
-		Routes: []Route{{Subject: toolResultPattern, Stream: StreamAgent, Publishers: []Role{RoleToolexec}, Consumers: []Role{RoleAgent}}}},
-	{Type: TypeRunCompleted, Summary: "The agent finished a run.",
-		Payload: reflect.TypeFor[RunCompleted](), Visibility: Internal,
-		Routes: []Route{{Subject: SubjectRunCompleted, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}},
-	{Type: TypeRunPaused, Summary: "The agent needs answers; the snapshot to resume from.",
-		Payload: reflect.TypeFor[RunPaused](), Visibility: Internal,
-		Routes: []Route{{Subject: SubjectRunPaused, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}},
-	{Type: TypeRunFailed, Summary: "The agent could not finish a run.",
-		Payload: reflect.TypeFor[RunFailed](), Visibility: Internal,
-		Routes: []Route{{Subject: SubjectRunFailed, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}},
-	{Type: TypeToolCallRequested, Summary: "The agent asks the tool-executor to run one tool call.",
-		Payload: reflect.TypeFor[ToolCallRequested](), Visibility: Internal,
-		Routes: []Route{{Subject: toolCallPattern, Stream: StreamTools, Publishers: []Role{RoleAgent}, Consumers: []Role{RoleToolexec}}}},
-	{Type: TypePreExecuteRequested, Summary: "The agent asks the policy services about a tool call before running it (request-reply).",
-		Payload: reflect.TypeFor[PreExecuteRequest](), Visibility: Internal, Reply: TypePreExecuteDecided,
-		Routes: []Route{{Subject: preExecPattern, Publishers: []Role{RoleAgent}, Consumers: []Role{RolePolicy}}}},
-	{Type: TypePreExecuteDecided, Summary: "A policy service's decision: allow, veto or confirm (the reply to pre_execute.requested).",
-		Payload: reflect.TypeFor[PolicyDecision](), Visibility: Internal,
-		Routes: []Route{{Publishers: []Role{RolePolicy}, Consumers: []Role{RoleAgent}}}},
-	{Type: TypeLookupEntitiesRequested, Summary: "An integrator (the gateway's entity autocomplete) asks for entities matching a query (NATS micro request-reply).",
-		Payload: reflect.TypeFor[LookupEntitiesRequest](), Visibility: Internal, Reply: TypeLookupEntitiesAnswered,
-		Routes: []Route{{Subject: SubjectLookupEntities, Publishers: integrators, Consumers: []Role{RoleToolexec}}}},
-	{Type: TypeLookupEntitiesAnswered, Summary: "The entities matching a lookup (the reply to lookup.entities.requested).",
-		Payload: reflect.TypeFor[LookupEntitiesReply](), Visibility: Internal,
-		Routes: []Route{{Publishers: []Role{RoleToolexec}, Consumers: integrators}}},
-	{Type: TypeDeadLettered, Summary: "An event that could not be handled, with the reason and the original message.",
-		Payload: reflect.TypeFor[DeadLetter](), Visibility: Internal,
+	of(KindRunRequested, Entry{Summary: "The processor asks an agent to run a turn.",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: SubjectRunRequested, Stream: StreamAgent, Publishers: processor, Consumers: []Role{RoleAgent}}}}),
+	of(KindRunResumed, Entry{Summary: "The processor resumes a paused run with every answer.",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: SubjectRunResumed, Stream: StreamAgent, Publishers: processor, Consumers: []Role{RoleAgent}}}}),
+	of(KindToolResultReady, Entry{Summary: "The tool-executor's result of one tool call (or its request for input).",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: toolResultPattern, Stream: StreamAgent, Publishers: []Role{RoleToolexec}, Consumers: []Role{RoleAgent}}}}),
+	of(KindRunCompleted, Entry{Summary: "The agent finished a run.",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: SubjectRunCompleted, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}}),
+	of(KindRunPaused, Entry{Summary: "The agent needs answers; the snapshot to resume from.",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: SubjectRunPaused, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}}),
+	of(KindRunFailed, Entry{Summary: "The agent could not finish a run.",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: SubjectRunFailed, Stream: StreamRuns, Publishers: []Role{RoleAgent}, Consumers: processor}}}),
+	of(KindToolCallRequested, Entry{Summary: "The agent asks the tool-executor to run one tool call.",
+		Visibility: Internal,
+		Routes:     []Route{{Subject: toolCallPattern, Stream: StreamTools, Publishers: []Role{RoleAgent}, Consumers: []Role{RoleToolexec}}}}),
+	of(KindPreExecuteRequested, Entry{Summary: "The agent asks the policy services about a tool call before running it (request-reply).",
+		Visibility: Internal, Reply: TypePreExecuteDecided,
+		Routes: []Route{{Subject: preExecPattern, Publishers: []Role{RoleAgent}, Consumers: []Role{RolePolicy}}}}),
+	of(KindPreExecuteDecided, Entry{Summary: "A policy service's decision: allow, veto or confirm (the reply to pre_execute.requested).",
+		Visibility: Internal,
+		Routes:     []Route{{Publishers: []Role{RolePolicy}, Consumers: []Role{RoleAgent}}}}),
+	of(KindLookupEntitiesRequested, Entry{Summary: "An integrator (the gateway's entity autocomplete) asks for entities matching a query (NATS micro request-reply).",
+		Visibility: Internal, Reply: TypeLookupEntitiesAnswered,
+		Routes: []Route{{Subject: SubjectLookupEntities, Publishers: integrators, Consumers: []Role{RoleToolexec}}}}),
+	of(KindLookupEntitiesAnswered, Entry{Summary: "The entities matching a lookup (the reply to lookup.entities.requested).",
+		Visibility: Internal,
+		Routes:     []Route{{Publishers: []Role{RoleToolexec}, Consumers: integrators}}}),
+	of(KindDeadLettered, Entry{Summary: "An event that could not be handled, with the reason and the original message.",
+		Visibility: Internal,
 		Routes: []Route{{Subject: deadLetterPattern, Stream: StreamDeadLetter,
-			Publishers: []Role{RoleProcessor, RoleAgent, RoleToolexec}, Consumers: []Role{RoleOperator}}}},
+			Publishers: []Role{RoleProcessor, RoleAgent, RoleToolexec}, Consumers: []Role{RoleOperator}}}}),
 }
 
 // Catalog returns every event type parley defines, one entry each: public
@@ -256,10 +261,17 @@ func Catalog() []Entry {
 // Lookup returns the catalogue entry of t; ok is false for a type parley
 // does not define.
 func Lookup(t Type) (Entry, bool) {
-	for _, e := range catalog {
-		if e.Type == t {
-			return e, true
-		}
+	if i, ok := catalogIndex[t]; ok {
+		return catalog[i], true
 	}
 	return Entry{}, false
 }
+
+// catalogIndex is the position of each type in catalog.
+var catalogIndex = func() map[Type]int {
+	out := make(map[Type]int, len(catalog))
+	for i, e := range catalog {
+		out[e.Type] = i
+	}
+	return out
+}()

@@ -12,11 +12,11 @@ import (
 
 // typeConstants reads every constant of type Type declared in the package's
 // non-test files, so a type added without a catalogue entry is caught.
-func typeConstants(t *testing.T) map[string]string {
+func typeConstants(t *testing.T) map[Type]string {
 	t.Helper()
 	files, _ := filepath.Glob("*.go")
 	fset := token.NewFileSet()
-	out := map[string]string{}
+	out := map[Type]string{}
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -40,7 +40,7 @@ func typeConstants(t *testing.T) map[string]string {
 					if !ok || lit.Kind != token.STRING {
 						t.Fatalf("%s: %s is not a string literal", f, name.Name)
 					}
-					out[strings.Trim(lit.Value, `"`)] = name.Name
+					out[Type(strings.Trim(lit.Value, `"`))] = name.Name
 				}
 			}
 		}
@@ -97,7 +97,7 @@ func TestCatalogComplete(t *testing.T) {
 	}
 }
 
-// streamSubjects are the subjects each stream holds (workers/bus
+// streamSubjects are the subjects each stream holds (bus
 // EnsureStreams).
 var streamSubjects = map[string][]string{
 	StreamChat:       {SubjectChatAll},
@@ -127,7 +127,7 @@ func subjectMatches(f, s string) bool {
 // stores its subjects: the builder functions give the same subject for the
 // same parameters, and the route's stream holds the subject.
 func TestCatalogRoutes(t *testing.T) {
-	builders := map[string]func(p []string) string{
+	builders := map[Type]func(p []string) string{
 		TypeToolCallRequested:   func(p []string) string { return ToolCallSubject(p[0]) },
 		TypeToolResultReady:     func(p []string) string { return ToolResultSubject(p[0]) },
 		TypePreExecuteRequested: func(p []string) string { return PreExecuteSubject(p[0], p[1]) },
@@ -142,7 +142,7 @@ func TestCatalogRoutes(t *testing.T) {
 	}
 	for _, e := range Catalog() {
 		for _, r := range e.Routes {
-			where := e.Type + " " + r.Subject
+			where := string(e.Type) + " " + r.Subject
 			if r.Subject == "" {
 				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered {
 					t.Errorf("%s: no subject (only a reply travels on the requester's inbox)", where)

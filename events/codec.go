@@ -50,12 +50,12 @@ func NewWithID(id, source string, typ Type, subject string, data any) (*event.Ev
 	e := event.New()
 	e.SetID(id)
 	e.SetSource(source)
-	e.SetType(typ)
+	e.SetType(string(typ))
 	if subject != "" {
 		e.SetSubject(subject)
 	}
 	e.SetTime(time.Now().UTC())
-	e.SetDataSchema(DataSchemaBase + typ + ".json")
+	e.SetDataSchema(DataSchemaBase + string(typ) + ".json")
 	if err := e.SetData(DataContentTypeJSON, data); err != nil {
 		return nil, fmt.Errorf("encoding %s data: %w", typ, err)
 	}

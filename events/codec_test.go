@@ -454,13 +454,13 @@ func TestNewSetsAttributes(t *testing.T) {
 	if err != nil || u.Version() != 7 {
 		t.Errorf("New id = %q (%v), want a UUIDv7", e.ID(), err)
 	}
-	if e.Source() != SourceAgent || e.Type() != TypeRunCompleted || e.Subject() != "thread-2" {
+	if e.Source() != SourceAgent || TypeOf(e) != TypeRunCompleted || e.Subject() != "thread-2" {
 		t.Errorf("New attributes = %s %s %s", e.Source(), e.Type(), e.Subject())
 	}
 	if e.Time().Before(before.Add(-time.Second)) || e.Time().Location() != time.UTC {
 		t.Errorf("New time = %v, want now in UTC", e.Time())
 	}
-	if e.DataSchema() != DataSchemaBase+TypeRunCompleted+".json" || e.DataContentType() != DataContentTypeJSON {
+	if e.DataSchema() != DataSchemaBase+string(TypeRunCompleted)+".json" || e.DataContentType() != DataContentTypeJSON {
 		t.Errorf("New dataschema/datacontenttype = %s %s", e.DataSchema(), e.DataContentType())
 	}
 	noSubject, err := New(SourceAgent, TypeRunCompleted, "", nil)
@@ -477,12 +477,12 @@ func TestNewSetsAttributes(t *testing.T) {
 
 func TestDataErrors(t *testing.T) {
 	e := event.New()
-	e.SetType(TypeRunFailed)
-	if _, err := Data[RunFailed](&e); err == nil || !strings.Contains(err.Error(), TypeRunFailed) {
+	e.SetType(string(TypeRunFailed))
+	if _, err := Data[RunFailed](&e); err == nil || !strings.Contains(err.Error(), string(TypeRunFailed)) {
 		t.Errorf("Data(no data) error = %v, want one naming %s", err, TypeRunFailed)
 	}
 	e.DataEncoded = []byte(`{"runId": 7}`)
-	if _, err := Data[RunFailed](&e); err == nil || !strings.Contains(err.Error(), TypeRunFailed) {
+	if _, err := Data[RunFailed](&e); err == nil || !strings.Contains(err.Error(), string(TypeRunFailed)) {
 		t.Errorf("Data(bad data) error = %v, want one naming %s", err, TypeRunFailed)
 	}
 }

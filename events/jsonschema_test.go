@@ -142,7 +142,7 @@ func generateSchema(t *testing.T, e Entry) []byte {
 	for _, kv := range [][2]string{
 		{"$schema", jsonSchemaDraft},
 		{"$id", e.DataSchema()},
-		{"title", e.Type},
+		{"title", string(e.Type)},
 		{"description", fmt.Sprintf("Data of the CloudEvent %s (%s event; Go type %s). %s",
 			e.Type, e.Visibility, e.Payload, e.Summary)},
 	} {
@@ -184,7 +184,7 @@ func TestJSONSchemas(t *testing.T) {
 	want := map[string]bool{}
 	for _, e := range Catalog() {
 		want[filepath.Base(e.SchemaFile())] = true
-		t.Run(e.Type, func(t *testing.T) { checkGenerated(t, e.SchemaFile(), generateSchema(t, e)) })
+		t.Run(string(e.Type), func(t *testing.T) { checkGenerated(t, e.SchemaFile(), generateSchema(t, e)) })
 	}
 	files, _ := filepath.Glob(filepath.Join(repoRoot, "schema", "dev.parley.*.json"))
 	for _, f := range files {

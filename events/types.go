@@ -2,7 +2,7 @@ package events
 
 // Type is a CloudEvents `type` attribute: reverse-DNS, past tense,
 // versioned by name when its data changes incompatibly.
-type Type = string
+type Type string
 
 // Event types on the CHAT stream (integrators publish and read these).
 const (

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // The agent publishes message.delta with a core NATS publish (no ack);

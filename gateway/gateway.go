@@ -19,11 +19,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // SourceGateway is the CloudEvents source of the events the gateway
@@ -626,7 +626,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			if it.ev == nil {
 				continue
 			}
-			if it.ev.Type() == events.TypeElicitationResponded {
+			if events.TypeOf(it.ev) == events.TypeElicitationResponded {
 				if it.ev.ID() == e.ID() { // the processor's echo: accepted
 					writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "accepted"})
 					return

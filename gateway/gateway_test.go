@@ -21,9 +21,9 @@ import (
 	josejwt "github.com/go-jose/go-jose/v4/jwt"
 	"github.com/goccy/go-yaml"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 const devTok = "dev-token-0123456789abcdef"

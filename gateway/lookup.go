@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // RouteLookupEntities is the entity lookup behind the web chat's
@@ -89,7 +89,7 @@ func (g *Gateway) lookupEntities(w http.ResponseWriter, r *http.Request, user st
 		return
 	}
 	out, err := events.Data[events.LookupEntitiesReply](reply)
-	if err != nil || reply.Type() != events.TypeLookupEntitiesAnswered {
+	if err != nil || events.TypeOf(reply) != events.TypeLookupEntitiesAnswered {
 		g.log.WarnContext(r.Context(), "entity lookup: bad reply", "type", reply.Type(), "error", err)
 		writeProblem(w, Problem{Status: http.StatusBadGateway, Reason: ReasonLookupUnavailable,
 			Detail: "the entity lookup service answered with something other than a lookup reply"})

@@ -137,7 +137,7 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 			return final()
 		}
 		if it.ev != nil {
-			switch it.ev.Type() {
+			switch events.TypeOf(it.ev) {
 			case events.TypeTurnRequested:
 				// Any accepted message of the claimant proves the
 				// processor lets it use the thread.

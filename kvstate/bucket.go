@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/internal/health"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // BucketOptions configures a bucket.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/workers/bus/bustest"
+	"github.com/parley-dev/parley/bus/bustest"
 )
 
 type rec struct {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // Recording a decision is idempotent for the same decision (a redelivered

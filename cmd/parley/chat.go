@@ -643,19 +643,9 @@ func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitRes
 		s.say("  annotations: %s", describeAnnotations(tc.Annotations))
 	}
 	for {
-		line, err := s.readLine("  Allow? [y/n/c] ", false)
-		if err != nil {
-			return schema.ElicitResult{}, err
-		}
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "y", "yes":
-			return schema.ElicitResult{Action: schema.ActionAccept}, nil
-		case "n", "no", "!decline":
-		case "c", "cancel", "!cancel":
-			return schema.ElicitResult{Action: schema.ActionCancel}, nil
-		default:
-			s.say("  please answer y (allow), n (decline) or c (cancel)")
-			continue
+		action, err := s.askAction("  Allow? [y/n/c] ", "allow")
+		if err != nil || action != schema.ActionDecline {
+			return schema.ElicitResult{Action: action}, err
 		}
 		// Instructions go with a decline: what to do instead.
 		res := schema.ElicitResult{Action: schema.ActionDecline}
@@ -1146,4 +1136,25 @@ func indentRest(s string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// askAction asks prompt until the person types y (accept), n (decline) or
+// c (cancel), or "!decline" / "!cancel"; yes names what y means in the
+// reminder shown after any other answer.
+func (s *chatSession) askAction(prompt, yes string) (schema.ElicitAction, error) {
+	for {
+		line, err := s.readLine(prompt, false)
+		if err != nil {
+			return "", err
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			return schema.ActionAccept, nil
+		case "n", "no", "!decline":
+			return schema.ActionDecline, nil
+		case "c", "cancel", "!cancel":
+			return schema.ActionCancel, nil
+		}
+		s.say("  please answer y (%s), n (decline) or c (cancel)", yes)
+	}
 }

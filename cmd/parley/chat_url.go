@@ -25,19 +25,9 @@ func (s *chatSession) urlConsent(req *schema.ElicitRequestParams) (schema.Elicit
 		s.say("        ! the host has non-ASCII characters: it may imitate a familiar name")
 	}
 	s.say("  url:  %s", req.URL)
-	for {
-		line, err := s.readLine("  Open it yourself and let the server go on? [y = I consent / n = decline / c = cancel] ", false)
-		if err != nil {
-			return schema.ElicitResult{}, err
-		}
-		switch strings.ToLower(strings.TrimSpace(line)) {
-		case "y", "yes":
-			return schema.ElicitResult{Action: schema.ActionAccept}, nil
-		case "n", "no", "!decline":
-			return schema.ElicitResult{Action: schema.ActionDecline}, nil
-		case "c", "cancel", "!cancel":
-			return schema.ElicitResult{Action: schema.ActionCancel}, nil
-		}
-		s.say("  please answer y (consent), n (decline) or c (cancel)")
+	action, err := s.askAction("  Open it yourself and let the server go on? [y = I consent / n = decline / c = cancel] ", "consent")
+	if err != nil {
+		return schema.ElicitResult{}, err
 	}
+	return schema.ElicitResult{Action: action}, nil
 }

@@ -14,12 +14,13 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
@@ -42,6 +43,8 @@ type demo struct {
 	note    io.Writer // scenario headings and verdicts
 	workers roleConfig
 	logger  *slog.Logger
+	wenv    *env           // the workers' environment (their logs)
+	group   *starter.Group // every worker, processors included
 }
 
 func (c *demoCmd) Run(e *env) error {
@@ -77,24 +80,77 @@ func (c *demoCmd) Run(e *env) error {
 	}
 	d.workers = roleConfig{processor: processorFlags{PauseTTL: 10 * time.Minute, Concurrency: 8},
 		agent: agentFlags{PreExecuteTimeout: 2 * time.Second}}
-	wenv := &env{Globals: &Globals{LogLevel: "info", LogFormat: "text"}, ctx: ctx, stderr: logw}
+	d.wenv = &env{Globals: &Globals{LogLevel: "info", LogFormat: "text"}, ctx: ctx, stderr: logw}
 
-	// The gate, tool-executor and agent run for the whole demo; the
-	// processor is started separately so scenario 3 can replace it.
-	waitOthers, err := startWorkersAs(ctx, d.url, d.creds, []string{"gate", "toolexec", "agent"}, d.workers, wenv)
+	// Every worker runs in one group, so that one dying ends the demo with
+	// its name. The gate, tool-executor and agent run for the whole demo;
+	// the processor is started alone so scenario 3 can replace it.
+	if d.group, err = startRoles(ctx, d.url, d.creds, []string{"gate", "toolexec", "agent"}, d.workers, d.wenv); err != nil {
+		return err
+	}
+	stopProc1, err := d.startProcessor("processor-1")
 	if err != nil {
 		return err
 	}
-	stopProc1, err := d.startProcessor(ctx, "processor-1")
-	if err != nil {
+
+	if err := d.connect(ctx); err != nil {
+		// A worker's death explains a failed set-up best: stop the
+		// workers and report both, once.
+		if werr := d.group.Stop(); werr != nil && !errors.Is(err, werr) {
+			err = errors.Join(err, werr)
+		}
 		return err
 	}
+	defer d.client.Bus().Conn().Close()
+	fmt.Fprintf(d.note, "parley demo: embedded NATS with JetStream at %s, store in %s\n", d.url, dir)
+	fmt.Fprintln(d.note, "workers: processor-1, agent, toolexec, gate, each on its own NATS connection")
+	results := []error{
+		d.scenario("1. show me the About page", d.aboutPage),
+		d.scenario("2. create an event for the launch party", d.createEvent),
+		d.scenario("3. delete the 10 draft articles", func() error { return d.deleteDrafts(stopProc1) }),
+	}
+	d.drain(ctx)
+	cancel()
+	werr := d.group.Wait()
+	if e.ctx.Err() != nil {
+		return &exitError{code: exitInterrupted} // Ctrl-C: no scenario verdicts
+	}
+	failed := 0
+	if werr != nil {
+		// A worker that died, or did not drain cleanly, fails the demo
+		// even when the scenarios got their answers.
+		failed++
+		fmt.Fprintf(d.note, "\nworkers: FAILED: %v\n", werr)
+	}
+	fmt.Fprintln(d.note)
+	for i, err := range results {
+		if err != nil {
+			failed++
+			fmt.Fprintf(d.note, "scenario %d: FAILED: %v\n", i+1, err)
+		} else {
+			fmt.Fprintf(d.note, "scenario %d: ok\n", i+1)
+		}
+	}
+	if failed > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("%d of %d checks failed (%d scenarios and the workers' stop)", failed, len(results)+1, len(results))}
+	}
+	fmt.Fprintln(d.note, "all scenarios ended as expected")
+	return nil
+}
 
+// connect connects the demo's driver (the operator: it creates the
+// streams and the demo site) and waits until the tool-executor has
+// registered its tools.
+func (d *demo) connect(ctx context.Context) (err error) {
 	nc, err := natsauth.Connect(d.url, "parley-demo", d.creds(natsauth.Admin), d.logger)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer func() {
+		if err != nil {
+			nc.Close()
+		}
+	}()
 	b, err := bus.New(nc, nil)
 	if err != nil {
 		return err
@@ -109,58 +165,22 @@ func (c *demoCmd) Run(e *env) error {
 	if d.items, err = d.client.Watch(ctx, client.WatchOptions{FromStart: true}); err != nil {
 		return err
 	}
-	if err := waitRegistered(ctx, d); err != nil {
-		return err
-	}
-
-	fmt.Fprintf(d.note, "parley demo: embedded NATS with JetStream at %s, store in %s\n", d.url, dir)
-	fmt.Fprintln(d.note, "workers: processor-1, agent, toolexec, gate, each on its own NATS connection")
-	results := []error{
-		d.scenario("1. show me the About page", d.aboutPage),
-		d.scenario("2. create an event for the launch party", d.createEvent),
-		d.scenario("3. delete the 10 draft articles", func() error { return d.deleteDrafts(ctx, stopProc1) }),
-	}
-	d.drain(ctx)
-	cancel()
-	_ = waitOthers()
-	if e.ctx.Err() != nil {
-		return &exitError{code: exitInterrupted} // Ctrl-C: no scenario verdicts
-	}
-	failed := 0
-	fmt.Fprintln(d.note)
-	for i, err := range results {
-		if err != nil {
-			failed++
-			fmt.Fprintf(d.note, "scenario %d: FAILED: %v\n", i+1, err)
-		} else {
-			fmt.Fprintf(d.note, "scenario %d: ok\n", i+1)
-		}
-	}
-	if failed > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("%d of %d scenarios failed", failed, len(results))}
-	}
-	fmt.Fprintln(d.note, "all scenarios ended as expected")
-	return nil
+	return waitRegistered(ctx, d)
 }
 
-// startProcessor runs a processor instance on its own connection; stop
-// cancels it and waits until it has drained.
-func (d *demo) startProcessor(parent context.Context, name string) (stop func(), err error) {
-	ctx, cancel := context.WithCancel(parent)
-	nc, err := natsauth.Connect(d.url, "parley-"+name, d.creds(natsauth.Processor), d.logger.With("instance", name))
+// startProcessor runs a processor instance in the demo's group; stop
+// stops it alone and waits until it has drained.
+func (d *demo) startProcessor(name string) (stop func(), err error) {
+	r, err := workerRole(name, starter.RoleProcessor, d.url, d.creds, d.workers, d.wenv)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer nc.Close()
-		if err := runRole(ctx, "processor", nc, d.workers, d.logger.With("instance", name)); err != nil {
+	stopOne := d.group.Go(r.Role)
+	return func() {
+		if err := stopOne(); err != nil {
 			fmt.Fprintf(d.note, "%s: %v\n", name, err)
 		}
-	}()
-	return func() { cancel(); <-done }, nil
+	}, nil
 }
 
 // creds are principal's credentials.
@@ -181,6 +201,8 @@ func waitRegistered(ctx context.Context, d *demo) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-d.group.Context().Done():
+			return fmt.Errorf("waiting for the tools: %w", context.Cause(d.group.Context()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -193,7 +215,7 @@ func (d *demo) scenario(title string, f func() error) error {
 }
 
 // expect reads (and prints) events until one of typ arrives on thread.
-func (d *demo) expect(thread string, types ...string) (*event.Event, error) {
+func (d *demo) expect(thread string, types ...events.Type) (*event.Event, error) {
 	timeout := time.After(d.cfg.Timeout)
 	for {
 		select {
@@ -206,15 +228,18 @@ func (d *demo) expect(thread string, types ...string) (*event.Event, error) {
 				continue
 			}
 			for _, t := range types {
-				if it.Event.Type() == t {
+				if events.TypeOf(it.Event) == t {
 					return it.Event, nil
 				}
 			}
-			if it.Event.Type() == events.TypeTurnFailed || it.Event.Type() == events.TypeElicitationRejected {
+			if events.TypeOf(it.Event) == events.TypeTurnFailed || events.TypeOf(it.Event) == events.TypeElicitationRejected {
 				return it.Event, fmt.Errorf("unexpected %s: %s", it.Event.Type(), string(it.Event.Data()))
 			}
 		case <-timeout:
-			return nil, fmt.Errorf("no %s on thread %s within %v", strings.Join(types, " or "), thread, d.cfg.Timeout)
+			return nil, fmt.Errorf("no %s on thread %s within %v", joinTypes(types), thread, d.cfg.Timeout)
+		case <-d.group.Context().Done():
+			// A worker died (or Ctrl-C): waiting longer is pointless.
+			return nil, fmt.Errorf("waiting for %s on thread %s: %w", joinTypes(types), thread, context.Cause(d.group.Context()))
 		}
 	}
 }
@@ -384,7 +409,7 @@ func (d *demo) drafts() (int, error) {
 	return n, nil
 }
 
-func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
+func (d *demo) deleteDrafts(stopProc1 func()) error {
 	const thread = "demo-delete"
 	const instructions = "Keep them until the editor has reviewed them."
 	if err := d.send(thread, "delete the 10 draft articles"); err != nil {
@@ -425,7 +450,7 @@ func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
 	}
 	fmt.Fprintln(d.note, "--- the turn is paused in KV; stopping processor-1 and starting processor-2")
 	stopProc1()
-	stopProc2, err := d.startProcessor(ctx, "processor-2")
+	stopProc2, err := d.startProcessor("processor-2")
 	if err != nil {
 		return err
 	}
@@ -445,4 +470,13 @@ func (d *demo) deleteDrafts(ctx context.Context, stopProc1 func()) error {
 		return fmt.Errorf("after accept want 0 drafts, have %d (%v)", n, err)
 	}
 	return nil
+}
+
+// joinTypes lists types as "a or b".
+func joinTypes(types []events.Type) string {
+	s := make([]string, len(types))
+	for i, t := range types {
+		s[i] = string(t)
+	}
+	return strings.Join(s, " or ")
 }

@@ -31,7 +31,7 @@ func TestDemoJSON(t *testing.T) {
 		t.Fatalf("stderr does not report success:\n%s", stderr.String())
 	}
 	elicit := officialElicitRequest(t)
-	types := map[string]int{}
+	types := map[events.Type]int{}
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -42,8 +42,8 @@ func TestDemoJSON(t *testing.T) {
 		if err := e.Validate(); err != nil {
 			t.Fatalf("invalid CloudEvent: %v\n%s", err, sc.Text())
 		}
-		types[e.Type()]++
-		if e.Type() == events.TypeElicitationRequested && elicit != nil {
+		types[events.TypeOf(&e)]++
+		if events.TypeOf(&e) == events.TypeElicitationRequested && elicit != nil {
 			req := `{"method":"elicitation/create","params":` + string(e.Data()) + `}`
 			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(req))
 			if err != nil {

@@ -2,17 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
+	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/internal/telemetry"
 )
 
@@ -74,7 +74,9 @@ func (c *devCmd) Run(e *env) error {
 		return err
 	}
 	defer stopOps()
-	wait, err := startWorkersAs(health.With(e.ctx, hs), url, creds, roles, cfg, e)
+	// Every role, and the gateway, runs in one group: when one dies, dev
+	// stops the rest and exits with an error naming it.
+	g, err := startRoles(health.With(e.ctx, hs), url, creds, roles, cfg, e)
 	if err != nil {
 		return err
 	}
@@ -88,17 +90,16 @@ func (c *devCmd) Run(e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "Try: %s   (Ctrl-C stops)\n", try)
 	if c.Gateway != "off" {
-		// The gateway stops with the workers: when one dies, wait returns
-		// and dev exits rather than serving a web chat with nothing behind.
-		gctx, stopGateway := context.WithCancel(e.ctx)
-		defer stopGateway()
-		gw, err := startDevGateway(gctx, url, abs, c.Gateway, c.storeFlags, creds(natsauth.Gateway), e)
+		// The gateway serves until the group stops; its Serve returning
+		// before that is its death.
+		gw, err := startDevGateway(g.Context(), url, abs, c.Gateway, c.storeFlags, creds(natsauth.Gateway), e)
 		if err != nil {
+			_ = g.Stop()
 			return err
 		}
-		defer func() { stopGateway(); _ = gw() }()
+		g.Go(starter.Role{Name: natsauth.Gateway, Run: func(context.Context) error { return gw() }})
 	}
-	return wait()
+	return g.Wait()
 }
 
 // runRoleFunc runs a role for startWorkers (tests replace it).
@@ -109,62 +110,88 @@ var runRoleFunc = runRole
 // own (an error, a return, or its connection closed for good) stops every
 // other: wait then returns an error naming the role ("worker agent
 // stopped: ..."), after the others have drained. After ctx is cancelled,
-// wait returns nil once every role has stopped.
+// wait returns nil once every role has stopped cleanly (see starter.Group).
 func startWorkers(ctx context.Context, url string, roles []string, cfg roleConfig, e *env) (wait func() error, err error) {
 	return startWorkersAs(ctx, url, nil, roles, cfg, e)
 }
 
 // startWorkersAs is startWorkers with each role connecting with
-// creds(role) (nil: no credentials).
+// creds(role) (nil: no credentials). Every role is connected before any
+// starts; an error connecting is returned at once.
 func startWorkersAs(ctx context.Context, url string, creds func(role string) natsauth.Credentials, roles []string, cfg roleConfig, e *env) (wait func() error, err error) {
-	log := e.logger(e.stderr)
-	ctx, cancel := context.WithCancelCause(ctx)
-	var wg sync.WaitGroup
-	died := func(role string, err error) {
-		if ctx.Err() != nil {
-			return // stopping anyway: not a death
-		}
-		log.Error("a worker stopped; stopping the others", "worker", role, "error", err)
-		cancel(&workerStopped{role: role, err: err})
+	g, err := startRoles(ctx, url, creds, roles, cfg, e)
+	if err != nil {
+		return nil, err
 	}
+	return g.Wait, nil
+}
+
+// startRoles is startWorkersAs returning the group the roles run in.
+func startRoles(ctx context.Context, url string, creds func(role string) natsauth.Credentials, roles []string, cfg roleConfig, e *env) (*starter.Group, error) {
+	var rs []connectedRole
 	for _, role := range roles {
-		var c natsauth.Credentials
-		if creds != nil {
-			c = creds(role)
-		}
-		nc, err := natsauth.Connect(url, "parley-"+role, c, log.With("worker", role))
+		r, err := workerRole(role, role, url, creds, cfg, e)
 		if err != nil {
-			cancel(err)
-			wg.Wait()
+			for _, r := range rs {
+				r.nc.Close()
+			}
 			return nil, err
 		}
-		nc.SetClosedHandler(func(*nats.Conn) { died(role, errors.New("its NATS connection was closed")) })
-		health.AddConn(ctx, nc)
-		wg.Go(func() {
-			defer nc.Close()
-			err := runRoleFunc(ctx, role, nc, cfg, log)
-			if err == nil {
-				err = errors.New("it returned before being asked to stop")
-			}
-			died(role, err)
-		})
+		rs = append(rs, r)
 	}
-	return func() error {
-		<-ctx.Done()
-		wg.Wait()
-		var ws *workerStopped
-		if cause := context.Cause(ctx); errors.As(cause, &ws) {
-			return ws
+	// The streams exist before startRoles returns, so that a client
+	// started at once (dev's "Try: parley chat") finds them; each role
+	// ensures them again (a no-op) at its start.
+	for _, r := range rs {
+		if r.role == starter.RoleGate {
+			continue // its principal may not create streams
 		}
-		return nil
-	}, nil
+		o := cfg.common(e.logger(e.stderr)).Bus
+		b, err := bus.New(r.nc, &o)
+		if err == nil {
+			err = b.EnsureStreams(ctx)
+		}
+		if err != nil {
+			for _, r := range rs {
+				r.nc.Close()
+			}
+			return nil, fmt.Errorf("worker %s: %w", r.Name, err)
+		}
+		break
+	}
+	g := startGroup(ctx, e)
+	for _, r := range rs {
+		g.Go(r.Role)
+	}
+	return g, nil
 }
 
-// workerStopped says which role of startWorkers stopped on its own, and why.
-type workerStopped struct {
-	role string
-	err  error
+// startGroup is the starter.Group of dev and demo, logging to e.
+func startGroup(ctx context.Context, e *env) *starter.Group {
+	return starter.New(ctx, &starter.Options{Logger: e.logger(e.stderr)})
 }
 
-func (w *workerStopped) Error() string { return fmt.Sprintf("worker %s stopped: %v", w.role, w.err) }
-func (w *workerStopped) Unwrap() error { return w.err }
+// connectedRole is a role instance whose connection is open.
+type connectedRole struct {
+	starter.Role
+	role string     // the role it runs
+	nc   *nats.Conn // its connection (closed by Role.Run)
+}
+
+// workerRole connects the role instance name to url as principal role
+// with creds(role), and returns it running role (runRoleFunc) on that
+// connection.
+func workerRole(name, role, url string, creds func(role string) natsauth.Credentials, cfg roleConfig, e *env) (connectedRole, error) {
+	log := e.logger(e.stderr)
+	var c natsauth.Credentials
+	if creds != nil {
+		c = creds(role)
+	}
+	nc, err := natsauth.Connect(url, "parley-"+name, c, log.With("worker", name))
+	if err != nil {
+		return connectedRole{}, fmt.Errorf("worker %s: %w", name, err)
+	}
+	return connectedRole{Role: starter.OnConn(name, nc, func(ctx context.Context, nc *nats.Conn) error {
+		return runRoleFunc(ctx, role, nc, cfg, log)
+	}), role: role, nc: nc}, nil
+}

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/gateway"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // gatewayFlags configure `parley gateway` (and the gateway of `parley dev`).

@@ -13,10 +13,10 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // integrator opens a client on e.NATS with the integrator credentials
@@ -234,7 +234,7 @@ func (c *answerCmd) Run(e *env) error {
 // exit status it maps to (see exitCodesHelp).
 func deliver(e *env, cl *client.Client, ev *event.Event, f *deliveryFlags) error {
 	what := "message"
-	if ev.Type() == events.TypeElicitationResponded {
+	if events.TypeOf(ev) == events.TypeElicitationResponded {
 		what = "answer"
 	}
 	// Say once that a publish is being retried, and why.

@@ -15,11 +15,11 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // runCLI runs the parley command line with args against url and returns its
@@ -118,7 +118,7 @@ func TestSendAndAnswerVerdicts(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("--json line is not a CloudEvent: %v\n%s", err, sc.Text())
 		}
-		if e.Type() == events.TypeElicitationRequested {
+		if events.TypeOf(&e) == events.TypeElicitationRequested {
 			q = &e
 		}
 	}

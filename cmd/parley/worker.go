@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -9,17 +10,17 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/natsauth"
+	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
 	"github.com/parley-dev/parley/workers/toolexec"
-	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // storeFlags choose where streams and buckets live, and how long a worker
@@ -151,41 +152,20 @@ type roleConfig struct {
 	ops       opsFlags
 }
 
-// runRole runs one worker role on nc until ctx is cancelled.
-func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, log *slog.Logger) error {
-	log = log.With("worker", role)
-	// Check configuration before touching the bus, so a bad file is
-	// reported as such (and not as a connection problem).
-	var gc *gate.Config
-	if role == "gate" {
-		var err error
-		if gc, err = gate.LoadConfig(cfg.gate.GateConfig); err != nil {
-			return err
-		}
-	}
-	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: cfg.store.storage(), Replicas: cfg.store.Replicas,
-		StartupTimeout: cfg.store.StartupTimeout, PublishRetry: cfg.store.publishRetry()})
-	if err != nil {
-		return err
-	}
-	// Every start-up step (streams, buckets, consumers) retries through a
-	// leader election or a concurrent start of other replicas until
-	// --startup-timeout after the start (serveRole's policy, sharing the
-	// connection's deadline), or from now when none was set (parley dev).
-	startup := bus.StartupPolicy(ctx, cfg.store.startupPolicy(log))
-	startup.Logger = log
-	ctx = bus.WithStartupPolicy(ctx, startup)
-	// The gate answers requests on core NATS and owns no stream: its
-	// principal may not create them.
-	if role != "gate" {
-		if err := b.EnsureStreams(ctx); err != nil {
-			return err
-		}
-	}
-	log.Info("worker starting", "nats", nc.ConnectedUrlRedacted())
-	defer log.Info("worker stopped")
+// common are the starter settings every role of cfg shares.
+func (cfg roleConfig) common(log *slog.Logger) starter.Common {
+	return starter.Common{Logger: log, Bus: bus.Options{Storage: cfg.store.storage(), Replicas: cfg.store.Replicas,
+		StartupTimeout: cfg.store.StartupTimeout, PublishRetry: cfg.store.publishRetry()}}
+}
+
+// roleWorker turns cfg into the starter.Worker of role: the one place the
+// commands (the single-role commands, dev, demo) build a role. It checks
+// the configuration (gating file, model) before anything touches the bus,
+// so a bad file is reported as such and not as a connection problem.
+func roleWorker(role string, cfg roleConfig, log *slog.Logger) (starter.Worker, error) {
+	c := cfg.common(log)
 	switch role {
-	case "processor":
+	case starter.RoleProcessor:
 		var trusted []string // nil (a config built in code: dev, demo): the default
 		for _, tp := range cfg.processor.TrustedPrincipals {
 			if tp != "" {
@@ -195,63 +175,48 @@ func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, lo
 		if trusted == nil && cfg.processor.TrustedPrincipals != nil {
 			trusted = []string{} // --trusted-principals "": none
 		}
-		p, err := processor.New(ctx, b, &processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency,
-			TrustedPrincipals: trusted})
-		if err != nil {
-			return err
-		}
-		health.Started(ctx, role, nc, true)
-		return p.Run(ctx)
-	case "agent":
+		return starter.Processor(c, processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency,
+			TrustedPrincipals: trusted}), nil
+	case starter.RoleAgent:
 		provider, err := newProvider(cfg.agent)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		a, err := agent.New(ctx, b, provider, &agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
-			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout, FormRevision: schema.Revision(cfg.agent.FormRevision)})
+		return starter.Agent(c, provider, agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
+			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout,
+			FormRevision: schema.Revision(cfg.agent.FormRevision)}), nil
+	case starter.RoleToolexec:
+		return starter.Toolexec(c, starter.ToolexecConfig{
+			Sources: func(ctx context.Context, log *slog.Logger) ([]toolexec.Source, func(), error) {
+				return startMCP(ctx, cfg.mcp, log)
+			},
+			Options: toolexec.Options{Logger: log, CallTimeout: cfg.toolexec.ToolTimeout},
+		}), nil
+	case starter.RoleGate:
+		gc, err := gate.LoadConfig(cfg.gate.GateConfig)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		health.Started(ctx, role, nc, true)
-		return a.Run(ctx)
-	case "toolexec":
-		site, err := builtin.OpenSite(ctx, b.JetStream(), &builtin.SiteOptions{Storage: cfg.store.storage(), Replicas: cfg.store.Replicas})
-		if err != nil {
-			return err
-		}
-		sources, stopMCP, err := startMCP(ctx, cfg.mcp, log)
-		if err != nil {
-			return err
-		}
-		defer stopMCP()
-		x, err := toolexec.New(ctx, b, site.Tools(), &toolexec.Options{Logger: log, Sources: sources,
-			CallTimeout: cfg.toolexec.ToolTimeout})
-		if err != nil {
-			return err
-		}
-		// The read-only entity lookup (the gateway's /v1/lookup/entities)
-		// runs beside the tools; without it the web chat shows plain fields.
-		go func() {
-			if err := site.ServeLookup(ctx, b); err != nil {
-				log.Warn("entity lookup not served", "error", err)
-			}
-		}()
-		health.Started(ctx, role, nc, true)
-		return x.Run(ctx)
-	case "gate":
-		health.Started(ctx, role, nc, false)
-		g, err := gate.NewWithOptions(b, gc, &gate.Options{Logger: log, Name: cfg.gate.PolicyName})
-		if err != nil {
-			return err
-		}
-		return g.Run(ctx)
+		return starter.Gate(c, gc, gate.Options{Logger: log, Name: cfg.gate.PolicyName}), nil
 	}
-	return fmt.Errorf("unknown worker role %q", role)
+	return nil, fmt.Errorf("unknown worker role %q", role)
+}
+
+// runRole runs one worker role on nc until ctx is cancelled.
+func runRole(ctx context.Context, role string, nc *nats.Conn, cfg roleConfig, log *slog.Logger) error {
+	w, err := roleWorker(role, cfg, log.With("worker", role))
+	if err != nil {
+		return err
+	}
+	return w(ctx, nc)
 }
 
 // serveRole connects to url and runs role until ctx is cancelled (SIGTERM
 // drains: no new work is taken, in-flight work finishes or is left for
-// redelivery), then closes the connection.
+// redelivery, bounded by starter.DefaultDrainTimeout), then closes the
+// connection. The role runs in a starter.Group of one, like the roles of
+// parley dev: its connection closed for good, or a return before SIGTERM,
+// ends the command with an error.
 func serveRole(e *env, role string, cfg roleConfig) error {
 	log := e.logger(e.stderr)
 	shutdown, err := telemetry.Setup(e.ctx, "parley-"+role)
@@ -259,12 +224,16 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 		log.Warn("tracing disabled", "error", err)
 	}
 	defer func() { _ = shutdown(context.Background()) }()
-	if role == "gate" {
+	if role == starter.RoleGate {
 		// A bad gating configuration is a usage error, reported before
 		// connecting.
 		if _, err := gate.LoadConfig(cfg.gate.GateConfig); err != nil {
 			return &exitError{code: 2, err: err}
 		}
+	}
+	w, err := roleWorker(role, cfg, log.With("worker", role))
+	if err != nil {
+		return err
 	}
 	// Health and metrics are served before connecting: /livez answers and
 	// /readyz says "waiting for NATS" while connectWorker retries.
@@ -274,13 +243,16 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 	}
 	defer stopOps()
 	startup := cfg.store.startupPolicy(log)
-	nc, err := connectWorkerAs(e.ctx, e.NATS, "parley-"+role, e.credentials(role), log, startup)
-	if err != nil {
-		return err
+	connect := func(ctx context.Context, name, principal string) (*nats.Conn, error) {
+		return connectWorkerAs(ctx, e.NATS, name, e.credentials(principal), log, startup)
 	}
-	defer func() { _ = nc.Drain() }()
-	hs.AddConn(nc)
-	return runRole(health.With(bus.WithStartupPolicy(e.ctx, startup), hs), role, nc, cfg, log)
+	ctx := health.With(bus.WithStartupPolicy(e.ctx, startup), hs)
+	err = starter.Start(ctx, &starter.Options{Logger: log}, starter.Connected(role, role, connect, w)).Wait()
+	var se *starter.StoppedError
+	if errors.As(err, &se) && err == error(se) {
+		return se.Err // the command's own error, as the role said it
+	}
+	return err
 }
 
 // connectWorker connects to url like client.Connect (reconnecting for

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/internal/natsserver"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // logSink is a bytes.Buffer safe for a logger and a reader at once.

@@ -11,15 +11,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/starter"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/agent"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
-	"github.com/parley-dev/parley/workers/toolexec"
 )
 
 // waitTimeout bounds every wait for an event.
@@ -41,14 +41,12 @@ type target interface {
 	answer(ctx context.Context, thread, id string) error
 }
 
-// system is parley under test: the four workers on their own connections
-// and a driver acting as the integrator.
+// system is parley under test: the four workers on their own connections,
+// run by a starter.Group, and a driver acting as the integrator.
 type system struct {
 	env    *benchEnv
 	opts   *Options
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
+	group  *starter.Group
 	drv    *bus.Client
 	client *client.Client
 	disp   *dispatcher
@@ -66,70 +64,40 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 	if err := drv.EnsureStreams(ctx); err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s = &system{env: env, opts: opts, cancel: cancel, drv: drv, client: client.New(drv, "/parley/bench"),
-		errs: make(chan error, 8)}
+	s = &system{env: env, opts: opts, drv: drv, client: client.New(drv, "/parley/bench"),
+		group: starter.New(context.WithoutCancel(ctx), &starter.Options{Logger: opts.Logger})}
 	defer func() {
 		if err != nil {
 			s.stop()
 		}
 	}()
-	worker := func(name string) (*bus.Client, error) {
-		nc, err := env.connect(name)
-		if err != nil {
-			return nil, err
-		}
-		return bus.New(nc, &bus.Options{Logger: opts.Logger.With("worker", name), Storage: opts.Storage})
-	}
-	run := func(name string, f func(context.Context) error) {
-		s.wg.Go(func() {
-			if err := f(wctx); err != nil {
-				s.errs <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
-	}
-
-	gb, err := worker("gate")
-	if err != nil {
-		return nil, err
-	}
-	run("gate", gate.New(gb, gate.DefaultConfig(), opts.Logger).Run)
-
-	xb, err := worker("toolexec")
-	if err != nil {
-		return nil, err
-	}
-	x, err := toolexec.New(ctx, xb, benchTools(), &toolexec.Options{Logger: opts.Logger})
-	if err != nil {
-		return nil, err
-	}
-	run("toolexec", x.Run)
-
-	ab, err := worker("agent")
-	if err != nil {
-		return nil, err
+	connect := func(_ context.Context, name, _ string) (*nats.Conn, error) { return env.connect(name) }
+	started := make(chan string, 4)
+	common := func(role string) starter.Common {
+		return starter.Common{Logger: opts.Logger.With("worker", role), Bus: bus.Options{Storage: opts.Storage}, NoStreams: true,
+			Started: func(r string) { started <- r }}
 	}
 	provider, err := model.NewScripted([]byte(benchRules))
 	if err != nil {
 		return nil, err
 	}
-	a, err := agent.New(ctx, ab, provider, &agent.Options{Logger: opts.Logger})
-	if err != nil {
+	for _, r := range []struct {
+		role string
+		w    starter.Worker
+	}{
+		{starter.RoleGate, starter.Gate(common(starter.RoleGate), gate.DefaultConfig(), gate.Options{})},
+		{starter.RoleToolexec, starter.Toolexec(common(starter.RoleToolexec), starter.ToolexecConfig{Tools: benchTools()})},
+		{starter.RoleAgent, starter.Agent(common(starter.RoleAgent), provider, agent.Options{})},
+		{starter.RoleProcessor, starter.Processor(common(starter.RoleProcessor), processor.Options{})},
+	} {
+		s.group.Go(starter.Connected(r.role, r.role, connect, r.w))
+	}
+	sctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	if err := starter.AwaitStarted(sctx, s.group, started, 4); err != nil {
 		return nil, err
 	}
-	run("agent", a.Run)
-
-	pb, err := worker("processor")
-	if err != nil {
-		return nil, err
-	}
-	p, err := processor.New(ctx, pb, &processor.Options{Logger: opts.Logger})
-	if err != nil {
-		return nil, err
-	}
-	run("processor", p.Run)
-
-	if err := waitService(ctx, nc, gate.ServiceName); err != nil {
+	if err := starter.WaitService(ctx, s.group, nc, gate.ServiceName, 10*time.Second); err != nil {
 		return nil, err
 	}
 	s.disp, err = newDispatcher(ctx, drv.JetStream(), events.StreamChat, []string{
@@ -145,36 +113,22 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 	return s, nil
 }
 
-// waitService waits until a NATS micro service answers discovery.
-func waitService(ctx context.Context, nc *nats.Conn, name string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := nc.Request("$SRV.PING."+name, nil, 200*time.Millisecond); err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer $SRV.PING within 10s", name)
-}
-
-// stop stops the workers and waits until they drained.
+// stop stops the workers and waits until they drained (a worker that
+// did not is logged by the group).
 func (s *system) stop() {
-	s.disp.stop()
-	s.cancel()
-	s.wg.Wait()
+	if s.disp != nil {
+		s.disp.stop()
+	}
+	_ = s.group.Stop()
 }
 
-// failed returns a worker's error, if one stopped.
+// failed returns the error of a worker that stopped on its own, if one did.
 func (s *system) failed() error {
-	select {
-	case err := <-s.errs:
-		return err
-	default:
-		return nil
+	var se *starter.StoppedError
+	if errors.As(context.Cause(s.group.Context()), &se) {
+		return se
 	}
+	return nil
 }
 
 func (s *system) events() *dispatcher { return s.disp }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/internal/health"
 	"github.com/parley-dev/parley/internal/metrics"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 func get(t *testing.T, h http.Handler, path string) (int, health.Report) {

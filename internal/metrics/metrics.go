@@ -129,6 +129,14 @@ type instruments struct {
 	genaiDuration                                                         genaiconv.ClientOperationDuration
 	genaiTokens                                                           genaiconv.ClientTokenUsage
 	gauges                                                                metric.Registration
+	// published is the counter of each event type Published counts.
+	published map[events.Type]metric.Int64Counter
+}
+
+// withReason are the types whose count carries the event's reason as
+// error.type.
+var withReason = map[events.Type]bool{
+	events.TypeTurnFailed: true, events.TypeTurnRejected: true, events.TypeElicitationRejected: true,
 }
 
 var (
@@ -166,6 +174,13 @@ func Use(mp metric.MeterProvider) error {
 		policyDecisions: counter(PolicyDecisions, "{decision}", "Pre-execute policy decisions, by parley.policy.decision and parley.policy.name."),
 		redeliveries:    counter(MessagingRedeliveries, "{message}", "Deliveries of a message after its first."),
 		deadLetters:     counter(MessagingDeadLetters, "{message}", "Messages moved to the dead-letter stream."),
+	}
+	in.published = map[events.Type]metric.Int64Counter{
+		events.TypeRunRequested: in.turnsStarted, events.TypeTurnCompleted: in.turnsCompleted,
+		events.TypeTurnFailed: in.turnsFailed, events.TypeTurnRejected: in.turnsRejected,
+		events.TypeTurnPaused: in.turnsPaused, events.TypeElicitationRequested: in.elicRequested,
+		events.TypeElicitationRejected: in.elicRejected, events.TypeElicitationExpired: in.elicExpired,
+		events.TypeElicitationCancelled: in.elicCancelled,
 	}
 	var err error
 	in.toolDuration, err = m.Float64Histogram(ToolCallDuration, metric.WithUnit("s"),
@@ -243,25 +258,14 @@ func Published(ctx context.Context, e *event.Event, dup bool) {
 		return
 	}
 	in := get()
-	switch e.Type() {
-	case events.TypeRunRequested:
-		in.turnsStarted.Add(ctx, 1)
-	case events.TypeTurnCompleted:
-		in.turnsCompleted.Add(ctx, 1)
-	case events.TypeTurnFailed:
-		in.turnsFailed.Add(ctx, 1, metric.WithAttributes(keyErrorType.String(reasonOf(e))))
-	case events.TypeTurnRejected:
-		in.turnsRejected.Add(ctx, 1, metric.WithAttributes(keyErrorType.String(reasonOf(e))))
-	case events.TypeTurnPaused:
-		in.turnsPaused.Add(ctx, 1)
-	case events.TypeElicitationRequested:
-		in.elicRequested.Add(ctx, 1)
-	case events.TypeElicitationRejected:
-		in.elicRejected.Add(ctx, 1, metric.WithAttributes(keyErrorType.String(reasonOf(e))))
-	case events.TypeElicitationExpired:
-		in.elicExpired.Add(ctx, 1)
-	case events.TypeElicitationCancelled:
-		in.elicCancelled.Add(ctx, 1)
+	t := events.TypeOf(e)
+	c, ok := in.published[t]
+	switch {
+	case !ok:
+	case withReason[t]:
+		c.Add(ctx, 1, metric.WithAttributes(keyErrorType.String(reasonOf(e))))
+	default:
+		c.Add(ctx, 1)
 	}
 }
 
@@ -352,20 +356,20 @@ const (
 	OutcomeDeadLetter = "dead_letter"
 )
 
-// knownTypes are the event types recorded by name; others are "_OTHER".
-var knownTypes = map[string]bool{
-	events.TypeTurnRequested: true, events.TypeTurnPaused: true, events.TypeTurnCompleted: true,
-	events.TypeTurnFailed: true, events.TypeTurnRejected: true, events.TypeElicitationRequested: true,
-	events.TypeElicitationResponded: true, events.TypeElicitationRejected: true, events.TypeElicitationExpired: true,
-	events.TypeElicitationCancelled: true, events.TypeRunRequested: true, events.TypeRunResumed: true,
-	events.TypeRunCompleted: true, events.TypeRunPaused: true, events.TypeRunFailed: true,
-	events.TypeToolCallRequested: true, events.TypeToolResultReady: true, events.TypeDeadLettered: true,
-}
+// knownTypes are the event types recorded by name, the catalogue's (a
+// bounded set); others are "_OTHER".
+var knownTypes = func() map[events.Type]bool {
+	out := map[events.Type]bool{}
+	for _, e := range events.Catalog() {
+		out[e.Type] = true
+	}
+	return out
+}()
 
 // EventType bounds a CloudEvents type for use as an attribute: parley's
 // types as they are, anything else "_OTHER".
 func EventType(t string) string {
-	if knownTypes[t] {
+	if knownTypes[events.Type(t)] {
 		return t
 	}
 	return other

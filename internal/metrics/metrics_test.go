@@ -47,7 +47,7 @@ func promScrape(t *testing.T) func() string {
 	}
 }
 
-func mustEvent(t *testing.T, typ string, data any) *event.Event {
+func mustEvent(t *testing.T, typ events.Type, data any) *event.Event {
 	t.Helper()
 	e, err := events.New("/test", typ, "th", data)
 	if err != nil {
@@ -67,7 +67,7 @@ func (f *fakeInfo) Info(context.Context) (*jetstream.ConsumerInfo, error) { retu
 func recordAll(t *testing.T) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
-	for _, typ := range []string{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeTurnPaused,
+	for _, typ := range []events.Type{events.TypeRunRequested, events.TypeTurnCompleted, events.TypeTurnPaused,
 		events.TypeElicitationRequested, events.TypeElicitationExpired, events.TypeElicitationCancelled} {
 		Published(ctx, mustEvent(t, typ, map[string]string{}), false)
 	}
@@ -82,7 +82,7 @@ func recordAll(t *testing.T) (stop func()) {
 		t.Fatal(err)
 	}
 	ModelCall(ctx, s, time.Now(), model.Response{Model: "m", Usage: &model.Usage{InputTokens: 10, OutputTokens: 3}}, nil)
-	Processed(ctx, "processor-chat", events.TypeTurnRequested, OutcomeAck, 2, time.Millisecond)
+	Processed(ctx, "processor-chat", string(events.TypeTurnRequested), OutcomeAck, 2, time.Millisecond)
 	DeadLettered(ctx, "processor-chat")
 	prev := SetConsumerPollInterval(10 * time.Millisecond)
 	t.Cleanup(func() { SetConsumerPollInterval(prev) })
@@ -198,8 +198,18 @@ func TestPublishedCountsFirstStoreOnly(t *testing.T) {
 	}
 }
 
+// TestEventTypeLabelsEveryCatalogueType: every type of the catalogue (and
+// only those) is recorded by name, so a new type needs no second list here.
+func TestEventTypeLabelsEveryCatalogueType(t *testing.T) {
+	for _, e := range events.Catalog() {
+		if got := EventType(string(e.Type)); got != string(e.Type) {
+			t.Errorf("EventType(%s) = %s", e.Type, got)
+		}
+	}
+}
+
 func TestEventTypeBounded(t *testing.T) {
-	if got := EventType(events.TypeRunPaused); got != events.TypeRunPaused {
+	if got := EventType(string(events.TypeRunPaused)); got != string(events.TypeRunPaused) {
 		t.Errorf("EventType(%s) = %s", events.TypeRunPaused, got)
 	}
 	if got := EventType("com.example.whatever"); got != "_OTHER" {
@@ -270,7 +280,7 @@ func BenchmarkHandledMessage(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		Processed(ctx, "processor-runs", events.TypeRunFailed, OutcomeAck, 1, time.Millisecond)
+		Processed(ctx, "processor-runs", string(events.TypeRunFailed), OutcomeAck, 1, time.Millisecond)
 		Published(ctx, e, false)
 	}
 }

@@ -8,17 +8,18 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Options configures an Agent.
@@ -74,9 +75,12 @@ const maxCallsPerStep = 16
 
 // Agent is the agent worker.
 type Agent struct {
-	bus   *bus.Client
-	runs  *kvstate.Bucket[Run]
-	tools *kvstate.ToolRegistry
+	bus *bus.Client
+	// router routes Handle's events (newRouter), built on first use.
+	routerOnce sync.Once
+	router     *bus.Router
+	runs       *kvstate.Bucket[Run]
+	tools      *kvstate.ToolRegistry
 	// decisions holds the decision record of every dispatched call that a
 	// policy allowed or a person confirmed (parley_decisions).
 	decisions *kvstate.Decisions
@@ -155,29 +159,27 @@ func (a *Agent) Run(ctx context.Context) error {
 	}, a.Handle)
 }
 
-// Handle handles one event of the agent's work queue.
+// Handle handles one event of the agent's work queue: run.requested,
+// run.resumed and tool.result.ready; any other type is dead-lettered (see
+// bus.Router).
 func (a *Agent) Handle(ctx context.Context, d *bus.Delivery) error {
-	switch d.Event.Type() {
-	case events.TypeRunRequested:
-		in, err := events.Data[events.RunRequested](d.Event)
-		if err != nil {
-			return bus.Permanent(err)
-		}
+	a.routerOnce.Do(func() { a.router = a.newRouter() })
+	return a.router.Handle(ctx, d)
+}
+
+// newRouter routes the agent's work queue by event type.
+func (a *Agent) newRouter() *bus.Router {
+	r := bus.NewRouter()
+	bus.On(r, events.KindRunRequested, func(ctx context.Context, _ *bus.Delivery, in events.RunRequested) error {
 		return a.onRequested(ctx, in)
-	case events.TypeRunResumed:
-		in, err := events.Data[events.RunResumed](d.Event)
-		if err != nil {
-			return bus.Permanent(err)
-		}
+	})
+	bus.On(r, events.KindRunResumed, func(ctx context.Context, d *bus.Delivery, in events.RunResumed) error {
 		return a.onResumed(ctx, d.Event, in)
-	case events.TypeToolResultReady:
-		in, err := events.Data[events.ToolResult](d.Event)
-		if err != nil {
-			return bus.Permanent(err)
-		}
+	})
+	bus.On(r, events.KindToolResultReady, func(ctx context.Context, _ *bus.Delivery, in events.ToolResult) error {
 		return a.onToolResult(ctx, in)
-	}
-	return bus.Permanent(fmt.Errorf("type: %q is not handled by the agent", d.Event.Type()))
+	})
+	return r
 }
 
 // onDeadLetter fails the run, so the thread is not left waiting. A failed
@@ -656,13 +658,13 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
 	in := events.ToolCallRequested{RunID: run.RunID, Thread: run.Thread, Agent: run.Agent, Call: c.Call, Round: c.Round,
 		InputResponses: c.InputResponses, RequestState: c.RequestState}
-	e, err := events.NewWithID(events.DerivedID("tool.call", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),
-		events.SourceAgent, events.TypeToolCallRequested, run.Thread, in)
+	e, err := events.KindToolCallRequested.New(events.SourceAgent,
+		events.DerivedID("tool.call", run.RunID, c.Call.ID, fmt.Sprint(c.Round)), run.Thread, in)
 	if err != nil {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, run.RunID)
-	_, err = a.bus.Publish(ctx, events.ToolCallSubject(c.Call.Name), e)
+	_, err = bus.PublishTo(ctx, a.bus, events.StreamTools, e, c.Call.Name)
 	return err
 }
 
@@ -691,15 +693,15 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 	if err != nil {
 		return err
 	}
-	e, err := events.NewWithID(events.DerivedID("run.paused", run.RunID, fmt.Sprint(run.Step), pend[0].ID),
-		events.SourceAgent, events.TypeRunPaused, run.Thread,
+	e, err := events.KindRunPaused.New(events.SourceAgent,
+		events.DerivedID("run.paused", run.RunID, fmt.Sprint(run.Step), pend[0].ID), run.Thread,
 		events.RunPaused{RunID: run.RunID, TurnID: run.TurnID, Agent: run.Agent, Elicitations: pend, Snapshot: snap})
 	if err != nil {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, run.RunID)
 	e.SetExtension(events.ExtTurnID, run.TurnID)
-	if _, err = a.bus.Publish(ctx, events.SubjectRunPaused, e); err != nil {
+	if _, err = bus.PublishTo(ctx, a.bus, events.StreamRuns, e); err != nil {
 		return err
 	}
 	// No "waiting" progress: turn.paused, which the processor publishes
@@ -714,19 +716,19 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 			decisions = append(decisions, c.record())
 		}
 	}
-	e, err := events.NewWithID(events.DerivedID("run.completed", run.RunID), events.SourceAgent, events.TypeRunCompleted,
+	e, err := events.KindRunCompleted.New(events.SourceAgent, events.DerivedID("run.completed", run.RunID),
 		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions})
 	if err != nil {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, run.RunID)
 	e.SetExtension(events.ExtTurnID, run.TurnID)
-	_, err = a.bus.Publish(ctx, events.SubjectRunCompleted, e)
+	_, err = bus.PublishTo(ctx, a.bus, events.StreamRuns, e)
 	return err
 }
 
 func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
-	e, err := events.NewWithID(events.DerivedID("run.failed", run.RunID), events.SourceAgent, events.TypeRunFailed,
+	e, err := events.KindRunFailed.New(events.SourceAgent, events.DerivedID("run.failed", run.RunID),
 		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail})
 	if err != nil {
 		return err
@@ -735,7 +737,7 @@ func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail stri
 	if run.TurnID != "" {
 		e.SetExtension(events.ExtTurnID, run.TurnID)
 	}
-	_, err = a.bus.Publish(ctx, events.SubjectRunFailed, e)
+	_, err = bus.PublishTo(ctx, a.bus, events.StreamRuns, e)
 	return err
 }
 

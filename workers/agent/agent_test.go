@@ -12,12 +12,12 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // rig is one agent on an embedded server, driven by calling Handle with
@@ -152,7 +152,7 @@ func (r *rig) outcome() *event.Event {
 func (r *rig) completed() events.RunCompleted {
 	r.t.Helper()
 	e := r.outcome()
-	if e.Type() != events.TypeRunCompleted {
+	if events.TypeOf(e) != events.TypeRunCompleted {
 		r.t.Fatalf("outcome %s: %s, want run.completed", e.Type(), e.Data())
 	}
 	out, err := events.Data[events.RunCompleted](e)
@@ -417,7 +417,7 @@ func TestRunTooLargeFailsCleanly(t *testing.T) {
 	}
 	e := r.outcome()
 	f, err := events.Data[events.RunFailed](e)
-	if err != nil || e.Type() != events.TypeRunFailed || f.Reason != RejectRunTooLarge {
+	if err != nil || events.TypeOf(e) != events.TypeRunFailed || f.Reason != RejectRunTooLarge {
 		t.Fatalf("outcome %s %s, want run.failed %s", e.Type(), e.Data(), RejectRunTooLarge)
 	}
 }

@@ -246,15 +246,18 @@ func (d *deltaStream) flush() {
 	text := d.buf
 	d.buf, d.last = "", time.Now()
 	run := d.run
-	e, err := events.NewWithID(events.DerivedID("message.delta", d.generation, fmt.Sprint(d.attempt), fmt.Sprint(d.seq)),
-		events.SourceAgent, events.TypeMessageDelta, run.Thread,
+	e, err := events.KindMessageDelta.New(events.SourceAgent,
+		events.DerivedID("message.delta", d.generation, fmt.Sprint(d.attempt), fmt.Sprint(d.seq)), run.Thread,
 		events.MessageDelta{TurnID: run.TurnID, RunID: run.RunID, Step: d.step, Generation: d.generation, Attempt: d.attempt, Seq: d.seq,
 			Chunk: schema.ChatMessage{Role: schema.RoleAssistant, Text: text}})
 	d.seq++
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		err = d.a.bus.PublishCore(d.ctx, events.ChatSubject(run.Thread, events.ChatMessageDelta), e)
+		var subject string
+		if subject, err = events.SubjectOf(e, events.StreamChat, run.Thread); err == nil {
+			err = d.a.bus.PublishCore(d.ctx, subject, e)
+		}
 	}
 	if err != nil {
 		d.a.log.WarnContext(d.ctx, "message.delta not published", "run_id", run.RunID, "error", err)
@@ -286,11 +289,15 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	p.Meta.SetStatusItem(status)
 	p.Meta = cloneMeta(p.Meta)
 	p.Meta[events.MetaPhase] = phase
-	e, err := events.NewWithID(events.DerivedID("progress", run.RunID, fmt.Sprint(value)), events.SourceAgent, events.TypeProgress, run.Thread, p)
+	e, err := events.KindProgress.New(events.SourceAgent, events.DerivedID("progress", run.RunID, fmt.Sprint(value)), run.Thread, p)
+	var subject string
+	if err == nil {
+		subject, err = events.SubjectOf(e, events.StreamChat, run.Thread)
+	}
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		a.bus.PublishAsync(ctx, events.ChatSubject(run.Thread, events.ChatProgress), e, progressTimeout, func(err error) {
+		a.bus.PublishAsync(ctx, subject, e, progressTimeout, func(err error) {
 			a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
 		})
 		return

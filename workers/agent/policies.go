@@ -15,10 +15,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // DefaultPolicies is the policy set an agent expects by default: the gate.
@@ -35,11 +35,15 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 	if err := events.ValidToken("agent", run.Agent); err != nil {
 		return nil, bus.Permanent(err)
 	}
-	req, err := events.NewWithID(events.DerivedID("pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)),
-		events.SourceAgent, events.TypePreExecuteRequested, run.Thread,
+	req, err := events.KindPreExecuteRequested.New(events.SourceAgent,
+		events.DerivedID("pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)), run.Thread,
 		events.PreExecuteRequest{Agent: run.Agent, Thread: run.Thread, RunID: run.RunID, Call: c.Call, Tool: *tool})
 	if err != nil {
 		return nil, err
+	}
+	subject, err := events.SubjectOf(req, "", run.Agent, c.Call.Name)
+	if err != nil {
+		return nil, bus.Permanent(err)
 	}
 	var (
 		got  []events.PolicyDecision
@@ -49,7 +53,7 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 		got = got[:0]
 		answered := map[string]bool{}
 		rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
-		_, last = a.bus.RequestMany(rctx, events.PreExecuteSubject(run.Agent, c.Call.Name), req, events.MaxPolicyReplies,
+		_, last = a.bus.RequestMany(rctx, subject, req, events.MaxPolicyReplies,
 			func(r bus.Reply) bool {
 				d := a.readReply(ctx, run, c, r)
 				got = append(got, d)
@@ -138,7 +142,7 @@ func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
 	if json.Unmarshal(e.Data(), &named) == nil && events.ValidToken("policy", named.Policy) == nil {
 		d.Policy = named.Policy
 	}
-	if e.Type() != events.TypePreExecuteDecided {
+	if events.TypeOf(e) != events.TypePreExecuteDecided {
 		return d, fmt.Errorf("type: %q, want %q", e.Type(), events.TypePreExecuteDecided)
 	}
 	dec := json.NewDecoder(bytes.NewReader(e.Data()))

@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 func decide(policy, decision, reason string) func(events.PreExecuteRequest) any {
@@ -118,7 +118,7 @@ func TestPolicyReplyWithConfirmationTextVetoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := r.outcome()
-	if e.Type() != events.TypeRunCompleted {
+	if events.TypeOf(e) != events.TypeRunCompleted {
 		t.Fatalf("outcome %s: %s, want run.completed (nothing asked)", e.Type(), e.Data())
 	}
 	done, _ := events.Data[events.RunCompleted](e)
@@ -140,7 +140,7 @@ func TestConfirmationWordedByTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := r.outcome()
-	if e.Type() != events.TypeRunPaused {
+	if events.TypeOf(e) != events.TypeRunPaused {
 		t.Fatalf("outcome %s: %s, want run.paused", e.Type(), e.Data())
 	}
 	paused, err := events.Data[events.RunPaused](e)

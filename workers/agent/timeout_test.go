@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // hungProvider never answers and ignores its context.
@@ -39,7 +39,7 @@ func TestHungModelFailsTheRun(t *testing.T) {
 		t.Errorf("Handle took %v, want about the 200ms timeout", took)
 	}
 	e := r.outcome()
-	if e.Type() != events.TypeRunFailed {
+	if events.TypeOf(e) != events.TypeRunFailed {
 		t.Fatalf("outcome %s: %s, want run.failed", e.Type(), e.Data())
 	}
 	f, err := events.Data[events.RunFailed](e)
@@ -73,7 +73,7 @@ func TestResumeWithoutCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := r.outcome()
-	if e.Type() != events.TypeRunPaused {
+	if events.TypeOf(e) != events.TypeRunPaused {
 		t.Fatalf("outcome %s, want run.paused", e.Type())
 	}
 	p, err := events.Data[events.RunPaused](e)

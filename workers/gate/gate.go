@@ -23,9 +23,9 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Tool gating modes.
@@ -245,7 +245,7 @@ func (g *Gate) decide(ctx context.Context, req *event.Event) (*event.Event, erro
 	d := g.cfg.decide(in, g.name, g.version)
 	g.log.InfoContext(ctx, "pre-execute decided", "agent", in.Agent, "tool", in.Call.Name, "decision", d.Decision,
 		"config_version", d.ConfigVersion, "run_id", in.RunID)
-	return events.NewWithID(events.DerivedID("decided", req.ID()), events.SourceGate, events.TypePreExecuteDecided, req.Subject(), d)
+	return events.KindPreExecuteDecided.New(events.SourceGate, events.DerivedID("decided", req.ID()), req.Subject(), d)
 }
 
 // decodeRequest reads a pre-execute request. The tool definition is read

@@ -10,10 +10,10 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 	"github.com/parley-dev/parley/workers/gate"
 )
 
@@ -94,7 +94,7 @@ func TestGatingMatrixOverTheBus(t *testing.T) {
 // or arguments (issue 9 item 3).
 func strictDecision(t *testing.T, reply *event.Event) events.PolicyDecision {
 	t.Helper()
-	if reply.Type() != events.TypePreExecuteDecided {
+	if events.TypeOf(reply) != events.TypePreExecuteDecided {
 		t.Fatalf("reply type %q", reply.Type())
 	}
 	dec := json.NewDecoder(bytes.NewReader(reply.Data()))

@@ -6,8 +6,8 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // A decline whose content is not an object (a string) is honoured: the
@@ -21,7 +21,7 @@ func TestDeclineWithNonObjectContentResumes(t *testing.T) {
 	e := cloudevents.New()
 	e.SetID("a1")
 	e.SetSource("/test")
-	e.SetType(events.TypeElicitationResponded)
+	e.SetType(string(events.TypeElicitationResponded))
 	e.SetSubject("t")
 	if err := e.SetData("application/json", json.RawMessage(`{"elicitationId":"q1","action":"decline","content":"a string"}`)); err != nil {
 		t.Fatal(err)

@@ -4,10 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Issue 9 item 7: an input whose subject does not parse is a permanent

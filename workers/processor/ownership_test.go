@@ -4,10 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // messageAs handles turn.requested id (data in) published by principal at

@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // onRunPaused stores the paused turn (TTL) and publishes its questions.
@@ -89,13 +89,13 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	}
 	for _, pe := range in.Elicitations {
 		params := pe.Request
-		if err := p.publishChat(ctx, thread, events.ChatElicitationRequested, events.TypeElicitationRequested,
+		if err := publishChat(ctx, p, thread, events.KindElicitationRequested,
 			events.DerivedID("elicitation.requested", pe.ID), in.TurnID, params); err != nil {
 			return err
 		}
 	}
 	msg := restate(in.Elicitations)
-	return p.publishChat(ctx, thread, events.ChatTurnPaused, events.TypeTurnPaused,
+	return publishChat(ctx, p, thread, events.KindTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
 		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
 }
@@ -196,7 +196,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
 	switch {
-	case e.Type() != events.TypeElicitationResponded:
+	case events.TypeOf(e) != events.TypeElicitationResponded:
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf("type: must be %q on an elicitation.responded subject", events.TypeElicitationResponded), nil)
 	case e.Subject() != thread:
@@ -280,7 +280,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
 	// PARLEY_CHAT see the answer accepted before the resumed turn's events.
-	if err := p.echo(ctx, thread, events.ChatElicitationResponded, e, who); err != nil {
+	if err := p.echo(ctx, thread, e, who); err != nil {
 		return err
 	}
 	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
@@ -312,7 +312,7 @@ func (p *Processor) announceWithdrawn(ctx context.Context, rec *kvstate.PausedTu
 	if len(withdrawn) == 0 {
 		return nil
 	}
-	return p.publishChat(ctx, rec.Thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+	return publishChat(ctx, p, rec.Thread, events.KindElicitationCancelled,
 		events.DerivedID("elicitation.cancelled", rec.TurnID, cancelledID), rec.TurnID,
 		events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
 			Reason: "another question of the same turn was cancelled"})
@@ -343,8 +343,8 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 				AnsweredBy: el.AnsweredBy, AnsweredAt: el.AnsweredAt})
 		}
 	}
-	e, err := events.NewWithID(events.DerivedID(append([]string{"run.resumed", rec.RunID}, ids...)...),
-		events.SourceProcessor, events.TypeRunResumed, rec.Thread,
+	e, err := events.KindRunResumed.New(events.SourceProcessor,
+		events.DerivedID(append([]string{"run.resumed", rec.RunID}, ids...)...), rec.Thread,
 		events.RunResumed{RunID: rec.RunID, TurnID: rec.TurnID, Thread: rec.Thread, Agent: rec.Agent,
 			Snapshot: rec.Snapshot, Answers: answers})
 	if err != nil {
@@ -359,7 +359,7 @@ func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn
 	// record), linked to the answer's own trace.
 	ctx, end := bus.WithTraceParent(ctx, rec.TraceParent, "resume turn")
 	defer end()
-	return p.publish(ctx, events.SubjectRunResumed, e)
+	return p.publish(ctx, events.StreamAgent, e)
 }
 
 // usedBefore reports whether the elicitation.responded event respondedID
@@ -372,7 +372,7 @@ func (p *Processor) usedBefore(ctx context.Context, thread, respondedID string) 
 
 func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
 	p.log.InfoContext(ctx, "answer rejected", "subject", thread, "elicitation_id", elicitationID, "reason", reason)
-	return p.publishChat(ctx, thread, events.ChatElicitationRejected, events.TypeElicitationRejected,
+	return publishChat(ctx, p, thread, events.KindElicitationRejected,
 		events.DerivedID("elicitation.rejected", respondedID), "",
 		events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: respondedID, Reason: reason,
 			Detail: detail, Errors: vs})
@@ -395,7 +395,7 @@ func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, 
 	if err != nil {
 		return err
 	}
-	return p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+	return publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID("turn.failed.incompatible", thread, t.TurnID), t.TurnID,
 		events.TurnFailed{TurnID: t.TurnID, Reason: events.RejectStateIncompatible,
 			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"})
@@ -431,7 +431,7 @@ func (p *Processor) onExpired(ctx context.Context, thread string) error {
 		return nil
 	}
 	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", t.Expired.TurnID)
-	return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
+	return publishChat(ctx, p, thread, events.KindElicitationExpired,
 		events.DerivedID("elicitation.expired", t.Expired.TurnID), t.Expired.TurnID,
 		events.ElicitationExpired{TurnID: t.Expired.TurnID, ElicitationIDs: t.Expired.ElicitationIDs})
 }

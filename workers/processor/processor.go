@@ -12,10 +12,10 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // Options configures a Processor.
@@ -57,14 +57,17 @@ var DefaultTrustedPrincipals = []string{events.PrincipalGateway}
 
 // Processor is the processor worker.
 type Processor struct {
-	bus     *bus.Client // consumes (Run)
-	pub     publisher
-	threads *threads
-	paused  pausedStore
-	input   inputReader
-	opts    Options
-	log     *slog.Logger
-	faults  faults
+	// runs routes HandleRun's events (newRunRouter), built on first use.
+	runsOnce sync.Once
+	runs     *bus.Router
+	bus      *bus.Client // consumes (Run)
+	pub      publisher
+	threads  *threads
+	paused   pausedStore
+	input    inputReader
+	opts     Options
+	log      *slog.Logger
+	faults   faults
 }
 
 // New opens the processor's buckets (idempotently).
@@ -192,12 +195,13 @@ type input struct {
 	d         *bus.Delivery
 }
 
-// echo republishes the accepted input e into PARLEY_CHAT on
+// echo republishes the accepted input e (its type checked against its
+// input subject) into PARLEY_CHAT on its type's subject,
 // parley.chat.<thread>.<suffix>, with the same event ID (so a redelivery
 // stores it once) and the extension attributes principal and, when the
 // claim was honoured, onbehalfof; any such attributes the integrator set
 // are replaced.
-func (p *Processor) echo(ctx context.Context, thread, suffix string, e *event.Event, who events.Identity) error {
+func (p *Processor) echo(ctx context.Context, thread string, e *event.Event, who events.Identity) error {
 	out := e.Clone()
 	out.SetExtension(events.ExtPrincipal, who.Principal)
 	if who.OnBehalfOf != "" {
@@ -205,35 +209,26 @@ func (p *Processor) echo(ctx context.Context, thread, suffix string, e *event.Ev
 	} else {
 		out.SetExtension(events.ExtOnBehalfOf, nil) // nil removes it
 	}
-	if _, err := p.pub.Publish(ctx, events.ChatSubject(thread, suffix), &out); err != nil {
+	if _, err := bus.PublishTo(ctx, p.pub, events.StreamChat, &out, thread); err != nil {
 		return fmt.Errorf("echoing %s into %s: %w", e.ID(), events.StreamChat, err)
 	}
 	return nil
 }
 
-// HandleRun handles agent run outcomes.
+// HandleRun handles agent run outcomes: run.completed, run.paused and
+// run.failed; any other type is dead-lettered (see bus.Router).
 func (p *Processor) HandleRun(ctx context.Context, d *bus.Delivery) error {
-	switch d.Event.Type() {
-	case events.TypeRunCompleted:
-		in, err := events.Data[events.RunCompleted](d.Event)
-		if err != nil {
-			return bus.Permanent(err)
-		}
-		return p.onRunCompleted(ctx, d, in)
-	case events.TypeRunPaused:
-		in, err := events.Data[events.RunPaused](d.Event)
-		if err != nil {
-			return bus.Permanent(err)
-		}
-		return p.onRunPaused(ctx, d, in)
-	case events.TypeRunFailed:
-		in, err := events.Data[events.RunFailed](d.Event)
-		if err != nil {
-			return bus.Permanent(err)
-		}
-		return p.onRunFailed(ctx, d, in)
-	}
-	return bus.Permanent(fmt.Errorf("type: %q is not a run outcome", d.Event.Type()))
+	p.runsOnce.Do(func() { p.runs = p.newRunRouter() })
+	return p.runs.Handle(ctx, d)
+}
+
+// newRunRouter routes PARLEY_RUNS by event type.
+func (p *Processor) newRunRouter() *bus.Router {
+	r := bus.NewRouter()
+	bus.On(r, events.KindRunCompleted, p.onRunCompleted)
+	bus.On(r, events.KindRunPaused, p.onRunPaused)
+	bus.On(r, events.KindRunFailed, p.onRunFailed)
+	return r
 }
 
 // onDeadLetter tells the thread that one of its events could not be
@@ -264,7 +259,7 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 	case suffix == events.ChatTurnRequested:
 		// Later messages of the thread wait for this one: let them go.
 		_ = p.recordSeq(ctx, thread, d.StreamSeq)
-		_ = p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+		_ = publishChat(ctx, p, thread, events.KindTurnFailed,
 			events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
 			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail})
 	case suffix == events.ChatElicitationResponded:
@@ -273,7 +268,7 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 			in, _ := events.Data[events.ElicitationResponded](d.Event)
 			elicitationID = in.ElicitationID
 		}
-		_ = p.publishChat(ctx, thread, events.ChatElicitationRejected, events.TypeElicitationRejected,
+		_ = publishChat(ctx, p, thread, events.KindElicitationRejected,
 			events.DerivedID("elicitation.rejected.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
 			events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: eventID,
 				Reason: events.RejectInvalidEvent, Detail: detail})
@@ -289,7 +284,7 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 		if t, _, err := p.threads.Load(ctx, thread); err != nil || classifyEnd(t, ids.TurnID, eventID, d.StreamSeq) != outcomeApply {
 			return
 		}
-		if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+		if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 			events.DerivedID("turn.failed", ids.TurnID), ids.TurnID,
 			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {
 			return
@@ -327,7 +322,7 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 	p.log.WarnContext(ctx, "undecodable event rejected", "subject", d.Subject, "stream_seq", d.StreamSeq, "error", cause)
 	switch suffix {
 	case events.ChatTurnRequested:
-		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected, id, "",
+		if err := publishChat(ctx, p, thread, events.KindTurnRejected, id, "",
 			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
 			return err
 		}
@@ -335,27 +330,31 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)
-		return p.publishChat(ctx, thread, events.ChatElicitationRejected, events.TypeElicitationRejected, id, "",
+		return publishChat(ctx, p, thread, events.KindElicitationRejected, id, "",
 			events.ElicitationRejected{ElicitationID: in.ElicitationID, RespondedEventID: rawID,
 				Reason: events.RejectInvalidEvent, Detail: cause.Error(), Errors: []schema.Violation{v}})
 	}
 	return bus.Permanent(cause)
 }
 
-// publishChat publishes a processor event on parley.chat.<thread>.<suffix>.
-func (p *Processor) publishChat(ctx context.Context, thread, suffix string, typ events.Type, id, turnID string, data any) error {
-	e, err := events.NewWithID(id, events.SourceProcessor, typ, thread, data)
+// publishChat publishes a processor event of kind on thread's subject in
+// PARLEY_CHAT (parley.chat.<thread>.<kind's suffix>), with ID id (a
+// DerivedID, so a redelivered handler publishes it once) and, when turnID
+// is not "", the turnid extension.
+func publishChat[T any](ctx context.Context, p *Processor, thread string, kind events.Kind[T], id, turnID string, data T) error {
+	e, err := kind.New(events.SourceProcessor, id, thread, data)
 	if err != nil {
 		return err
 	}
 	if turnID != "" {
 		e.SetExtension(events.ExtTurnID, turnID)
 	}
-	_, err = p.pub.Publish(ctx, events.ChatSubject(thread, suffix), e)
+	_, err = bus.PublishTo(ctx, p.pub, events.StreamChat, e, thread)
 	return err
 }
 
-func (p *Processor) publish(ctx context.Context, subject string, e *event.Event) error {
-	_, err := p.pub.Publish(ctx, subject, e)
+// publish publishes e on its type's subject in stream (bus.PublishTo).
+func (p *Processor) publish(ctx context.Context, stream string, e *event.Event) error {
+	_, err := bus.PublishTo(ctx, p.pub, stream, e)
 	return err
 }

@@ -14,10 +14,10 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // In-memory fakes of the processor's dependencies (deps.go): the handlers'
@@ -206,12 +206,12 @@ func (m *memPub) Publish(_ context.Context, subject string, e *event.Event) (*je
 }
 
 // of returns the events of type typ published so far.
-func (m *memPub) of(typ string) []*event.Event {
+func (m *memPub) of(typ events.Type) []*event.Event {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*event.Event
 	for _, e := range m.sent {
-		if e.Type() == typ {
+		if events.TypeOf(e) == typ {
 			out = append(out, e)
 		}
 	}
@@ -285,7 +285,7 @@ func (h *harness) message(id string, seq uint64) error {
 
 // run handles a run outcome (data) of type typ with event id at runs
 // stream sequence seq.
-func (h *harness) run(typ, id string, seq uint64, data any) {
+func (h *harness) run(typ events.Type, id string, seq uint64, data any) {
 	h.t.Helper()
 	e, err := events.NewWithID(id, events.SourceAgent, typ, "t", data)
 	if err != nil {
@@ -428,7 +428,7 @@ func TestHandlerSupersedeAnnouncedOnRedelivery(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				h.pub.fail = func(e *event.Event) bool { return e.Type() == events.TypeElicitationCancelled }
+				h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeElicitationCancelled }
 				if err := h.message("m2", 2); err == nil {
 					t.Fatal("the announcement failed, yet the message was acked")
 				}

@@ -10,10 +10,10 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // onTurnRequested starts a turn, queues the message behind the running
@@ -37,7 +37,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 				reason = events.RejectInvalidEvent
 			}
 		}
-		if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+		if err := publishChat(ctx, p, thread, events.KindTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
 			events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}); err != nil {
 			return err
@@ -125,7 +125,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		break
 	}
 	if refused {
-		return p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+		return publishChat(ctx, p, thread, events.KindTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
 				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", MaxQueue)}}})
@@ -137,7 +137,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	// Accepted (started or queued): readers of PARLEY_CHAT see the
 	// message before anything the turn it starts publishes.
-	if err := p.echo(ctx, thread, events.ChatTurnRequested, e, who); err != nil {
+	if err := p.echo(ctx, thread, e, who); err != nil {
 		return err
 	}
 	if sup := t.Superseded; sup != nil && sup.By == e.ID() {
@@ -158,7 +158,7 @@ func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint6
 			Rule: fmt.Sprintf("the thread would be shared with more than %d parties", events.MaxShares)}
 	}
 	p.log.WarnContext(ctx, "turn refused", "subject", thread, "event_id", id, "reason", reason, "detail", v.Rule)
-	if err := p.publishChat(ctx, thread, events.ChatTurnRejected, events.TypeTurnRejected,
+	if err := publishChat(ctx, p, thread, events.KindTurnRejected,
 		events.DerivedID("turn.rejected", id), "",
 		events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}); err != nil {
 		return err
@@ -281,7 +281,7 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 		vs = append(vs, schema.Violation{Path: "data.message.text",
 			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxMessageText)})
 	}
-	if e.Type() != events.TypeTurnRequested {
+	if events.TypeOf(e) != events.TypeTurnRequested {
 		vs = append(vs, schema.Violation{Path: "type", Rule: fmt.Sprintf("must be %q on a turn.requested subject", events.TypeTurnRequested)})
 	}
 	return in, vs
@@ -293,8 +293,8 @@ func (p *Processor) requestRun(ctx context.Context, t *Thread, startedBy string)
 	if t.State != ThreadRunning || t.StartedBy != startedBy {
 		return nil
 	}
-	e, err := events.NewWithID(events.DerivedID("run.requested", t.RunID), events.SourceProcessor,
-		events.TypeRunRequested, t.ID, events.RunRequested{RunID: t.RunID, TurnID: t.TurnID, Thread: t.ID,
+	e, err := events.KindRunRequested.New(events.SourceProcessor, events.DerivedID("run.requested", t.RunID),
+		t.ID, events.RunRequested{RunID: t.RunID, TurnID: t.TurnID, Thread: t.ID,
 			Agent: t.Agent, Messages: t.History})
 	if err != nil {
 		return err
@@ -307,7 +307,7 @@ func (p *Processor) requestRun(ctx context.Context, t *Thread, startedBy string)
 	// A turn taken from the queue continues the trace its message came in.
 	ctx, end := bus.WithTraceParent(ctx, t.TraceParent, "start turn")
 	defer end()
-	if err := p.publish(ctx, events.SubjectRunRequested, e); err != nil {
+	if err := p.publish(ctx, events.StreamAgent, e); err != nil {
 		return err
 	}
 	p.log.InfoContext(ctx, "turn started", "subject", t.ID, "turn_id", t.TurnID, "event_id", t.StartedBy,
@@ -351,13 +351,13 @@ func (p *Processor) withdraw(ctx context.Context, t *Thread, by string) (pauseOu
 func (p *Processor) announceEnd(ctx context.Context, thread string, sup *Supersession) error {
 	switch {
 	case len(sup.Cancelled) > 0:
-		return p.publishChat(ctx, thread, events.ChatElicitationCancelled, events.TypeElicitationCancelled,
+		return publishChat(ctx, p, thread, events.KindElicitationCancelled,
 			events.DerivedID("elicitation.cancelled", sup.TurnID), sup.TurnID,
 			events.ElicitationCancelled{TurnID: sup.TurnID, ElicitationIDs: sup.Cancelled,
 				Reason: "a new user message started a new turn"})
 	case len(sup.Expired) > 0:
 		// Same ID as the expiry consumer's announcement: published once.
-		return p.publishChat(ctx, thread, events.ChatElicitationExpired, events.TypeElicitationExpired,
+		return publishChat(ctx, p, thread, events.KindElicitationExpired,
 			events.DerivedID("elicitation.expired", sup.TurnID), sup.TurnID,
 			events.ElicitationExpired{TurnID: sup.TurnID, ElicitationIDs: sup.Expired})
 	}
@@ -405,7 +405,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 	}
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
-	if err := p.publishChat(ctx, thread, events.ChatTurnCompleted, events.TypeTurnCompleted,
+	if err := publishChat(ctx, p, thread, events.KindTurnCompleted,
 		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
@@ -445,7 +445,7 @@ func (p *Processor) onRunFailed(ctx context.Context, d *bus.Delivery, in events.
 	case act == outcomeRepeat:
 		return p.requestNext(ctx, t) // announced before it was recorded
 	}
-	if err := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID("turn.failed", in.TurnID), in.TurnID,
 		events.TurnFailed{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Reason: in.Reason, Detail: in.Detail}); err != nil {
 		return err
@@ -467,7 +467,7 @@ func (p *Processor) failIncompatible(ctx context.Context, thread string, err err
 	if derr := p.threads.Reset(ctx, thread); derr != nil {
 		return derr
 	}
-	if perr := p.publishChat(ctx, thread, events.ChatTurnFailed, events.TypeTurnFailed,
+	if perr := publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID("turn.failed.incompatible", thread, err.Error()), "",
 		events.TurnFailed{Reason: events.RejectStateIncompatible, Detail: err.Error() + "; the thread was reset"}); perr != nil {
 		return perr

@@ -51,11 +51,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
@@ -148,9 +148,12 @@ func (e entry) rerunnable() bool {
 
 // Executor is the tool-executor worker.
 type Executor struct {
-	bus     *bus.Client
-	results *kvstate.Bucket[callRecord]
-	reg     *kvstate.ToolRegistry
+	bus *bus.Client
+	// router routes Handle's events (newRouter), built on first use.
+	routerOnce sync.Once
+	router     *bus.Router
+	results    *kvstate.Bucket[callRecord]
+	reg        *kvstate.ToolRegistry
 	// decisions is parley_decisions, the agent's decision records.
 	decisions *kvstate.Decisions
 	defs      *kvstate.Bucket[schema.Tool] // parley_tools, for removing tools a source dropped
@@ -332,16 +335,24 @@ func (x *Executor) watchSource(ctx context.Context, s Source, ch <-chan struct{}
 	}
 }
 
-// Handle runs one tool call, at most once per (run, call, round): see the
-// package documentation.
+// Handle handles one event of the tool-executor's work queue: a
+// tool.call.requested goes to onToolCall; any other type is dead-lettered
+// (see bus.Router).
 func (x *Executor) Handle(ctx context.Context, d *bus.Delivery) error {
-	if d.Event.Type() != events.TypeToolCallRequested {
-		return bus.Permanent(fmt.Errorf("type: %q is not handled by the tool-executor", d.Event.Type()))
-	}
-	in, err := events.Data[events.ToolCallRequested](d.Event)
-	if err != nil {
-		return bus.Permanent(err)
-	}
+	x.routerOnce.Do(func() { x.router = x.newRouter() })
+	return x.router.Handle(ctx, d)
+}
+
+// newRouter routes the tool-executor's work queue by event type.
+func (x *Executor) newRouter() *bus.Router {
+	r := bus.NewRouter()
+	bus.On(r, events.KindToolCallRequested, x.onToolCall)
+	return r
+}
+
+// onToolCall runs one tool call, at most once per (run, call, round): see
+// the package documentation.
+func (x *Executor) onToolCall(ctx context.Context, d *bus.Delivery, in events.ToolCallRequested) error {
 	if in.RunID == "" || in.Call.ID == "" {
 		return bus.Permanent(errors.New("data: runId and call.id are required"))
 	}
@@ -607,13 +618,13 @@ func ReportProgress(ctx context.Context, p schema.Progress) error {
 }
 
 func (x *Executor) publish(ctx context.Context, thread string, res events.ToolResult) error {
-	e, err := events.NewWithID(events.DerivedID("tool.result", res.RunID, res.CallID, fmt.Sprint(res.Round)),
-		events.SourceToolexec, events.TypeToolResultReady, thread, res)
+	e, err := events.KindToolResultReady.New(events.SourceToolexec,
+		events.DerivedID("tool.result", res.RunID, res.CallID, fmt.Sprint(res.Round)), thread, res)
 	if err != nil {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, res.RunID)
-	_, err = x.bus.Publish(ctx, events.ToolResultSubject(res.RunID), e)
+	_, err = bus.PublishTo(ctx, x.bus, events.StreamAgent, e, res.RunID)
 	return err
 }
 
@@ -658,12 +669,16 @@ func PublishProgress(ctx context.Context, b *bus.Client, call events.ToolCallReq
 		}
 		p.Meta[schema.MetaStatusItem] = status
 	}
-	e, err := events.New(events.SourceToolexec, events.TypeProgress, call.Thread, p)
+	e, err := events.KindProgress.New(events.SourceToolexec, "", call.Thread, p)
 	if err != nil {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, call.RunID)
-	return b.PublishCore(ctx, events.ChatSubject(call.Thread, events.ChatProgress), e)
+	subject, err := events.SubjectOf(e, events.StreamChat, call.Thread)
+	if err != nil {
+		return err
+	}
+	return b.PublishCore(ctx, subject, e)
 }
 
 // WatchThread calls fn with each chat event of the running call's thread

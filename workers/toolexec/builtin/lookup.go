@@ -7,8 +7,8 @@ import (
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
 )
 
 // LookupService is the NATS micro service name of the entity lookup.
@@ -23,7 +23,7 @@ func (s *Site) ServeLookup(ctx context.Context, b *bus.Client) error {
 		Subject: events.SubjectLookupEntities, QueueGroup: "lookup",
 		Description: "Site entities whose title or ID contains a query (entity_autocomplete)"},
 		func(ctx context.Context, req *event.Event) (*event.Event, error) {
-			r, err := events.Data[events.LookupEntitiesRequest](req)
+			r, err := events.KindLookupEntitiesRequested.Data(req)
 			if err != nil {
 				return nil, err
 			}
@@ -31,7 +31,7 @@ func (s *Site) ServeLookup(ctx context.Context, b *bus.Client) error {
 			if err != nil {
 				return nil, err
 			}
-			return events.New(SourceLookup, events.TypeLookupEntitiesAnswered, "", reply)
+			return events.KindLookupEntitiesAnswered.New(SourceLookup, "", "", reply)
 		})
 }
 

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // Lookup over NATS: matches by title (prefix first) and ID, filters by
@@ -48,7 +48,7 @@ func TestServeLookup(t *testing.T) {
 			if err != nil {
 				return reply, err
 			}
-			if out.Type() != events.TypeLookupEntitiesAnswered {
+			if events.TypeOf(out) != events.TypeLookupEntitiesAnswered {
 				t.Fatalf("reply type %s", out.Type())
 			}
 			return events.Data[events.LookupEntitiesReply](out)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/workers/bus"
+	"github.com/parley-dev/parley/bus"
 )
 
 // Entity types and statuses.

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // newSite opens a site on a fresh embedded server.

@@ -16,9 +16,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nuid"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/bus"
 	"github.com/parley-dev/parley/workers/toolexec"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
@@ -156,7 +156,7 @@ func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, erro
 	select {
 	case o := <-pc.done:
 		if why := pc.ended.Load(); why != nil && o.err != nil {
-			return builtin.Result{Call: turnEnded(s.name+"__"+t.name, *why)}, nil
+			return builtin.Result{Call: turnEnded(s.name+"__"+t.name, events.Type(*why))}, nil
 		}
 		return t.finish(o)
 	case q := <-pc.questions:
@@ -239,7 +239,7 @@ func (t *tool) watch(pc *pendingCall, run string) {
 	var mu sync.Mutex
 	last := schema.ActionCancel
 	stop, err := toolexec.WatchThread(pc.ctx, func(e *event.Event) {
-		switch e.Type() {
+		switch events.TypeOf(e) {
 		case events.TypeElicitationResponded:
 			if r, err := events.Data[events.ElicitationResponded](e); err == nil &&
 				(r.Action == schema.ActionDecline || r.Action == schema.ActionCancel) {

@@ -36,7 +36,7 @@ func (c HeaderCarrier) Keys() []string {
 	return ks
 }
 
-const instrumentationName = "github.com/parley-dev/parley/workers/bus"
+const instrumentationName = "github.com/parley-dev/parley/bus"
 
 func tracer() trace.Tracer { return otel.Tracer(instrumentationName) }
 

@@ -505,10 +505,10 @@ func (c *Client) deadLetter(ctx context.Context, spec *ConsumerSpec, d *Delivery
 	if d.Event != nil {
 		thread = d.Event.Subject()
 	}
-	e, err := events.NewWithID(events.DerivedID("dlq", spec.Stream, spec.Durable, fmt.Sprint(d.StreamSeq)),
-		"/parley/bus", events.TypeDeadLettered, thread, dl)
+	e, err := events.KindDeadLettered.New("/parley/bus",
+		events.DerivedID("dlq", spec.Stream, spec.Durable, fmt.Sprint(d.StreamSeq)), thread, dl)
 	if err == nil {
-		_, err = c.Publish(ctx, events.DeadLetterSubject(spec.Stream, spec.Durable), e)
+		_, err = PublishTo(ctx, c, events.StreamDeadLetter, e, spec.Stream, spec.Durable)
 	}
 	if err != nil {
 		delay := spec.Backoff[min(max(int(d.NumDelivered)-1, 0), len(spec.Backoff)-1)]

@@ -17,8 +17,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/workers/bus/bustest"
 )
 
 // env is one embedded server with parley's streams and a Client on it.
@@ -149,7 +149,7 @@ func (e *env) deadLetter(t *testing.T, stream, consumer string) (*event.Event, e
 	if err != nil {
 		t.Fatalf("decoding dead-letter event: %v", err)
 	}
-	if ev.Type() != events.TypeDeadLettered {
+	if events.TypeOf(ev) != events.TypeDeadLettered {
 		t.Errorf("dead-letter event type = %q, want %q", ev.Type(), events.TypeDeadLettered)
 	}
 	dl, err := events.Data[events.DeadLetter](ev)
@@ -788,7 +788,7 @@ func TestRequestServeRoundTrip(t *testing.T) {
 		}
 		return err == nil
 	})
-	if reply.Type() != events.TypePreExecuteDecided || reply.ID() != events.DerivedID("decided", req.ID()) ||
+	if events.TypeOf(reply) != events.TypePreExecuteDecided || reply.ID() != events.DerivedID("decided", req.ID()) ||
 		reply.Subject() != "thread-1" {
 		t.Errorf("reply = %v", reply)
 	}
@@ -994,7 +994,7 @@ func TestPublishDuplicateCheckedAgainstStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	planted := &nats.Msg{Subject: events.ChatSubject("attacker", events.ChatProgress), Data: []byte(`{}`),
-		Header: nats.Header{"ce-type": {events.TypeProgress}, "ce-subject": {"attacker"}, "ce-source": {"/evil"}}}
+		Header: nats.Header{"ce-type": {string(events.TypeProgress)}, "ce-subject": {"attacker"}, "ce-source": {"/evil"}}}
 	if _, err := e.js.PublishMsg(t.Context(), planted, jetstream.WithMsgID(real.ID())); err != nil {
 		t.Fatal(err)
 	}
