@@ -31,6 +31,7 @@ func TestEventStreamForwardsDeltas(t *testing.T) {
 	if w := request(t, g.Handler(), "POST", "/v1/threads/d1/messages", devTok, `{"text":"hi"}`, nil); w.Code != 202 {
 		t.Fatalf("post = %d %s", w.Code, w.Body)
 	}
+	echoInput(t, g, "d1", events.ChatTurnRequested) // the processor accepted dev's message
 	agent, err := bus.New(srv.Connect(t), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,20 @@
 // Identity: every request carries a bearer token (a JWT verified against a
 // JWKS, or a static development token). The token's subject is the user:
 // it is the `user` of the messages the gateway publishes and the
-// `answeredBy` of the answers. A thread belongs to the user whose message
-// first named it; the gateway records that in its own KV bucket
-// (BucketThreads, keys "t.<thread>" and "u.<user>.<thread>"), claimed with
-// kv.Create so two gateway replicas on one NATS agree on the owner. Anyone
-// else gets 404 and nothing is published.
+// `answeredBy` of the answers. Who owns a thread is the processor's
+// verdict (the party of its first accepted message, or one it was shared
+// with), and the gateway's read access follows it: the first message of a
+// user on a thread makes a pending claim in the gateway's KV bucket
+// (BucketThreads, keys "t.<thread>" and "u.<user>.<thread>"; kv.Create, so
+// replicas on one NATS agree on the one claimant), confirmed only when the
+// processor's echo of a message of that user (extension attributes
+// principal = the gateway's principal, onbehalfof = the user) is seen, and
+// released when the processor refuses the claim's first message
+// (verify.go; docs/SECURITY.md). A pending or someone else's thread is 404
+// on every route, like an unknown one, and nothing is published for a
+// thread someone else's claim holds. The owner may share the thread with
+// other users (shares.go); a share counts only once the owner's claim is
+// confirmed, and a released claim goes with its shares.
 //
 // The routes are listed in Routes and documented in docs/openapi.yaml.
 package gateway

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
@@ -50,8 +51,10 @@ type Options struct {
 	// AllowedOrigins are the origins allowed by CORS ("*" allows any).
 	// Optional. Default: none (same-origin only).
 	AllowedOrigins []string
-	// VerdictWait is how long POST .../elicitations/{id} waits for the
-	// processor's rejection before answering 202. Optional. Default: 1.5 s.
+	// VerdictWait is how long POST .../elicitations/{id}, and POST
+	// .../messages on a thread whose claim is not yet confirmed, wait for
+	// the processor's verdict before answering 202 "pending". Optional.
+	// Default: 1.5 s.
 	VerdictWait time.Duration
 	// Heartbeat is the interval of SSE comment lines on an idle stream.
 	// Optional. Default: 15 s.
@@ -213,9 +216,11 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	hs.AddConn(b.Conn())
 	// Streams and bucket are open: the gateway consumes nothing durable.
 	hs.Started("gateway", b.Conn(), false)
+	own.verdicts = &verdicts{js: b.JetStream(), principal: o.Principal}
 	g := &Gateway{bus: b, health: hs, auth: auth, opts: o, log: o.Logger, owners: own,
 		limits: newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
 		access: newAccessWatch(), closing: make(chan struct{}), streams: map[string]int{}}
+	own.verdicts.follow = g.follow
 	wctx, stop := context.WithCancel(ctx)
 	g.stopWatch = stop
 	if !o.noAccessWatch {
@@ -423,9 +428,11 @@ type Accepted struct {
 	// elicitation.responded).
 	EventID string `json:"eventId"`
 	Thread  string `json:"thread"`
-	// Status is "published" for messages; for answers "accepted" (the
-	// processor took it) or "pending": no verdict arrived within the
-	// verdict wait (the outcome follows on the event stream).
+	// Status is "published" for messages to a thread the processor
+	// already gave the user; for the messages of a claim not yet confirmed
+	// (the first) and for answers "accepted" (the processor took it) or
+	// "pending": no verdict arrived within the verdict wait (the outcome
+	// follows on the event stream).
 	Status string `json:"status"`
 }
 
@@ -465,37 +472,79 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
 		return
 	}
-	rec, err := g.owners.claim(r.Context(), thread, user)
-	if !g.owned(w, r, err) {
-		return
-	}
 	// The processor keeps its own record of who may use the thread and
 	// takes grants only from the owner's messages: each of them carries
-	// the thread's current shares (see putShare).
+	// the thread's current shares (see putShare), read before the claim so
+	// the message's size is checked before anything is claimed.
 	var share []events.Identity
-	if rec.Owner == user {
-		for _, s := range rec.Shared {
-			share = append(share, events.Identity{Principal: g.opts.Principal, OnBehalfOf: s})
-		}
+	switch cur, err := g.owners.get(r.Context(), thread); {
+	case err == nil:
+		share = g.shareOf(cur.ThreadOwner, user)
+	case !errors.Is(err, errNotOwner):
+		g.unavailable(w, r, err)
+		return
 	}
-	e, err := events.New(SourceGateway, events.TypeTurnRequested, thread,
-		events.TurnRequested{Agent: req.Agent, User: user, Message: msg, Share: share})
+	build := func(id string) (*event.Event, bool) {
+		e, err := events.NewWithID(id, SourceGateway, events.TypeTurnRequested, thread,
+			events.TurnRequested{Agent: req.Agent, User: user, Message: msg, Share: share})
+		if err != nil {
+			g.unavailable(w, r, err)
+			return nil, false
+		}
+		if n := len(e.Data()); n > events.MaxTurnRequestBytes {
+			// The processor would refuse it: say so now, publish nothing.
+			writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
+				Detail: fmt.Sprintf("the message with its content blocks, _meta and the thread's shares is %d bytes; at most %d", n, events.MaxTurnRequestBytes)})
+			return nil, false
+		}
+		return e, true
+	}
+	id, err := uuid.NewV7()
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
-	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
-		// The processor would refuse it: say so now, publish nothing.
-		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
-			Detail: fmt.Sprintf("the message with its content blocks and _meta is %d bytes; at most %d", n, events.MaxTurnRequestBytes)})
+	e, ok := build(id.String())
+	if !ok {
 		return
+	}
+	// The claim is pending until the processor accepts (verify.go).
+	c, pending, err := g.owners.claimFor(r.Context(), thread, user, e.ID())
+	if !g.owned(w, r, err) {
+		return
+	}
+	if now := g.shareOf(c.ThreadOwner, user); !slices.Equal(now, share) {
+		// A share changed between the two reads: carry the current ones.
+		share = now
+		if e, ok = build(e.ID()); !ok {
+			return
+		}
 	}
 	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e); err != nil {
 		g.unavailable(w, r, err)
 		return
 	}
+	if pending {
+		g.answerMessage(w, r, thread, user, c, e.ID())
+		return
+	}
 	w.Header().Set("Location", "/v1/threads/"+thread+"/events")
 	writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "published"})
+}
+
+// shareOf returns the shares the message of user on the thread of t
+// carries: the thread's current shares for its owner, none for anyone
+// else (only the owner may share, at the processor too), and none when
+// the processor only shared the thread with its gateway owner.
+func (g *Gateway) shareOf(t ThreadOwner, user string) []events.Identity {
+	if t.Owner != user {
+		return nil
+	}
+	var share []events.Identity
+	for _, s := range t.sharedWith() {
+		share = append(share, events.Identity{Principal: g.opts.Principal, OnBehalfOf: s})
+	}
+	return share
 }
 
 // owned reports whether the ownership check (claim or check) passed; when it
@@ -668,7 +717,7 @@ func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string)
 	if !ok {
 		return
 	}
-	rec, err := g.owners.access(r.Context(), thread, user)
+	rec, err := g.owners.access(r.Context(), thread, user, 0)
 	if !g.owned(w, r, err) {
 		return
 	}

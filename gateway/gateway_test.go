@@ -60,6 +60,9 @@ func echoInput(t *testing.T, g *Gateway, thread, suffix string) {
 		t.Fatal(err)
 	}
 	e.SetExtension(events.ExtPrincipal, events.PrincipalGateway)
+	if d, err := events.Data[events.TurnRequested](e); err == nil && d.User != "" {
+		e.SetExtension(events.ExtOnBehalfOf, d.User) // the processor honours the gateway's claim
+	}
 	if _, err := g.bus.Publish(t.Context(), events.ChatSubject(thread, suffix), e); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,12 @@ import (
 // takes grants only from the owner's messages (events.TurnRequested.Share),
 // so every message the owner sends carries the thread's current shares.
 // Consequences, documented in docs/openapi.yaml:
+//   - a share counts only once the processor accepted the owner's claim
+//     (verify.go): sharing an unclaimed thread makes a pending claim, and
+//     the users a pending claim is shared with get 404 like strangers
+//     (and the owner's PUT answers "pending": true) until the processor
+//     accepts a message of the owner; a refused claim goes with its
+//     shares;
 //   - a share made before the owner's first message, or before any later
 //     one, lets the shared user answer the questions that message leads
 //     to; a question already pending when the thread is shared can be
@@ -45,6 +51,10 @@ type ThreadAccess struct {
 	// Shared are the subjects the thread is shared with, in the order
 	// granted; at most events.MaxShares.
 	Shared []string `json:"shared"`
+	// Pending is true while the owner's claim waits for the processor's
+	// verdict (verify.go): the shares allow nothing until it accepts a
+	// message of the owner, and go with the claim if it refuses.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // userParam validates the {user} path value: a token subject of 1 to
@@ -101,6 +111,9 @@ func (g *Gateway) changeShare(w http.ResponseWriter, r *http.Request, user strin
 		writeProblem(w, Problem{Status: http.StatusForbidden, Reason: ReasonForbidden,
 			Detail: "only the thread's owner may share it or revoke a share"})
 		return
+	case errors.Is(err, errSharedToOwner):
+		writeProblem(w, Problem{Status: http.StatusForbidden, Reason: ReasonForbidden, Detail: err.Error()})
+		return
 	case errors.Is(err, errShareOwner):
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "user: " + err.Error(),
 			Errors: []schema.Violation{{Path: "user", Rule: "must not be the thread's owner"}}})
@@ -115,5 +128,6 @@ func (g *Gateway) changeShare(w http.ResponseWriter, r *http.Request, user strin
 		}
 	}
 	g.log.InfoContext(r.Context(), "thread share changed", "thread", thread, "owner", user, "user", other, "granted", grant)
-	writeJSON(w, http.StatusOK, ThreadAccess{Thread: thread, Owner: rec.Owner, Shared: nonNil(rec.Shared)})
+	writeJSON(w, http.StatusOK, ThreadAccess{Thread: thread, Owner: rec.Owner, Shared: nonNil(rec.Shared),
+		Pending: rec.Verdict != VerdictAccepted})
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
 )
 
 const (
@@ -60,13 +61,32 @@ func TestShares(t *testing.T) {
 	h := g.Handler()
 	path := func(user string) string { return "/v1/threads/s1/shares/" + url.PathEscape(user) }
 
-	// Sharing an unclaimed thread claims it for the caller.
+	// Sharing an unclaimed thread makes a pending claim for the caller:
+	// the share gives nothing until the processor accepts the owner's
+	// claim (verify.go).
 	w := request(t, h, "PUT", path("other"), ownerTok, "", nil)
 	if w.Code != http.StatusOK {
 		t.Fatalf("PUT share = %d %s", w.Code, w.Body)
 	}
-	if a := access(t, w, w.Body.String()); a.Owner != "owner" || !slices.Equal(a.Shared, []string{"other"}) {
-		t.Fatalf("share = %+v, want owner shared [other]", a)
+	if a := access(t, w, w.Body.String()); a.Owner != "owner" || !slices.Equal(a.Shared, []string{"other"}) || !a.Pending {
+		t.Fatalf("share = %+v, want owner shared [other], pending", a)
+	}
+	for _, r := range []struct{ method, path, body string }{
+		{"GET", "/v1/threads/s1", ""},
+		{"POST", "/v1/threads/s1/messages", `{"text":"hi"}`},
+		{"POST", "/v1/threads/s1/elicitations/e1", `{"action":"accept"}`},
+		{"PUT", path("x"), ""},
+	} {
+		if w := request(t, h, r.method, r.path, otherTok, r.body, nil); w.Code != http.StatusNotFound {
+			t.Errorf("shared a pending claim: %s %s = %d %s, want 404", r.method, r.path, w.Code, w.Body)
+		}
+	}
+	if w := request(t, h, "GET", "/v1/threads", otherTok, "", nil); strings.Contains(w.Body.String(), "s1") {
+		t.Fatalf("other's list with a pending share = %s, want no s1", w.Body)
+	}
+	acceptClaim(t, g, "s1")
+	if w := request(t, h, "PUT", path("other"), ownerTok, "", nil); w.Code != http.StatusOK || access(t, w, w.Body.String()).Pending {
+		t.Fatalf("PUT share again after the verdict = %d %s, want 200 not pending", w.Code, w.Body)
 	}
 	if w := request(t, h, "GET", "/v1/threads/s1", otherTok, "", nil); w.Code != http.StatusOK ||
 		!strings.Contains(w.Body.String(), `"owner":"owner"`) || !strings.Contains(w.Body.String(), `"shared":["other"]`) ||
@@ -169,6 +189,20 @@ func TestShares(t *testing.T) {
 	}
 }
 
+// acceptClaim sends the owner's message to thread and plays the
+// processor accepting it (its echo in PARLEY_CHAT), which confirms the
+// owner's claim.
+func acceptClaim(t *testing.T, g *Gateway, thread string) {
+	t.Helper()
+	if w := request(t, g.Handler(), "POST", "/v1/threads/"+thread+"/messages", ownerTok, `{"text":"first"}`, nil); w.Code != http.StatusAccepted {
+		t.Fatalf("owner's first message = %d %s", w.Code, w.Body)
+	}
+	echoInput(t, g, thread, events.ChatTurnRequested)
+	if err := g.owners.check(t.Context(), thread, "owner"); err != nil {
+		t.Fatalf("owner's claim after the processor's echo: %v", err)
+	}
+}
+
 // lastInputShare returns the share of the gateway's last turn.requested
 // on thread in PARLEY_INPUT.
 func lastInputShare(t *testing.T, g *Gateway, thread string) []events.Identity {
@@ -221,7 +255,7 @@ func TestSharesConcurrentReplicas(t *testing.T) {
 			full++
 		}
 	}
-	rec, _, err := gs[1].owners.owner(t.Context(), "c1")
+	rec, err := gs[1].owners.get(t.Context(), "c1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,6 +301,7 @@ func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 	if w := request(t, g2.Handler(), "PUT", "/v1/threads/r1/shares/other", ownerTok, "", nil); w.Code != http.StatusOK {
 		t.Fatalf("share = %d %s", w.Code, w.Body)
 	}
+	acceptClaim(t, g2, "r1")
 	open := func(tok string) (*http.Response, <-chan error) {
 		t.Helper()
 		req, _ := http.NewRequestWithContext(t.Context(), "GET", hs.URL+"/v1/threads/r1/events", nil)
@@ -303,5 +338,135 @@ func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 	}
 	if w := request(t, g.Handler(), "GET", "/v1/threads/r1/events", otherTok, "", nil); w.Code != http.StatusNotFound {
 		t.Fatalf("reconnect after the revoke = %d, want 404", w.Code)
+	}
+}
+
+// A share of a claim the processor has not accepted opens nothing: the
+// shared user gets 404 on every route while the claim is pending, and when
+// the processor refuses the claim's first message (the thread is someone
+// else's, an integrator's here) the claim goes with its shares, whether
+// the refusal is found by the owner's, the shared user's or a share
+// request. Nobody reaches a foreign thread through a share.
+func TestShareOfUnverifiedClaim(t *testing.T) {
+	g, _ := newVerdictGateway(t)
+	h := g.Handler()
+	refuse := func(thread, eventID string) {
+		t.Helper()
+		rej, err := events.New("/parley/processor", events.TypeTurnRejected, thread, events.TurnRejected{RequestEventID: eventID,
+			Reason: events.RejectForbidden, Errors: []schema.Violation{{Rule: "thread " + thread + " belongs to integrator"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		publishChat(t, g, thread, events.ChatTurnRejected, rej)
+	}
+	// eveSees checks eve gets 404 on thread; held: dev's claim holds it
+	// (else her message or share would claim the released thread).
+	eveSees := func(thread string, held bool) {
+		t.Helper()
+		routes := []struct{ method, path, body string }{
+			{"GET", "/v1/threads/" + thread, ""},
+			{"POST", "/v1/threads/" + thread + "/elicitations/e1", `{"action":"accept"}`},
+		}
+		if held {
+			routes = append(routes, []struct{ method, path, body string }{
+				{"PUT", "/v1/threads/" + thread + "/shares/x", ""},
+				{"POST", "/v1/threads/" + thread + "/messages", `{"text":"hi"}`},
+			}...)
+		}
+		for _, r := range routes {
+			if w := request(t, h, r.method, r.path, eveTok, r.body, nil); w.Code != http.StatusNotFound {
+				t.Errorf("eve %s %s = %d %s, want 404", r.method, r.path, w.Code, w.Body)
+			}
+		}
+		if w := request(t, h, "GET", "/v1/threads", eveTok, "", nil); strings.Contains(w.Body.String(), thread) {
+			t.Errorf("eve's list = %s, want no %s", w.Body, thread)
+		}
+	}
+	released := func(thread string) {
+		t.Helper()
+		if r, err := g.owners.get(t.Context(), thread); err != errNotOwner {
+			t.Fatalf("refused claim on %s still recorded: %+v, %v", thread, r, err)
+		}
+	}
+
+	// Shared before the first message; refusal found by eve's request.
+	w := request(t, h, "PUT", "/v1/threads/f1/shares/eve", devTok, "", nil)
+	if w.Code != http.StatusOK || !access(t, w, w.Body.String()).Pending {
+		t.Fatalf("share f1 = %d %s, want 200 pending", w.Code, w.Body)
+	}
+	eveSees("f1", true)
+	a := postPending(t, g, devTok, "f1")
+	if r, err := g.owners.get(t.Context(), "f1"); err != nil || r.EventID != a.EventID || !slices.Equal(r.Shared, []string{"eve"}) {
+		t.Fatalf("f1 record after dev's first message = %+v, %v; want its event ID %s and the share", r, err, a.EventID)
+	}
+	refuse("f1", a.EventID)
+	eveSees("f1", false)
+	released("f1")
+
+	// Shared after the first message; refusal found by dev's share.
+	a = postPending(t, g, devTok, "f2")
+	if w := request(t, h, "PUT", "/v1/threads/f2/shares/eve", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share f2 = %d %s", w.Code, w.Body)
+	}
+	eveSees("f2", true)
+	refuse("f2", a.EventID)
+	if w := request(t, h, "PUT", "/v1/threads/f2/shares/eve", devTok, "", nil); w.Code != http.StatusNotFound {
+		t.Fatalf("share of a refused claim = %d %s, want 404", w.Code, w.Body)
+	}
+	released("f2")
+	eveSees("f2", false)
+
+	// Accepted: the share counts from then on.
+	postPending(t, g, devTok, "f3")
+	if w := request(t, h, "PUT", "/v1/threads/f3/shares/eve", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share f3 = %d %s", w.Code, w.Body)
+	}
+	echoInput(t, g, "f3", events.ChatTurnRequested)
+	if w := request(t, h, "GET", "/v1/threads/f3", eveTok, "", nil); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"role":"shared"`) {
+		t.Fatalf("eve GET f3 after the verdict = %d %s, want 200 shared", w.Code, w.Body)
+	}
+	if w := request(t, h, "GET", "/v1/threads", eveTok, "", nil); !strings.Contains(w.Body.String(), `"thread":"f3"`) {
+		t.Fatalf("eve's list after the verdict = %s, want f3", w.Body)
+	}
+}
+
+// A user the processor accepted as a party an integrator shared the thread
+// with (not its owner: the thread's first accepted message is the
+// integrator's) may use the thread but not share it on: a share made
+// while the claim was pending counts for nothing once it is confirmed,
+// and a new one is 403. The processor would refuse the user's messages
+// carrying grants, so none are sent.
+func TestShareByProcessorSharedParty(t *testing.T) {
+	g, _ := newVerdictGateway(t)
+	h := g.Handler()
+	first, err := events.New("/test", events.TypeTurnRequested, "p1",
+		events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "mine"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.SetExtension(events.ExtPrincipal, events.PrincipalIntegrator)
+	publishChat(t, g, "p1", events.ChatTurnRequested, first)
+	postPending(t, g, devTok, "p1")
+	if w := request(t, h, "PUT", "/v1/threads/p1/shares/eve", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("share of the pending claim = %d %s", w.Code, w.Body)
+	}
+	echoInput(t, g, "p1", events.ChatTurnRequested) // the processor accepted dev as a shared party
+	if w := request(t, h, "GET", "/v1/threads/p1", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("dev GET p1 = %d %s, want 200", w.Code, w.Body)
+	}
+	if get, answer := reads(t, g, eveTok, "p1"); get != 404 || answer != 404 {
+		t.Fatalf("eve, shared by a party that is not the owner: GET %d, answer %d; want 404 both", get, answer)
+	}
+	if r, err := g.owners.get(t.Context(), "p1"); err != nil || !r.ProcessorShared {
+		t.Fatalf("record = %+v, %v; want processorShared", r, err)
+	}
+	if w := request(t, h, "PUT", "/v1/threads/p1/shares/eve", devTok, "", nil); w.Code != http.StatusForbidden {
+		t.Fatalf("dev shares p1 = %d %s, want 403", w.Code, w.Body)
+	}
+	if w := request(t, h, "POST", "/v1/threads/p1/messages", devTok, `{"text":"again"}`, nil); w.Code != http.StatusAccepted {
+		t.Fatalf("dev POST p1 = %d %s", w.Code, w.Body)
+	}
+	if got := lastInputShare(t, g, "p1"); got != nil {
+		t.Fatalf("dev's message carries share %v, want none", got)
 	}
 }

@@ -17,6 +17,11 @@ import (
 // reads nothing for this long is disconnected.
 const sseWriteTimeout = 30 * time.Second
 
+// pendingStreamWait bounds how long a request for the event stream of the
+// user's own pending claim waits for the processor's verdict; without one
+// it is answered 404 like an unknown thread.
+const pendingStreamWait = 20 * time.Second
+
 // lastEventID reads the resume point: the Last-Event-ID header (what
 // EventSource sends on reconnect) or the lastEventId query parameter,
 // a stream sequence. ok is false when the value is present and invalid.
@@ -51,9 +56,8 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 			Errors: []schema.Violation{{Path: "Last-Event-ID", Rule: "must be an unsigned integer"}}})
 		return
 	}
-	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
-		return
-	}
+	// Counted before the ownership check: a wait for a verdict holds a
+	// consumer like a stream does.
 	if !g.openStream(user) {
 		w.Header().Set("Retry-After", "5")
 		writeProblem(w, Problem{Status: http.StatusTooManyRequests, Reason: ReasonRateLimited,
@@ -61,6 +65,11 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 		return
 	}
 	defer g.closeStream(user)
+	// A claim still pending (the first message just sent) waits for the
+	// processor's verdict before anything is streamed (verify.go).
+	if !g.owned(w, r, g.owners.verified(r.Context(), thread, user, pendingStreamWait)) {
+		return
+	}
 	ctx := r.Context()
 	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, after+1)
 	if err != nil {
@@ -123,7 +132,7 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 				return
 			}
 		case t := <-changed:
-			if !t.member(user) {
+			if !t.allows(user) {
 				g.log.InfoContext(ctx, "event stream ended: access revoked", "thread", thread, "user", user)
 				flush()
 				return

@@ -19,12 +19,13 @@ import (
 )
 
 // BucketThreads is the gateway's KV bucket of thread ownership. Keys:
-// "t.<thread>" → ThreadOwner (JSON), claimed with kv.Create so the first
-// claimant wins on every replica, and changed (shares) only with
+// "t.<thread>" → ThreadOwner (JSON), claimed with kv.Create so one
+// claimant is pending on every replica, confirmed only by the processor's
+// verdict (verify.go), and changed (shares, the verdict) only with
 // compare-and-set on its revision; "u.<user>.<thread>" → the claim (or
 // share) time, an index for listing a user's threads, the owner's and
-// those shared with them (<user> is the subject in unpadded base64url, so
-// any subject makes a valid key).
+// those shared with them, written once the claim is confirmed (<user> is
+// the subject in unpadded base64url, so any subject makes a valid key).
 const BucketThreads = "parley_gateway_threads"
 
 // MaxThreadsListed bounds GET /v1/threads: at most this many of a user's
@@ -40,7 +41,9 @@ type ThreadOwner struct {
 	CreatedAt time.Time `json:"createdAt"`
 	// Shared are the subjects of the users the owner shared the thread
 	// with, in the order granted: each may read the thread, send messages
-	// to it and answer its questions. At most events.MaxShares.
+	// to it and answer its questions once the claim is accepted (a share
+	// of a pending claim gives nothing until then, and goes with the claim
+	// when the processor refuses it). At most events.MaxShares.
 	Shared []string `json:"shared,omitempty"`
 	// Granted are the subjects of every user the thread was ever shared
 	// with, revoked ones included: the processor keeps a grant once an
@@ -48,12 +51,46 @@ type ThreadOwner struct {
 	// its record over events.MaxShares, so that bound applies here. At
 	// most events.MaxShares.
 	Granted []string `json:"granted,omitempty"`
+	// Verdict is VerdictPending until the gateway saw the processor accept
+	// a message of Owner on the thread, then VerdictAccepted. A record
+	// without it (written before verdicts were followed) is verified like
+	// a pending one.
+	Verdict string `json:"verdict,omitempty"`
+	// EventID is the ID of the claim's first message (turn.requested):
+	// its rejection releases the claim. Empty for a claim made by a share
+	// until the owner's first message.
+	EventID string `json:"eventId,omitempty"`
+	// FromSeq is the PARLEY_CHAT sequence the verdict is looked for from
+	// (the stream's next sequence when the claim was made).
+	FromSeq uint64 `json:"fromSeq,omitempty"`
+	// ProcessorShared is true when the processor accepted Owner as a party
+	// the thread's owner there (an integrator, say) shared it with, not as
+	// that owner: Owner may use the thread but not share it on (the
+	// processor takes grants only from its owner), so Shared counts for
+	// nothing. Set when the claim is confirmed.
+	ProcessorShared bool `json:"processorShared,omitempty"`
+}
+
+// sharedWith returns the users Shared gives access to once the claim is
+// accepted: none when Owner is only a party the processor's owner shared
+// the thread with.
+func (t ThreadOwner) sharedWith() []string {
+	if t.ProcessorShared {
+		return nil
+	}
+	return t.Shared
 }
 
 // member reports whether user is the owner or one the thread is shared
-// with.
+// with, whatever the verdict.
 func (t ThreadOwner) member(user string) bool {
 	return t.Owner == user || slices.Contains(t.Shared, user)
+}
+
+// allows reports whether user may use the thread now: the processor
+// accepted the owner's claim, and user is the owner or shared with.
+func (t ThreadOwner) allows(user string) bool {
+	return t.Verdict == VerdictAccepted && (t.Owner == user || slices.Contains(t.sharedWith(), user))
 }
 
 // ThreadSummary is one entry of GET /v1/threads.
@@ -68,6 +105,8 @@ var errNotOwner = errors.New("thread not found")
 
 type ownership struct {
 	kv jetstream.KeyValue
+	// verdicts reads the processor's verdicts on claims (verify.go).
+	verdicts *verdicts
 }
 
 // openOwnership creates the bucket, or opens it when another replica did
@@ -83,67 +122,14 @@ func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstrea
 
 func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
 
-// owner returns the record of thread and its revision; errNotOwner when
-// unclaimed.
-func (o *ownership) owner(ctx context.Context, thread string) (ThreadOwner, uint64, error) {
-	e, err := o.kv.Get(ctx, "t."+thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return ThreadOwner{}, 0, errNotOwner
-	}
-	if err != nil {
-		return ThreadOwner{}, 0, fmt.Errorf("reading owner of %s: %w", thread, err)
-	}
-	var t ThreadOwner
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return ThreadOwner{}, 0, fmt.Errorf("decoding owner of %s: %w", thread, err)
-	}
-	return t, e.Revision(), nil
-}
-
-// check returns nil when user owns thread or it is shared with them,
-// errNotOwner otherwise.
+// check returns nil when user may use thread (allows, with a pending
+// claim's verdict looked up in what is stored), errNotOwner otherwise.
 func (o *ownership) check(ctx context.Context, thread, user string) error {
-	_, err := o.access(ctx, thread, user)
+	_, err := o.access(ctx, thread, user, 0)
 	return err
 }
 
-// access returns thread's record when user owns it or it is shared with
-// them, errNotOwner otherwise.
-func (o *ownership) access(ctx context.Context, thread, user string) (ThreadOwner, error) {
-	t, _, err := o.owner(ctx, thread)
-	if err != nil {
-		return ThreadOwner{}, err
-	}
-	if !t.member(user) {
-		return ThreadOwner{}, errNotOwner
-	}
-	return t, nil
-}
-
-// claim makes user the owner of thread if nobody is, and returns
-// errNotOwner if someone else already is and it is not shared with user.
-// It returns the thread's record.
-func (o *ownership) claim(ctx context.Context, thread, user string) (ThreadOwner, error) {
-	now := time.Now().UTC()
-	t := ThreadOwner{Owner: user, CreatedAt: now}
-	val, _ := json.Marshal(t)
-	_, err := o.kv.Create(ctx, "t."+thread, val)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyExists):
-		if t, err = o.access(ctx, thread, user); err != nil {
-			return ThreadOwner{}, err
-		}
-	case err != nil:
-		return ThreadOwner{}, fmt.Errorf("claiming %s: %w", thread, err)
-	}
-	// The index is rewritten on every claim, so a crash between the two
-	// writes heals on the user's next message.
-	if err := o.index(ctx, thread, user, now); err != nil {
-		return ThreadOwner{}, err
-	}
-	return t, nil
-}
-
+// index lists thread among user's threads (GET /v1/threads).
 func (o *ownership) index(ctx context.Context, thread, user string, at time.Time) error {
 	ts, _ := at.MarshalText()
 	if _, err := o.kv.Put(ctx, "u."+userKey(user)+"."+thread, ts); err != nil {
@@ -156,6 +142,7 @@ func (o *ownership) index(ctx context.Context, thread, user string, at time.Time
 var (
 	errNotThreadOwner = errors.New("only the thread's owner may share it")
 	errShareOwner     = errors.New("the owner cannot be shared their own thread")
+	errSharedToOwner  = errors.New("the thread was shared with you at the processor by its owner there, who alone may share it")
 	errTooManyShares  = fmt.Errorf("a thread is shared with at most %d users, revoked ones included", events.MaxShares)
 )
 
@@ -165,17 +152,22 @@ var (
 const maxShareAttempts = 32
 
 // share grants (grant) or revokes thread to other on behalf of owner,
-// claiming the thread for owner first when nobody has, and returns the
-// record as written. Granting twice or revoking a user without a grant
-// changes nothing. Errors: errNotOwner (owner may not see the thread),
-// errNotThreadOwner (owner is only shared it), errShareOwner, and
-// errTooManyShares (a grant beyond events.MaxShares).
+// making a pending claim for owner first when nobody has claimed the
+// thread, and returns the record as written. A share of a pending claim is
+// recorded but allows nothing until the processor accepts the claim
+// (ThreadOwner.allows); a pending claim's verdict is looked up in what is
+// stored first. Granting twice or revoking a user without a grant changes
+// nothing. Errors: errNotOwner (owner may not see the thread: someone
+// else's, the processor refused owner's claim, or owner is only shared a
+// pending claim), errNotThreadOwner (owner is only shared it),
+// errShareOwner, and errTooManyShares (a grant beyond events.MaxShares).
 func (o *ownership) share(ctx context.Context, thread, owner, other string, grant bool) (ThreadOwner, error) {
 	if grant {
-		if _, err := o.claim(ctx, thread, owner); err != nil {
+		if _, err := o.createClaim(ctx, thread, owner, ""); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return ThreadOwner{}, err
 		}
 	}
+	resolved := false
 	for attempt := range maxShareAttempts {
 		if attempt > 0 {
 			select {
@@ -184,15 +176,35 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 				return ThreadOwner{}, ctx.Err()
 			}
 		}
-		t, rev, err := o.owner(ctx, thread)
+		r, err := o.get(ctx, thread)
 		if err != nil {
 			return ThreadOwner{}, err
+		}
+		t, rev := r.ThreadOwner, r.rev
+		if t.Owner == owner && t.Verdict != VerdictAccepted && !resolved {
+			// Maybe the processor already decided on owner's claim.
+			resolved = true
+			out, _, err := o.resolve(ctx, thread, owner, r, "", 0)
+			switch {
+			case err != nil:
+				return ThreadOwner{}, err
+			case out == outcomeRejected:
+				return ThreadOwner{}, errNotOwner // released: the thread is someone else's
+			case out == outcomeAccepted:
+				continue // confirmed: read the record again
+			}
 		}
 		switch {
 		case !t.member(owner):
 			return ThreadOwner{}, errNotOwner
+		case t.Owner != owner && t.Verdict != VerdictAccepted:
+			return ThreadOwner{}, errNotOwner // a pending claim shows nothing to those it is shared with
+		case t.Owner != owner && t.ProcessorShared:
+			return ThreadOwner{}, errNotOwner // those it is shared with have no access either
 		case t.Owner != owner:
 			return ThreadOwner{}, errNotThreadOwner
+		case grant && t.ProcessorShared:
+			return ThreadOwner{}, errSharedToOwner
 		case other == owner:
 			return ThreadOwner{}, errShareOwner
 		}
@@ -217,7 +229,7 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 		if grant != has {
 			val, _ := json.Marshal(t)
 			_, err = o.kv.Update(ctx, "t."+thread, val, rev)
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err) {
 				continue // another replica changed it: read again
 			}
 			if err != nil {
@@ -226,11 +238,15 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 		}
 		// The record decides access; the index only lists. It is written
 		// after the record (and again on a repeated PUT or DELETE), so a
-		// crash between the two heals on the next call.
-		if grant {
+		// crash between the two heals on the next call; a pending claim's
+		// shares are indexed when it is confirmed (confirm).
+		switch {
+		case grant && t.Verdict == VerdictAccepted:
 			err = o.index(ctx, thread, other, time.Now().UTC())
-		} else if err = o.kv.Delete(ctx, "u."+userKey(other)+"."+thread); err != nil {
-			err = fmt.Errorf("unindexing %s: %w", thread, err)
+		case !grant:
+			if err = o.kv.Delete(ctx, "u."+userKey(other)+"."+thread); err != nil {
+				err = fmt.Errorf("unindexing %s: %w", thread, err)
+			}
 		}
 		return t, err
 	}

@@ -1,0 +1,486 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+)
+
+// A gateway claim follows the processor's verdict (docs/SECURITY.md
+// "Thread ownership through the gateway"). The processor decides who owns a
+// thread: the party of its first accepted message (workers/processor
+// ownership.go). The gateway's record "t.<thread>" in BucketThreads only
+// reserves the thread among the gateway's users (kv.Create: one claimant
+// across replicas) and is "pending" until the gateway sees the processor
+// accept a message of the claimant: its echo in PARLEY_CHAT with the
+// extension attributes principal = the gateway's principal and onbehalfof =
+// the user. Reads (GET, the event stream, answers) of a pending claim are
+// 404, like an unknown thread. A rejection of the claim's first message
+// (turn.rejected naming its event ID; `forbidden` when someone else owns the
+// thread) releases the claim: the record is deleted with its revision, so
+// a replica that confirmed it meanwhile is not undone. A verdict that came
+// while no gateway was waiting (a restart, the verdict wait elapsed) is
+// found on the next request by reading the thread's turn.requested and
+// turn.rejected events from the claim's FromSeq.
+//
+// Shares (shares.go) live in the same record and follow its verdict: the
+// owner may share a pending claim (or share an unclaimed thread, which
+// makes a pending claim without a first message yet), but the users it is
+// shared with get 404 like strangers until the processor accepts the
+// owner's claim (ThreadOwner.allows), and a refused claim is deleted with
+// its shares. So a share never opens a thread the processor did not give
+// its owner.
+
+// Verdicts of a claim (ThreadOwner.Verdict).
+const (
+	// VerdictPending: the processor has not yet been seen accepting a
+	// message of the claimant.
+	VerdictPending = "pending"
+	// VerdictAccepted: the processor accepted a message of the claimant
+	// on the thread (it owns the thread or the thread is shared with it).
+	VerdictAccepted = "accepted"
+)
+
+// MaxVerdictScan bounds the thread events read to resolve one pending
+// claim (the thread's turn.requested and turn.rejected events from the
+// claim's FromSeq). A claim
+// whose verdict is not among them stays pending (reads answer 404); a
+// later request scans again.
+const MaxVerdictScan = 10000
+
+// verdicts finds the processor's verdicts on the gateway's claims in
+// PARLEY_CHAT.
+type verdicts struct {
+	js        jetstream.JetStream
+	principal string
+	// follow is Gateway.follow: an ordered consumer on PARLEY_CHAT.
+	follow func(ctx context.Context, filters []string, startSeq uint64) (<-chan item, func(), error)
+}
+
+// outcome is what the thread's events say about a claim.
+type outcome int
+
+const (
+	outcomePending  outcome = iota // no verdict seen
+	outcomeAccepted                // an echo of the claimant's input
+	outcomeRejected                // the claim's first message was refused
+)
+
+// verdictSubjects are the subjects of the events that carry verdicts on
+// thread's turn.requested inputs: the echo (turn.requested) and
+// turn.rejected.
+func verdictSubjects(thread string) []string {
+	return []string{events.ChatSubject(thread, events.ChatTurnRequested), events.ChatSubject(thread, events.ChatTurnRejected)}
+}
+
+// judge reads the thread's turn.requested and turn.rejected events from the claim's FromSeq (1 for a
+// record written before verdicts were followed) and returns the claim's
+// outcome: accepted on an echo of any message of user (through the
+// gateway's principal); rejected when the claim's first message, or the
+// message also (when not ""), was refused and no echo of user follows in
+// what is stored. With wait 0 it reads what is stored now; otherwise it
+// also waits up to wait for a verdict to be published. rej is the refusal
+// when the outcome is rejected.
+func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner, also string, wait time.Duration) (out outcome, rej *events.TurnRejected, err error) {
+	from := max(t.FromSeq, 1)
+	scan := wait <= 0
+	if scan {
+		stream, err := v.js.Stream(ctx, events.StreamChat)
+		if err != nil {
+			return outcomePending, nil, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+		}
+		var last uint64
+		for _, subj := range verdictSubjects(thread) {
+			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			if err != nil {
+				return outcomePending, nil, fmt.Errorf("reading the last %s: %w", subj, err)
+			}
+			last = max(last, m.Sequence)
+		}
+		if last < from {
+			return outcomePending, nil, nil // no verdict stored since the claim
+		}
+		wait = 30 * time.Second // bounds reading what is stored
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	items, stop, err := v.follow(ctx, verdictSubjects(thread), from)
+	if err != nil {
+		return outcomePending, nil, err
+	}
+	defer stop()
+	want := events.Identity{Principal: v.principal, OnBehalfOf: user}
+	final := func() (outcome, *events.TurnRejected, error) {
+		if rej != nil {
+			return outcomeRejected, rej, nil
+		}
+		return outcomePending, nil, nil
+	}
+	for n := 1; ; n++ {
+		var it item
+		var ok bool
+		select {
+		case it, ok = <-items:
+		case <-ctx.Done():
+		}
+		if !ok {
+			return final()
+		}
+		if it.ev != nil {
+			switch events.TypeOf(it.ev) {
+			case events.TypeTurnRequested:
+				// Any accepted message of the claimant proves the
+				// processor lets it use the thread.
+				if events.EchoIdentity(it.ev).Same(want) {
+					return outcomeAccepted, nil, nil
+				}
+			case events.TypeTurnRejected:
+				d, err := events.Data[events.TurnRejected](it.ev)
+				if err == nil && d.RequestEventID != "" && (d.RequestEventID == t.EventID || d.RequestEventID == also) {
+					rej = &d
+				}
+			}
+		}
+		// Everything stored is read: a refusal stands (no later echo of
+		// the claimant); with nothing found, a scan ends pending.
+		if it.numPending == 0 && (rej != nil || scan) {
+			return final()
+		}
+		if n >= MaxVerdictScan {
+			return final()
+		}
+	}
+}
+
+// processorOwner reports whether who is the owner of thread at the
+// processor: the party of the thread's first accepted message, i.e. of the
+// first turn.requested echo stored in PARLEY_CHAT. False when that echo is
+// someone else's (who was accepted as a party the owner shared the thread
+// with) or no longer stored (the stream's limits dropped it; the gateway
+// cannot tell, and assumes the narrower right).
+func (v *verdicts) processorOwner(ctx context.Context, thread string, who events.Identity) (bool, error) {
+	stream, err := v.js.Stream(ctx, events.StreamChat)
+	if err != nil {
+		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.ChatSubject(thread, events.ChatTurnRequested)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the first message of %s: %w", thread, err)
+	}
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		return false, nil // not a readable echo: not provably who's
+	}
+	return events.EchoIdentity(e).Same(who), nil
+}
+
+// rec is a claim record and its KV revision.
+type rec struct {
+	ThreadOwner
+	rev uint64
+}
+
+// get reads thread's claim record; errNotOwner when there is none.
+func (o *ownership) get(ctx context.Context, thread string) (rec, error) {
+	e, err := o.kv.Get(ctx, "t."+thread)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec{}, errNotOwner
+	}
+	if err != nil {
+		return rec{}, fmt.Errorf("reading owner of %s: %w", thread, err)
+	}
+	var t ThreadOwner
+	if err := json.Unmarshal(e.Value(), &t); err != nil {
+		return rec{}, fmt.Errorf("decoding owner of %s: %w", thread, err)
+	}
+	return rec{t, e.Revision()}, nil
+}
+
+// verified returns nil when user may use thread (access), waiting up to
+// wait for a pending claim's verdict; errNotOwner otherwise.
+func (o *ownership) verified(ctx context.Context, thread, user string, wait time.Duration) error {
+	_, err := o.access(ctx, thread, user, wait)
+	return err
+}
+
+// access returns thread's record when user may use it: the processor
+// accepted the owner's claim and user is the owner or one it is shared
+// with. A pending claim is resolved first, on behalf of its owner (only
+// the owner's own request waits up to wait for the verdict; one of a user
+// it is shared with reads what is stored): a share of a pending claim
+// gives nothing until then. errNotOwner when the thread is unclaimed,
+// someone else's, pending or refused.
+func (o *ownership) access(ctx context.Context, thread, user string, wait time.Duration) (ThreadOwner, error) {
+	r, err := o.get(ctx, thread)
+	if err != nil {
+		return ThreadOwner{}, err
+	}
+	if !r.member(user) {
+		return ThreadOwner{}, errNotOwner
+	}
+	if r.Verdict == VerdictAccepted {
+		if !r.allows(user) {
+			return ThreadOwner{}, errNotOwner
+		}
+		return r.ThreadOwner, nil
+	}
+	if r.Owner != user {
+		wait = 0
+	}
+	out, _, err := o.resolve(ctx, thread, r.Owner, r, "", wait)
+	if err != nil {
+		return ThreadOwner{}, err
+	}
+	if out != outcomeAccepted {
+		return ThreadOwner{}, errNotOwner
+	}
+	// Confirmed: read the record as confirm left it (shares may have
+	// changed meanwhile).
+	if r, err = o.get(ctx, thread); err != nil {
+		return ThreadOwner{}, err
+	}
+	if !r.allows(user) {
+		return ThreadOwner{}, errNotOwner
+	}
+	return r.ThreadOwner, nil
+}
+
+// resolve looks for the verdict on r, owner's claim (and on owner's
+// message also, when not ""), and records it: an accepted claim is
+// confirmed (and indexed for owner and those it is shared with), a
+// rejected one released with its shares.
+func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, also string, wait time.Duration) (outcome, *events.TurnRejected, error) {
+	out, rej, err := o.verdicts.judge(ctx, thread, owner, r.ThreadOwner, also, wait)
+	if err != nil {
+		return outcomePending, nil, err
+	}
+	switch out {
+	case outcomeAccepted:
+		err = o.confirm(ctx, thread, owner, r)
+	case outcomeRejected:
+		err = o.release(ctx, thread, owner, r)
+	}
+	return out, rej, err
+}
+
+// maxVerdictWrites bounds confirm's and release's compare-and-set retries
+// when the record changes under them (a share made meanwhile).
+const maxVerdictWrites = 8
+
+// confirm records the processor's acceptance of owner's claim r and
+// indexes the thread for owner and the users it is shared with. Another
+// replica confirming first is not an error; a share written meanwhile is
+// kept (the record is read again and confirmed with it).
+func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) error {
+	own, err := o.verdicts.processorOwner(ctx, thread, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
+	if err != nil {
+		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
+	}
+	for range maxVerdictWrites {
+		if r.Owner != owner {
+			return fmt.Errorf("confirming the claim on %s: it is no longer %s's", thread, owner)
+		}
+		if r.Verdict == VerdictAccepted {
+			break
+		}
+		t := r.ThreadOwner
+		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
+		val, _ := json.Marshal(t)
+		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
+		if err == nil {
+			r.ThreadOwner = t
+			break
+		}
+		if !isWrongRevision(err) && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
+		}
+		if r, err = o.get(ctx, thread); err != nil {
+			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
+		}
+	}
+	if r.Verdict != VerdictAccepted {
+		return fmt.Errorf("confirming the claim on %s: the record kept changing (%d attempts)", thread, maxVerdictWrites)
+	}
+	for _, u := range append([]string{owner}, r.sharedWith()...) {
+		if err := o.index(ctx, thread, u, r.CreatedAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release deletes owner's claim r, which the processor refused, with its
+// shares, as long as it is still owner's pending claim (its revision, read
+// again when a share changed it), and the index entries of owner and the
+// users it was shared with.
+func (o *ownership) release(ctx context.Context, thread, owner string, r rec) error {
+	for range maxVerdictWrites {
+		if r.Owner != owner || r.Verdict == VerdictAccepted {
+			return nil // another claim, or another replica saw it accepted
+		}
+		err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev))
+		if err == nil {
+			break
+		}
+		if !isWrongRevision(err) {
+			return fmt.Errorf("releasing the claim on %s: %w", thread, err)
+		}
+		if r, err = o.get(ctx, thread); errors.Is(err, errNotOwner) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("releasing the claim on %s: %w", thread, err)
+		}
+	}
+	for _, u := range append([]string{owner}, r.Shared...) {
+		if err := o.kv.Delete(ctx, "u."+userKey(u)+"."+thread); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("releasing the index of %s: %w", thread, err)
+		}
+	}
+	return nil
+}
+
+// isWrongRevision reports whether err is JetStream refusing a write whose
+// expected last revision is not the key's (another replica wrote first).
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// createClaim creates user's pending claim on thread for the message
+// eventID ("" for a claim made by a share); jetstream.ErrKeyExists when
+// the thread is claimed already.
+func (o *ownership) createClaim(ctx context.Context, thread, user, eventID string) (rec, error) {
+	from, err := o.nextChatSeq(ctx)
+	if err != nil {
+		return rec{}, err
+	}
+	t := ThreadOwner{Owner: user, CreatedAt: time.Now().UTC(), Verdict: VerdictPending, EventID: eventID, FromSeq: from}
+	val, _ := json.Marshal(t)
+	rev, err := o.kv.Create(ctx, "t."+thread, val)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return rec{}, err
+	}
+	if err != nil {
+		return rec{}, fmt.Errorf("claiming %s: %w", thread, err)
+	}
+	return rec{t, rev}, nil
+}
+
+// claimFor reserves thread for user's message eventID: it creates a
+// pending claim when the thread is unclaimed (or its earlier claim was
+// refused), and returns the record to follow, with pending false when the
+// processor already accepted user's claim, or the owner's when user is
+// shared the thread. It returns errNotOwner when another user holds the
+// claim and user is not shared it, or is shared a claim not yet accepted.
+func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) (r rec, pending bool, err error) {
+	for range 3 {
+		r, err = o.get(ctx, thread)
+		switch {
+		case errors.Is(err, errNotOwner):
+			r, err := o.createClaim(ctx, thread, user, eventID)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue // another request claimed it first: read its claim
+			}
+			if err != nil {
+				return rec{}, false, err
+			}
+			return r, true, nil
+		case err != nil:
+			return rec{}, false, err
+		case !r.member(user):
+			return rec{}, false, errNotOwner
+		case r.Verdict == VerdictAccepted && !r.allows(user):
+			return rec{}, false, errNotOwner
+		case r.Verdict == VerdictAccepted:
+			// The index is rewritten on every message, so a crash between
+			// confirming (or sharing) and indexing heals on the user's
+			// next message.
+			if err := o.index(ctx, thread, user, r.CreatedAt); err != nil {
+				return rec{}, false, err
+			}
+			return r, false, nil
+		}
+		// A claim not yet accepted (user's own, or the owner's of one
+		// shared with user): maybe a verdict came.
+		out, _, err := o.resolve(ctx, thread, r.Owner, r, "", 0)
+		switch {
+		case err != nil:
+			return rec{}, false, err
+		case out == outcomeAccepted:
+			continue // confirmed: read it again (and index user)
+		case out == outcomePending && r.Owner != user:
+			return rec{}, false, errNotOwner // a share of a pending claim allows nothing yet
+		case out == outcomePending && r.EventID == "":
+			// A claim made by a share (or before verdicts were followed):
+			// this is its first message, whose refusal releases it.
+			t := r.ThreadOwner
+			t.EventID = eventID
+			val, _ := json.Marshal(t)
+			rev, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
+			if isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyExists) {
+				continue // changed meanwhile: read it again
+			}
+			if err != nil {
+				return rec{}, false, fmt.Errorf("claiming %s: %w", thread, err)
+			}
+			return rec{t, rev}, true, nil
+		case out == outcomePending:
+			return r, true, nil
+		case r.Owner != user:
+			return rec{}, false, errNotOwner // the owner's claim was refused
+		}
+		// refused and released: claim anew for this message.
+	}
+	return rec{}, false, fmt.Errorf("claiming %s: the claim changed three times while reading it; retry", thread)
+}
+
+// nextChatSeq returns the sequence the next PARLEY_CHAT message will have
+// at least: a verdict on a message published after this call is stored at
+// or after it.
+func (o *ownership) nextChatSeq(ctx context.Context) (uint64, error) {
+	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
+	if err != nil {
+		return 0, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	return stream.CachedInfo().State.LastSeq + 1, nil
+}
+
+// answerMessage answers POST .../messages after the message e was
+// published under the pending claim r: it waits up to VerdictWait for the
+// processor's verdict. Accepted: 202 "accepted" (the claim is confirmed).
+// Refused: the claim is released and the answer is 404 for `forbidden`
+// (the thread is someone else's: like an unknown thread, its owner is not
+// named) or the rejection's problem otherwise. No verdict yet: 202
+// "pending" (the claim is resolved on a later request).
+func (g *Gateway) answerMessage(w http.ResponseWriter, r *http.Request, thread, user string, c rec, eventID string) {
+	out, rej, err := g.owners.resolve(r.Context(), thread, user, c, eventID, g.opts.VerdictWait)
+	switch {
+	case err != nil:
+		g.unavailable(w, r, err)
+	case out == outcomeAccepted:
+		w.Header().Set("Location", "/v1/threads/"+thread+"/events")
+		writeJSON(w, http.StatusAccepted, Accepted{EventID: eventID, Thread: thread, Status: VerdictAccepted})
+	case out == outcomeRejected && rej.Reason == events.RejectForbidden:
+		g.notFound(w)
+	case out == outcomeRejected:
+		writeProblem(w, Problem{Status: rejectionStatus(rej.Reason), Reason: rej.Reason,
+			Detail: "the message was refused: " + rej.Reason, EventID: rej.RequestEventID, Errors: rej.Errors,
+			Title: "message rejected: " + rej.Reason})
+	default:
+		w.Header().Set("Location", "/v1/threads/"+thread+"/events")
+		writeJSON(w, http.StatusAccepted, Accepted{EventID: eventID, Thread: thread, Status: VerdictPending})
+	}
+}
