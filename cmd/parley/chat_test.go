@@ -16,7 +16,6 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // syncBuffer is a bytes.Buffer safe for one writer and one poller.
@@ -82,19 +81,8 @@ func startDev(t *testing.T) (url string, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		kv, err := b.JetStream().KeyValue(ctx, "parley_tools")
-		if err == nil {
-			if _, err = kv.Get(ctx, builtin.ToolDeleteEntities); err == nil {
-				return srv.ClientURL(), ctx
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the tool-executor did not register its tools: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitToolsRegistered(t, b.JetStream())
+	return srv.ClientURL(), ctx
 }
 
 // startChat runs chatCmd.Run on thread with a pipe as stdin.

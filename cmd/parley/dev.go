@@ -94,7 +94,11 @@ func (c *devCmd) Run(e *env) error {
 		// before that is its death.
 		gw, err := startDevGateway(g.Context(), url, abs, c.Gateway, c.storeFlags, creds(natsauth.Gateway), e)
 		if err != nil {
-			_ = g.Stop()
+			// A worker that died while the gateway started cancelled the
+			// gateway's start: the death is the cause to report.
+			if gerr := g.Stop(); gerr != nil && g.Context().Err() != nil {
+				return gerr
+			}
 			return err
 		}
 		g.Go(starter.Role{Name: natsauth.Gateway, Run: func(context.Context) error { return gw() }})

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/parley-dev/parley/internal/natsserver"
 	"github.com/parley-dev/parley/model/openai/openaitest"
 )
@@ -93,6 +96,18 @@ func TestChatWithOpenAICompatibleModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); _ = wait() })
+	// The agent must know delete_entities before the model asks for it:
+	// an unknown tool is an error result the scripted model talks past.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitToolsRegistered(t, js)
 	h := startChat(t, ns.ClientURL(), ctx, "model-chat")
 	h.typeLine("delete the draft about page loads")
 	h.waitFor("… Thinking…")
