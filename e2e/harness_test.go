@@ -52,6 +52,9 @@ type options struct {
 	// policies are further gates, by policy name, which the agent expects
 	// next to the gate.
 	policies map[string]*gate.Config
+	// progressDelay is the agent's ProgressDelay; 0 means its default
+	// (agent.DefaultProgressDelay), negative every phase's progress at once.
+	progressDelay time.Duration
 }
 
 // system is a running parley on an embedded server.
@@ -169,7 +172,8 @@ func start(t *testing.T, opts options) *system {
 	s.model = &countingProvider{Provider: provider}
 	if !opts.noAgent {
 		run("agent", starter.RoleAgent, func(c starter.Common) starter.Worker {
-			return starter.Agent(c, s.model, agent.Options{PreExecuteTimeout: time.Second, FormRevision: opts.formRevision, Policies: expected})
+			return starter.Agent(c, s.model, agent.Options{PreExecuteTimeout: time.Second, FormRevision: opts.formRevision, Policies: expected,
+				ProgressDelay: opts.progressDelay})
 		})
 	}
 	sctx, scancel := context.WithTimeout(ctx, 20*time.Second)

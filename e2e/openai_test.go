@@ -38,6 +38,18 @@ func startOpenAI(t *testing.T, replies ...openaitest.Reply) (*system, *openaites
 	return start(t, options{provider: openAIProvider(t, srv)}), srv
 }
 
+// startOpenAIAllProgress is startOpenAI with an agent that publishes every
+// phase's progress at once (ProgressDelay negative). With the default
+// delay, the phases of a turn against the local test server (instant model
+// answers, instant policy check and tool) publish no progress at all
+// (docs/events.md, "Progress"); tests that pin which statuses a turn's
+// phases announce use this.
+func startOpenAIAllProgress(t *testing.T, replies ...openaitest.Reply) (*system, *openaitest.Server) {
+	t.Helper()
+	srv := openaitest.New(t, replies...)
+	return start(t, options{provider: openAIProvider(t, srv), progressDelay: -1}), srv
+}
+
 // turnCompleted waits for the n-th turn.completed on thread.
 func (s *system) turnCompleted(thread string, n int) events.TurnCompleted {
 	s.t.Helper()
@@ -83,7 +95,10 @@ func (s *system) statuses(thread string) []string {
 }
 
 func TestOpenAIText(t *testing.T) {
-	s, srv := startOpenAI(t, reply("text.sse"))
+	// All progress at once: this test pins that the model phase announces
+	// itself ("Thinking…" first), which an instant answer would not show
+	// under the default ProgressDelay.
+	s, srv := startOpenAIAllProgress(t, reply("text.sse"))
 	s.send("oa1", "hello")
 	tc := s.turnCompleted("oa1", 1)
 	want := "Hello! I can list, publish or delete your content."
@@ -131,7 +146,13 @@ func toolIDs(req map[string]any) (results, calls []string) {
 }
 
 func TestOpenAIToolCallSplitAcrossChunks(t *testing.T) {
-	s, srv := startOpenAI(t, reply("tool_list.sse"), reply("text_after_list.sse"))
+	// All progress at once: this test pins the four statuses of a step
+	// with a tool call. Since issue 10's last cut a phase shows only once
+	// it lasts agent.DefaultProgressDelay, and against the local test
+	// server every phase here is instant, so the default would publish
+	// none (docs/events.md, "Progress"; agent TestSlowPhaseShowsProgress
+	// pins that a slow phase still shows).
+	s, srv := startOpenAIAllProgress(t, reply("tool_list.sse"), reply("text_after_list.sse"))
 	s.send("oa2", "how many drafts?")
 	tc := s.turnCompleted("oa2", 1)
 	if tc.Message.Text != "There are 10 draft articles." {

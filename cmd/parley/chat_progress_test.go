@@ -5,7 +5,9 @@ import (
 	"time"
 )
 
-// The chat shows the turn's progress as a working indicator.
+// The chat shows the turn's progress as a working indicator. startDev's
+// agent has --progress-delay 0 (every phase at once): the scripted model's
+// phases are instant, and the default 200 ms would announce none of them.
 func TestChatShowsProgress(t *testing.T) {
 	url, ctx := startDev(t)
 	h := startChat(t, url, ctx, "progress1")

@@ -51,6 +51,9 @@ type agentFlags struct {
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for the policy services."`
 	Policies          []string      `name:"policies" env:"PARLEY_POLICIES" default:"gate" help:"Policy services every tool call waits for (comma-separated names); one that does not answer vetoes a tool that is not read-only."`
 	ModelCallTimeout  time.Duration `name:"model-call-timeout" env:"PARLEY_MODEL_CALL_TIMEOUT" default:"10m" help:"How long one model call, all its attempts and retry waits included, may take; after it the turn fails with reason model_timeout."`
+	// ProgressDelay: see agent.Options.ProgressDelay; 0 or less here
+	// announces every phase at once.
+	ProgressDelay time.Duration `name:"progress-delay" env:"PARLEY_PROGRESS_DELAY" default:"200ms" help:"How long a phase of a turn (a model call, a policy check, a tool call) must last before its progress is published; shorter phases publish none. 0: every phase's progress at once."`
 	// FormRevision: see agent.Options.FormRevision.
 	FormRevision string `name:"form-revision" env:"PARLEY_FORM_REVISION" default:"2025-06-18" enum:"2025-06-18,2025-11-25,2026-07-28" help:"The MCP revision the people's clients render forms in (${enum}): a question (a tool's, a policy's or an MCP server's elicitation) that needs a later one fails the call instead of pausing. parley chat and the web chat render 2025-11-25 (titled and multi-select enums, defaults)."`
 	modelFlags
@@ -131,6 +134,15 @@ func (a agentFlags) check() error {
 	return a.modelFlags.check()
 }
 
+// progressDelay is the agent's Options.ProgressDelay for --progress-delay:
+// 0 or less announces every phase at once (the agent's negative value).
+func (a agentFlags) progressDelay() time.Duration {
+	if a.ProgressDelay <= 0 {
+		return -1
+	}
+	return a.ProgressDelay
+}
+
 // firstErr returns the first non-nil error.
 func firstErr(errs ...error) error {
 	for _, err := range errs {
@@ -184,7 +196,7 @@ func roleWorker(role string, cfg roleConfig, log *slog.Logger) (starter.Worker, 
 		}
 		return starter.Agent(c, provider, agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
 			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout,
-			FormRevision: schema.Revision(cfg.agent.FormRevision)}), nil
+			FormRevision: schema.Revision(cfg.agent.FormRevision), ProgressDelay: cfg.agent.progressDelay()}), nil
 	case starter.RoleToolexec:
 		return starter.Toolexec(c, starter.ToolexecConfig{
 			Sources: func(ctx context.Context, log *slog.Logger) ([]toolexec.Source, func(), error) {

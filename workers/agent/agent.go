@@ -28,6 +28,11 @@ type Options struct {
 	Logger *slog.Logger
 	// PreExecuteTimeout bounds one pre-execute request. Optional. Default: 2s.
 	PreExecuteTimeout time.Duration
+	// ProgressDelay is how long a phase of a turn must last before its
+	// progress notification is published; a phase that ends sooner
+	// publishes none (DefaultProgressDelay). Optional. Default:
+	// DefaultProgressDelay; negative: every phase's progress at once.
+	ProgressDelay time.Duration
 	// ModelTimeout bounds one model call, its retries included. A call
 	// still running after it ends the run with run.failed (and the turn
 	// with turn.failed) reason ReasonModelTimeout. Optional. Default:
@@ -85,9 +90,11 @@ type Agent struct {
 	// policy allowed or a person confirmed (parley_decisions).
 	decisions *kvstate.Decisions
 	results   jetstream.ObjectStore // tool results too large for a run record
-	provider  model.Provider
-	opts      Options
-	log       *slog.Logger
+	// pending holds progress until its phase has lasted ProgressDelay.
+	pending  pendingProgress
+	provider model.Provider
+	opts     Options
+	log      *slog.Logger
 }
 
 // New opens the agent's buckets (idempotently). provider is required. It
@@ -108,6 +115,9 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	}
 	if o.ModelTimeout <= 0 {
 		o.ModelTimeout = DefaultModelTimeout
+	}
+	if o.ProgressDelay == 0 {
+		o.ProgressDelay = DefaultProgressDelay
 	}
 	if o.MaxSteps <= 0 {
 		o.MaxSteps = 16
@@ -683,6 +693,7 @@ func (a *Agent) redispatch(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
+	a.pending.end(run.RunID) // its own event ends the phase
 	var pend []events.PendingElicitation
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {
@@ -710,6 +721,7 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
+	a.pending.end(run.RunID) // its own event ends the phase
 	decisions := append([]events.DecisionRecord(nil), run.Decisions...)
 	for _, c := range run.Calls { // calls settled by a cancel, never fed to the model
 		if c.decided() {
@@ -728,6 +740,7 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
+	a.pending.end(run.RunID) // its own event ends the phase
 	e, err := events.KindRunFailed.New(events.SourceAgent, events.DerivedID("run.failed", run.RunID),
 		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail})
 	if err != nil {

@@ -54,8 +54,12 @@ const (
 const RejectRunTooLarge = "run_too_large"
 
 // ResultsBucket is the JetStream object store holding tool results larger
-// than MaxInlineResultBytes, by name "<runId>.<callId>.<round>", kept as
-// long as run records (Options.RunTTL).
+// than MaxInlineResultBytes, by name "<runId>.<callId>.<round>.<digest>"
+// (digest: the first 8 bytes of the result's SHA-256, hex), kept as long
+// as run records (Options.RunTTL). The digest in the name keeps two
+// different results of one call apart: a read-only call redelivered to
+// the tool-executor runs again, and two agents applying its two results
+// at once must not overwrite the object the winning run record points at.
 const ResultsBucket = "parley_results"
 
 // MetaResultRef is the _meta key of a reduced tool result in a run record,
@@ -66,7 +70,8 @@ const MetaResultRef = "drupal.org/parley.result_ref"
 type ResultRef struct {
 	// Bucket is the object store, ResultsBucket.
 	Bucket string `json:"bucket"`
-	// Name is the object name, "<runId>.<callId>.<round>".
+	// Name is the object name, "<runId>.<callId>.<round>.<digest>"
+	// (see ResultsBucket).
 	Name string `json:"name"`
 	// Size is the whole result's encoded size in bytes.
 	Size int `json:"size"`
@@ -123,11 +128,11 @@ func (a *Agent) admitResult(ctx context.Context, run *Run, c *CallState, r *sche
 	if len(b) <= MaxInlineResultBytes {
 		return r, nil
 	}
-	name := fmt.Sprintf("%s.%s.%d", run.RunID, c.Call.ID, c.Round)
+	sum := sha256.Sum256(b)
+	name := fmt.Sprintf("%s.%s.%d.%x", run.RunID, c.Call.ID, c.Round, sum[:8])
 	if _, err := a.results.PutBytes(ctx, name, b); err != nil {
 		return nil, fmt.Errorf("storing the large result of %s: %w", c.Call.Name, err)
 	}
-	sum := sha256.Sum256(b)
 	ref := &ResultRef{Bucket: ResultsBucket, Name: name, Size: len(b),
 		Digest: "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])}
 	a.log.InfoContext(ctx, "tool result stored by reference", "tool", c.Call.Name, "run_id", run.RunID,

@@ -274,7 +274,10 @@ func (d *deltaStream) flush() {
 // stream's duplicate window. Failure to publish (bounded by
 // progressTimeout) is logged, never fatal: progress is advisory. It is
 // published without waiting for its acknowledgement (bus.PublishAsync:
-// stored in publish order), so it does not hold up the turn.
+// stored in publish order), so it does not hold up the turn. It is
+// published only once its phase has lasted Options.ProgressDelay
+// (DefaultProgressDelay): the run's next progress, or its end, drops it
+// before that (pendingProgress).
 func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, status, message string) {
 	if run.TurnID == "" || run.Thread == "" {
 		return
@@ -297,8 +300,11 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		a.bus.PublishAsync(ctx, subject, e, progressTimeout, func(err error) {
-			a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
+		runID := run.RunID
+		a.pending.announce(ctx, runID, a.opts.ProgressDelay, func(ctx context.Context) {
+			a.bus.PublishAsync(ctx, subject, e, progressTimeout, func(err error) {
+				a.log.WarnContext(ctx, "progress not published", "run_id", runID, "error", err)
+			})
 		})
 		return
 	}

@@ -10,8 +10,8 @@
 //
 // # Exactly once
 //
-// Every call, of every tool, runs at most once per (run, call, round). The
-// executor claims the call before running it by creating its key in
+// Every call of a tool that is not read-only runs at most once per (run,
+// call, round). The executor claims the call before running it by creating its key in
 // parley_tool_results (a KV create: exactly one executor wins), refreshes
 // the claim while the tool runs, and replaces the claim with the result
 // before publishing it. A redelivered call whose key holds a result
@@ -22,6 +22,16 @@
 // its own ledger, see builtin) or a tool whose registered definition says
 // idempotentHint or readOnlyHint true. Any other tool is never run twice:
 // the model gets an isError result saying the outcome is unknown.
+//
+// A read-only call (readOnlyHint true in the definition this executor
+// registered: a built-in tool's own, or a trusted MCP server's) is neither
+// claimed nor recorded: reading twice changes nothing, so a redelivered
+// read-only call simply runs again and publishes its result again. Both
+// results carry the same derived event ID (JetStream drops the second
+// within the stream's duplicate window), and the agent applies only the
+// first result of a call (its run record marks the call done), so the
+// model never sees two. This saves the claim's create and the result's
+// write in parley_tool_results per read-only call (docs/RELIABILITY.md).
 //
 // # Only what was decided
 //
@@ -350,8 +360,9 @@ func (x *Executor) newRouter() *bus.Router {
 	return r
 }
 
-// onToolCall runs one tool call, at most once per (run, call, round): see
-// the package documentation.
+// onToolCall runs one tool call: a read-only one each time it is
+// delivered, any other at most once per (run, call, round). See the
+// package documentation.
 func (x *Executor) onToolCall(ctx context.Context, d *bus.Delivery, in events.ToolCallRequested) error {
 	if in.RunID == "" || in.Call.ID == "" {
 		return bus.Permanent(errors.New("data: runId and call.id are required"))
@@ -362,6 +373,16 @@ func (x *Executor) onToolCall(ctx context.Context, d *bus.Delivery, in events.To
 	x.mu.RUnlock()
 	if err := x.authorize(ctx, d.Subject, in, e, known); err != nil {
 		return err
+	}
+	if known && e.def.Annotations.ReadOnly() {
+		// Safe to run again: no claim, no record (package documentation,
+		// "Exactly once"). A failure is returned as is, so the call is
+		// retried and then dead-lettered like any other.
+		res, err := x.execute(ctx, in, e, known)
+		if err != nil {
+			return err
+		}
+		return x.publish(ctx, d.Event.Subject(), x.bound(ctx, in.Call.Name, res))
 	}
 
 	claim := callRecord{State: stateClaimed, Owner: x.opts.InstanceID,

@@ -390,3 +390,27 @@ func (h *hugeTool) Definition() schema.Tool {
 	return schema.Tool{Name: "huge", Description: strings.Repeat("x", kvstate.MaxToolDefinitionBytes),
 		InputSchema: json.RawMessage(`{"type":"object"}`)}
 }
+
+// A read-only call is neither claimed nor recorded in parley_tool_results
+// (package documentation, "Exactly once"): a redelivery runs it again and
+// publishes its result again, and its key never exists.
+func TestReadOnlyCallNotRecorded(t *testing.T) {
+	tool := &countingTool{name: "read", ann: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}}
+	f := newFixture(t, Options{Sources: []Source{&fakeSource{name: "srv", tools: []builtin.Tool{tool}}}})
+	d := delivery(t, "srv__read") // no decision: a read-only call needs none
+	for i := 1; i <= 2; i++ {
+		if err := f.x.Handle(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+		if r := f.result(t); text(r) != "ran "+strconv.Itoa(i) || r.CallID != "call-1" {
+			t.Fatalf("delivery %d: result %q for call %q", i, text(r), r.CallID)
+		}
+	}
+	if got := tool.n.Load(); got != 2 {
+		t.Fatalf("tool ran %d times, want 2 (once per delivery)", got)
+	}
+	key := "r" + events.DerivedID("run-1", "call-1", "0")
+	if _, _, err := f.x.results.Get(t.Context(), key); !errors.Is(err, kvstate.ErrNotFound) {
+		t.Fatalf("%s/%s: got %v, want no record of a read-only call", kvstate.BucketToolResults, key, err)
+	}
+}
