@@ -183,6 +183,15 @@ func TestBrowserDemoConversations(t *testing.T) {
 	if !strings.Contains(title, "Delete site entities") || !strings.Contains(args, "article-") {
 		t.Fatalf("confirmation shows title %q args %q", title, args)
 	}
+	// Once the pause is announced, a question shown as a card is not also
+	// restated in prose (a newcomer saw each confirmation twice).
+	run(t, ctx, "the pause announced", chromedp.Poll(`document.getElementById("status").textContent === "Waiting for your answer"`,
+		nil, chromedp.WithPollingTimeout(10*time.Second)))
+	var restated int
+	run(t, ctx, "no restatement", chromedp.Evaluate(`document.querySelectorAll("li.msg.restated").length`, &restated))
+	if restated != 0 {
+		t.Fatalf("%d restated messages beside a confirmation card, want 0", restated)
+	}
 	screenshot(t, ctx, dir, "delete-confirmation.png")
 	run(t, ctx, "decline with instructions",
 		chromedp.SendKeys(form+`[data-field=instructions] input`, "keep them for now"),

@@ -605,7 +605,16 @@ function onEvent(ce) {
     case T.turnCompleted: endDraft(d.turnId, true); addItem(renderMessage(d.message || {}, "assistant")); status.textContent = "";
       for (const card of state.questions.values()) if (!card.classList.contains("settled")) settle(card, "Closed.");
       break;
-    case T.turnPaused: addItem(renderMessage(d.message || {}, "restated")); status.textContent = "Waiting for your answer"; break;
+    case T.turnPaused: {
+      // The restatement is for questions this page cannot show as a form:
+      // when every question of the pause is on screen as a card, the prose
+      // would only say the same thing twice.
+      const ids = d.elicitationIds || [];
+      const shown = (id) => { const c = state.questions.get(id); return c && c.dataset.unrenderable !== "true"; };
+      if (ids.length === 0 || !ids.every(shown)) addItem(renderMessage(d.message || {}, "restated"));
+      status.textContent = "Waiting for your answer";
+      break;
+    }
     case T.turnFailed: endDraft(d.turnId, false); addItem(el("li", { class: "msg error", role: "alert", text: "The turn failed: " + (d.detail || d.reason) })); status.textContent = ""; break;
     case T.turnRejected: addItem(el("li", { class: "msg error", role: "alert", text: "Message refused: " + d.reason + (d.errors ? " — " + d.errors.map((e) => e.path + ": " + e.rule).join("; ") : "") })); status.textContent = ""; break;
     case T.elicitRequested: renderQuestion(d); break;
