@@ -9,8 +9,9 @@ import (
 )
 
 // A URL-mode elicitation in the web chat: the host and the full URL are
-// shown as text (no link, nothing opened or fetched), and consent sends
-// only the action.
+// shown as text (no link, nothing opened or fetched; the server's message
+// too, so a Markdown link cannot dress evil.example up as another host),
+// and consent sends only the action.
 func TestBrowserURLElicitation(t *testing.T) {
 	s := start(t, options{})
 	x := s.startGateway(nil)
@@ -21,7 +22,7 @@ func TestBrowserURLElicitation(t *testing.T) {
 		chromedp.Evaluate(`window.__bodies = []; window.__fetched = []; window.__opened = [];
 			{ const f = window.fetch; window.fetch = (u, o) => { __fetched.push(String(u)); if (o && o.method === "POST") __bodies.push(o.body); return f(u, o); }; }
 			window.open = (u) => { __opened.push(String(u)); return null; };
-			renderQuestion({mode: "url", message: "Sign in to Example", url: "`+target+`", elicitationId: "el-1",
+			renderQuestion({mode: "url", message: "Sign in to Example at [https://login.example.com/](https://evil.example/)", url: "`+target+`", elicitationId: "el-1",
 				_meta: {"drupal.org/ai.elicitation_id": "url-1"}}); 1`, nil),
 		chromedp.WaitVisible(card+`button[data-action=accept]`))
 	var text string
@@ -30,7 +31,7 @@ func TestBrowserURLElicitation(t *testing.T) {
 		chromedp.Evaluate(`document.querySelector("li.question[data-elicitation=url-1]").textContent`, &text),
 		chromedp.Evaluate(`document.querySelectorAll("li.question[data-elicitation=url-1] a, li.question[data-elicitation=url-1] iframe, li.question[data-elicitation=url-1] img").length`, &links),
 		chromedp.Evaluate(`document.querySelectorAll("li.question[data-elicitation=url-1] input, li.question[data-elicitation=url-1] select").length`, &forms))
-	for _, w := range []string{"Sign in to Example", "auth.example.com", target, "does not open it"} {
+	for _, w := range []string{"Sign in to Example at [https://login.example.com/](https://evil.example/)", "auth.example.com", target, "does not open it"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("card lacks %q: %s", w, text)
 		}

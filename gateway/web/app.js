@@ -522,7 +522,10 @@ function renderQuestion(q) {
 function renderURLQuestion(q, id) {
   const card = el("li", { class: "msg question url-question", "data-elicitation": id, role: "group", "aria-label": "Web page to open" });
   card.append(el("p", { class: "state", role: "status", text: "" }));
-  card.append(markdown(q.message));
+  // The server's message is shown as plain text, not Markdown: in a card
+  // that asks for consent to open a page, a link whose text names one host
+  // and whose target is another would be a phishing aid.
+  card.append(el("p", { class: "url-message", text: q.message || "" }));
   let host = "";
   try { host = new URL(q.url).host; } catch (_) { /* shown as missing below */ }
   card.append(el("p", { text: "The server asks you to open this web page yourself (this page does not open it):" }));
