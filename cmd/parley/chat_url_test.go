@@ -48,6 +48,15 @@ func TestChatURLConsent(t *testing.T) {
 	}
 }
 
+func TestLookAlikeHost(t *testing.T) {
+	for host, want := range map[string]bool{"auth.example.com": false, "exаmple.com": true, "xn--exmple-4nf.com": true,
+		"login.XN--80ak6aa92e.com": true, "example.com:8443": false, "": false} {
+		if got := lookAlikeHost(host); got != want {
+			t.Errorf("lookAlikeHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
 // --form-revision takes only the MCP revisions parley knows (usage error,
 // exit 2, otherwise).
 func TestFormRevisionFlag(t *testing.T) {
