@@ -163,8 +163,19 @@ const maxShareAttempts = 32
 // errShareOwner, and errTooManyShares (a grant beyond events.MaxShares).
 func (o *ownership) share(ctx context.Context, thread, owner, other string, grant bool) (ThreadOwner, error) {
 	if grant {
-		if _, err := o.createClaim(ctx, thread, owner, ""); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		// A share may claim only a thread that has no events yet (the
+		// web chat shares a new thread before its first message, so the
+		// message carries the share): a claim made by a share has no
+		// message the processor judges, so it must not close a name
+		// another principal already uses (ShareClaimTTL bounds the rest).
+		used, err := o.hasEvents(ctx, thread)
+		if err != nil {
 			return ThreadOwner{}, err
+		}
+		if !used {
+			if _, err := o.createClaim(ctx, thread, owner, ""); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+				return ThreadOwner{}, err
+			}
 		}
 	}
 	resolved := false

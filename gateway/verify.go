@@ -400,6 +400,14 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 			return r, true, nil
 		case err != nil:
 			return rec{}, false, err
+		case !r.member(user) && r.EventID == "" && r.Verdict != VerdictAccepted && time.Since(r.CreatedAt) > ShareClaimTTL:
+			// Another user's claim made by a share and never followed by
+			// a message: void after ShareClaimTTL, so a name cannot be
+			// squatted by sharing it.
+			if err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev)); err != nil && !isWrongRevision(err) {
+				return rec{}, false, fmt.Errorf("releasing an unused claim of %s: %w", thread, err)
+			}
+			continue
 		case !r.member(user):
 			return rec{}, false, errNotOwner
 		case r.Verdict == VerdictAccepted && !r.allows(user):
@@ -450,6 +458,28 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 // nextChatSeq returns the sequence the next PARLEY_CHAT message will have
 // at least: a verdict on a message published after this call is stored at
 // or after it.
+// ShareClaimTTL is how long a claim made by a share (PUT .../shares/{user}
+// of a thread nobody claimed) holds the thread's name without a message:
+// after it, another user's first message takes the name over.
+var ShareClaimTTL = 10 * time.Minute
+
+// hasEvents reports whether thread has any event in PARLEY_CHAT (someone,
+// maybe another principal, already uses the name).
+func (o *ownership) hasEvents(ctx context.Context, thread string) (bool, error) {
+	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
+	if err != nil {
+		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	_, err = stream.GetLastMsgForSubject(ctx, events.ChatThreadSubjects(thread))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading %s of %s: %w", events.StreamChat, thread, err)
+	}
+	return true, nil
+}
+
 func (o *ownership) nextChatSeq(ctx context.Context) (uint64, error) {
 	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
 	if err != nil {
