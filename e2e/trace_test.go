@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -39,6 +41,14 @@ func TestOneTraceAcrossThePause(t *testing.T) {
 	answer.End()
 	s.completed("tr", 1)
 
+	// The tool-executor's span ends after its handler acked, which may be
+	// after the turn completed: wait for it (bounded) before checking.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && !slices.ContainsFunc(spans.Ended(), func(sp sdktrace.ReadOnlySpan) bool {
+		return strings.HasPrefix(sp.Name(), "process parley.tool.call.delete_entities")
+	}) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	var resumed, toolAfter bool
 	for _, sp := range spans.Ended() {
 		name := sp.Name()
