@@ -43,12 +43,11 @@ func TestOneTraceAcrossThePause(t *testing.T) {
 
 	// The tool-executor's span ends after its handler acked, which may be
 	// after the turn completed: wait for it (bounded) before checking.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && !slices.ContainsFunc(spans.Ended(), func(sp sdktrace.ReadOnlySpan) bool {
-		return strings.HasPrefix(sp.Name(), "process parley.tool.call.delete_entities")
-	}) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, "the tool-executor's span", func() bool {
+		return slices.ContainsFunc(spans.Ended(), func(sp sdktrace.ReadOnlySpan) bool {
+			return strings.HasPrefix(sp.Name(), "process parley.tool.call.delete_entities")
+		})
+	})
 	var resumed, toolAfter bool
 	for _, sp := range spans.Ended() {
 		name := sp.Name()
