@@ -383,7 +383,7 @@ func TestChaos(t *testing.T) {
 			t.Logf("(%d more threads with problems)", len(bad)-i)
 			break
 		}
-		t.Logf("events of thread %s:\n%s", thread, c.rec.dumpThread(thread))
+		t.Logf("events of thread %s:\n%s%s", thread, c.rec.dumpThread(thread), diagnose(c.bus.JetStream(), thread))
 	}
 }
 

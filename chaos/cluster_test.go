@@ -416,7 +416,7 @@ func TestCluster(t *testing.T) {
 		if i == 8 {
 			break
 		}
-		t.Logf("events of thread %s:\n%s", thread, c.rec.dumpThread(thread))
+		t.Logf("events of thread %s:\n%s%s", thread, c.rec.dumpThread(thread), diagnose(c.bus.JetStream(), thread))
 	}
 	// No worker exited: not at start-up (30 s mark), not at any time.
 	if len(at30Problems) > 0 {
@@ -433,5 +433,8 @@ func TestCluster(t *testing.T) {
 	}
 	if len(losses) != 2 {
 		t.Errorf("%d leader losses happened, want 2 (meta leader, PARLEY_CHAT leader)", len(losses))
+	}
+	if t.Failed() {
+		c.dumpStacks()
 	}
 }
