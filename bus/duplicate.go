@@ -101,6 +101,8 @@ func (c *Client) checkDuplicate(ctx context.Context, msg *nats.Msg, id string, a
 // $JS.API.STREAM.MSG.GET request (jetstream.ErrMsgNotFound when there is
 // none).
 func (c *Client) storedMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
 	req, _ := json.Marshal(struct {
 		Seq uint64 `json:"seq"`
 	}{seq})

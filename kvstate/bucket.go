@@ -139,6 +139,8 @@ func (b *Bucket[T]) KV() jetstream.KeyValue { return b.kv }
 
 // Get returns the value under key and its revision, or ErrNotFound.
 func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	var v T
 	e, err := b.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -158,6 +160,8 @@ func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 // otherwise). ttl > 0 sets a per-key TTL (whole seconds, at least 1s;
 // the bucket must have PerKeyTTL).
 func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Duration) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
@@ -183,6 +187,8 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Durati
 // (it lives until deleted): a record that must expire is rewritten with
 // UpdateUntil, which refuses a past expiry instead.
 func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl time.Duration) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
@@ -251,6 +257,8 @@ func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64
 // or expiry marker (kv.Create reads the key after a failed create to tell
 // them apart; a caller that reads it anyway uses latest instead).
 func (b *Bucket[T]) createUntilStrict(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	ttl, err := TTLUntil(expiresAt, time.Now())
 	if err != nil {
 		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
@@ -275,6 +283,8 @@ func (b *Bucket[T]) createUntilStrict(ctx context.Context, key string, v T, expi
 // error wrapping ErrIncompatible, with the revision, when it cannot be
 // decoded). One direct get, like Get.
 func (b *Bucket[T]) latest(ctx context.Context, key string) (v T, rev uint64, live bool, err error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	b.streamMu.Lock()
 	st := b.stream
 	if st == nil {
@@ -304,6 +314,8 @@ func (b *Bucket[T]) latest(ctx context.Context, key string) (v T, rev uint64, li
 
 // Put stores v under key unconditionally.
 func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
@@ -317,6 +329,8 @@ func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
 
 // Delete removes key if its revision is still rev (rev 0: unconditionally).
 func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	var opts []jetstream.KVDeleteOpt
 	if rev > 0 {
 		opts = append(opts, jetstream.LastRevision(rev))

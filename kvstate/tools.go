@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -81,7 +82,9 @@ func (r *ToolRegistry) Register(ctx context.Context, t schema.Tool) error {
 // confirmation. A definition unreadable even so is an error wrapping
 // ErrIncompatible.
 func (r *ToolRegistry) Get(ctx context.Context, name string) (*schema.Tool, error) {
-	e, err := r.b.kv.Get(ctx, name)
+	gctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
+	e, err := r.b.kv.Get(gctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, ErrNotFound
 	}
@@ -154,12 +157,24 @@ func (r *ToolRegistry) List(ctx context.Context) ([]schema.Tool, error) {
 }
 
 func (r *ToolRegistry) list(ctx context.Context) ([]schema.Tool, error) {
-	lister, err := r.b.kv.ListKeys(ctx)
+	// The key listing is one ordered consumer: bounded like any request
+	// (a lost reply fails it), and a listing cut short by the bound is
+	// an error, never a shorter list.
+	lctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
+	lister, err := r.b.kv.ListKeys(lctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing tools: %w", err)
 	}
-	var out []schema.Tool
+	var keys []string
 	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	if err := lctx.Err(); err != nil {
+		return nil, fmt.Errorf("listing tools: %w", err)
+	}
+	var out []schema.Tool
+	for _, k := range keys {
 		t, err := r.Get(ctx, k)
 		if errors.Is(err, ErrNotFound) {
 			continue

@@ -130,7 +130,11 @@ func (a *Agent) admitResult(ctx context.Context, run *Run, c *CallState, r *sche
 	}
 	sum := sha256.Sum256(b)
 	name := fmt.Sprintf("%s.%s.%d.%x", run.RunID, c.Call.ID, c.Round, sum[:8])
-	if _, err := a.results.PutBytes(ctx, name, b); err != nil {
+	// Bounded like a request (a lost reply fails the call, not hangs it),
+	// allowing for the chunks of a large result.
+	pctx, cancel := context.WithTimeout(ctx, 4*bus.RequestTimeout)
+	defer cancel()
+	if _, err := a.results.PutBytes(pctx, name, b); err != nil {
 		return nil, fmt.Errorf("storing the large result of %s: %w", c.Call.Name, err)
 	}
 	ref := &ResultRef{Bucket: ResultsBucket, Name: name, Size: len(b),
@@ -387,7 +391,9 @@ func (a *Agent) loadResult(ctx context.Context, raw any, budget *int) (*schema.C
 	if ref.Size > *budget {
 		return nil, fmt.Errorf("it is %d bytes and the model request may load only %d more bytes of results (limit %d)", ref.Size, *budget, MaxModelResultsBytes)
 	}
-	data, err := a.results.GetBytes(ctx, ref.Name)
+	gctx, cancel := context.WithTimeout(ctx, 4*bus.RequestTimeout)
+	defer cancel()
+	data, err := a.results.GetBytes(gctx, ref.Name)
 	if err != nil {
 		return nil, fmt.Errorf("object %s/%s: %w", ref.Bucket, ref.Name, err)
 	}

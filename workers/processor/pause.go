@@ -122,6 +122,8 @@ func (p *Processor) dropStalePause(ctx context.Context, thread string, rev, runS
 // the work queue keeps only messages not yet handled, and handled ones
 // are recorded in the thread already).
 func (p *Processor) lastTurnRequested(ctx context.Context, thread string) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	m, err := p.input.GetLastMsgForSubject(ctx, events.InputThreadSubjects(thread, events.ChatTurnRequested))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):

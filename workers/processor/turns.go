@@ -214,7 +214,9 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
-		next, err := p.input.GetMsg(ctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
+		gctx, cancel := bus.WithRequestTimeout(ctx)
+		next, err := p.input.GetMsg(gctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 			return t, rev, cached, nil

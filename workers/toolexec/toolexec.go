@@ -458,6 +458,8 @@ func (x *Executor) recorded(ctx context.Context, key string, in events.ToolCallR
 // claimAge is how long ago the record under key was last written (by the
 // server's clock, so executors' clocks need not agree).
 func (x *Executor) claimAge(ctx context.Context, key string) (time.Duration, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	ent, err := x.results.KV().Get(ctx, key)
 	if err != nil {
 		return 0, fmt.Errorf("reading %s/%s: %w", kvstate.BucketToolResults, key, err)

@@ -165,7 +165,7 @@ func OpenSite(ctx context.Context, js jetstream.JetStream, opts *SiteOptions) (*
 		if err != nil {
 			return err
 		}
-		s = &Site{kv: kv, baseURL: strings.TrimRight(o.BaseURL, "/"), now: func() time.Time { return time.Now().UTC() }}
+		s = &Site{kv: bus.BoundedKV(kv), baseURL: strings.TrimRight(o.BaseURL, "/"), now: func() time.Time { return time.Now().UTC() }}
 		return s.seed(ctx)
 	})
 	if err != nil {
@@ -275,6 +275,10 @@ func (s *Site) Ledger(ctx context.Context) ([]LedgerEntry, error) {
 
 // scan calls fn with the latest value of every live key matching filter.
 func (s *Site) scan(ctx context.Context, filter string, fn func(key string, value []byte) error) error {
+	// Bounded like a request (a watch whose consumer is lost with a NATS
+	// node never delivers its end), allowing for a large site.
+	ctx, cancel := context.WithTimeout(ctx, 4*bus.RequestTimeout)
+	defer cancel()
 	w, err := s.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return err

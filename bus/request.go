@@ -1,0 +1,90 @@
+package bus
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RequestTimeout bounds one JetStream API request or KV operation (a get,
+// a create, an update, a delete): 5 s, nats.go's own default for a
+// context without a deadline. A request whose reply is lost with a NATS
+// node (killed between receiving it and answering, or the connection
+// dropped while it was in flight) is never answered, and a handler's
+// context lasts DefaultHandlerTimeout while its heartbeat keeps the
+// message from redelivery: without this bound one lost reply holds a
+// message, and every later message of its thread, for minutes.
+const RequestTimeout = 5 * time.Second
+
+// WithRequestTimeout returns ctx bounded by RequestTimeout (or by ctx's own
+// deadline when that is sooner), for one JetStream API request or KV
+// operation; the caller must call cancel. The request then fails with
+// context.DeadlineExceeded, and the caller's retry (a nak and redelivery,
+// a compare-and-set loop reading again) decides what happened to it.
+func WithRequestTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, RequestTimeout)
+}
+
+// BoundedKV wraps kv so that each of its single-request operations (Get,
+// GetRevision, Put, PutString, Create, Update, Delete, Purge, Status) is
+// bounded by RequestTimeout, as WithRequestTimeout. Watches, listings and
+// History stream for as long as the caller's context allows and are not
+// bounded here.
+func BoundedKV(kv jetstream.KeyValue) jetstream.KeyValue { return boundedKV{kv} }
+
+type boundedKV struct{ jetstream.KeyValue }
+
+func (b boundedKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Get(ctx, key)
+}
+
+func (b boundedKV) GetRevision(ctx context.Context, key string, revision uint64) (jetstream.KeyValueEntry, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.GetRevision(ctx, key, revision)
+}
+
+func (b boundedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Put(ctx, key, value)
+}
+
+func (b boundedKV) PutString(ctx context.Context, key string, value string) (uint64, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.PutString(ctx, key, value)
+}
+
+func (b boundedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (b boundedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Update(ctx, key, value, revision)
+}
+
+func (b boundedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Delete(ctx, key, opts...)
+}
+
+func (b boundedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Purge(ctx, key, opts...)
+}
+
+func (b boundedKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	return b.KeyValue.Status(ctx)
+}
