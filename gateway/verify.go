@@ -87,14 +87,15 @@ func verdictSubjects(thread string) []string {
 // message also (when not ""), was refused and no echo of user follows in
 // what is stored. With wait 0 it reads what is stored now; otherwise it
 // also waits up to wait for a verdict to be published. rej is the refusal
-// when the outcome is rejected.
-func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner, also string, wait time.Duration) (out outcome, rej *events.TurnRejected, err error) {
+// when the outcome is rejected, echo the claimant's accepted message when
+// it is accepted.
+func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner, also string, wait time.Duration) (out outcome, rej *events.TurnRejected, echo item, err error) {
 	from := max(t.FromSeq, 1)
 	scan := wait <= 0
 	if scan {
 		stream, err := v.js.Stream(ctx, events.StreamChat)
 		if err != nil {
-			return outcomePending, nil, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+			return outcomePending, nil, item{}, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 		}
 		var last uint64
 		for _, subj := range verdictSubjects(thread) {
@@ -103,12 +104,12 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 				continue
 			}
 			if err != nil {
-				return outcomePending, nil, fmt.Errorf("reading the last %s: %w", subj, err)
+				return outcomePending, nil, item{}, fmt.Errorf("reading the last %s: %w", subj, err)
 			}
 			last = max(last, m.Sequence)
 		}
 		if last < from {
-			return outcomePending, nil, nil // no verdict stored since the claim
+			return outcomePending, nil, item{}, nil // no verdict stored since the claim
 		}
 		wait = 30 * time.Second // bounds reading what is stored
 	}
@@ -116,15 +117,15 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 	defer cancel()
 	items, stop, err := v.follow(ctx, verdictSubjects(thread), from)
 	if err != nil {
-		return outcomePending, nil, err
+		return outcomePending, nil, item{}, err
 	}
 	defer stop()
 	want := events.Identity{Principal: v.principal, OnBehalfOf: user}
-	final := func() (outcome, *events.TurnRejected, error) {
+	final := func() (outcome, *events.TurnRejected, item, error) {
 		if rej != nil {
-			return outcomeRejected, rej, nil
+			return outcomeRejected, rej, item{}, nil
 		}
-		return outcomePending, nil, nil
+		return outcomePending, nil, item{}, nil
 	}
 	for n := 1; ; n++ {
 		var it item
@@ -142,7 +143,7 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 				// Any accepted message of the claimant proves the
 				// processor lets it use the thread.
 				if events.EchoIdentity(it.ev).Same(want) {
-					return outcomeAccepted, nil, nil
+					return outcomeAccepted, nil, it, nil
 				}
 			case events.TypeTurnRejected:
 				d, err := events.Data[events.TurnRejected](it.ev)
@@ -232,6 +233,11 @@ func (o *ownership) access(ctx context.Context, thread, user string, wait time.D
 		return ThreadOwner{}, errNotOwner
 	}
 	if r.Verdict == VerdictAccepted {
+		// Only while the processor's ownership it was confirmed under
+		// lasts (epoch.go).
+		if r, err = o.current(ctx, thread, r); err != nil {
+			return ThreadOwner{}, err
+		}
 		if !r.allows(user) {
 			return ThreadOwner{}, errNotOwner
 		}
@@ -263,13 +269,13 @@ func (o *ownership) access(ctx context.Context, thread, user string, wait time.D
 // confirmed (and indexed for owner and those it is shared with), a
 // rejected one released with its shares.
 func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, also string, wait time.Duration) (outcome, *events.TurnRejected, error) {
-	out, rej, err := o.verdicts.judge(ctx, thread, owner, r.ThreadOwner, also, wait)
+	out, rej, echo, err := o.verdicts.judge(ctx, thread, owner, r.ThreadOwner, also, wait)
 	if err != nil {
 		return outcomePending, nil, err
 	}
 	switch out {
 	case outcomeAccepted:
-		err = o.confirm(ctx, thread, owner, r)
+		err = o.confirm(ctx, thread, owner, r, echo)
 	case outcomeRejected:
 		err = o.release(ctx, thread, owner, r)
 	}
@@ -280,11 +286,12 @@ func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, al
 // when the record changes under them (a share made meanwhile).
 const maxVerdictWrites = 8
 
-// confirm records the processor's acceptance of owner's claim r and
-// indexes the thread for owner and the users it is shared with. Another
-// replica confirming first is not an error; a share written meanwhile is
-// kept (the record is read again and confirmed with it).
-func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) error {
+// confirm records the processor's acceptance of owner's claim r, shown by
+// echo (owner's accepted message, the first point of the claim's epoch:
+// epoch.go), and indexes the thread for owner and the users it is shared
+// with. Another replica confirming first is not an error; a share written
+// meanwhile is kept (the record is read again and confirmed with it).
+func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, echo item) error {
 	own, err := o.verdicts.processorOwner(ctx, thread, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
 	if err != nil {
 		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
@@ -298,6 +305,7 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) er
 		}
 		t := r.ThreadOwner
 		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
+		t.EpochSeq, t.EpochAt = echo.seq, echo.time.UTC()
 		val, _ := json.Marshal(t)
 		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
 		if err == nil {
@@ -413,6 +421,13 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 		case r.Verdict == VerdictAccepted && !r.allows(user):
 			return rec{}, false, errNotOwner
 		case r.Verdict == VerdictAccepted:
+			// A claim whose processor ownership ended (epoch.go) is
+			// voided: claim anew, for the processor to judge.
+			if r, err = o.current(ctx, thread, r); errors.Is(err, errNotOwner) {
+				continue
+			} else if err != nil {
+				return rec{}, false, err
+			}
 			// The index is rewritten on every message, so a crash between
 			// confirming (or sharing) and indexing heals on the user's
 			// next message.
