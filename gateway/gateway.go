@@ -770,13 +770,13 @@ func nonNil(s []string) []string {
 // the processor's ownership t was confirmed under ended.
 func (g *Gateway) threadState(ctx context.Context, thread string, t ThreadOwner) (ThreadState, error) {
 	st := ThreadState{Thread: thread, State: StateIdle, Pending: []schema.ElicitRequestParams{}}
-	stream, err := g.bus.JetStream().Stream(ctx, events.StreamChat)
+	gctx, gcancel := bus.WithRequestTimeout(ctx)
+	defer gcancel()
+	stream, err := g.bus.JetStream().Stream(gctx, events.StreamChat)
 	if err != nil {
 		return st, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 	}
-	gctx, gcancel := bus.WithRequestTimeout(ctx)
 	last, err := stream.GetLastMsgForSubject(gctx, events.ChatThreadSubjects(thread))
-	gcancel()
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return st, nil
 	}

@@ -44,6 +44,9 @@ func lastEventID(r *http.Request) (uint64, bool) {
 // gateway shuts down, a write blocks for sseWriteTimeout, or the user may
 // no longer read the thread (a revoked share: at once through the watch
 // of the records, else at the next AccessRecheck; a reconnect gets 404).
+// It also ends, before writing it, at the first event showing that the
+// processor's ownership the claim was confirmed under ended (epoch.go),
+// and starts no earlier than the claim's first event (firstShown).
 func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user string) {
 	thread, ok := threadParam(w, r)
 	if !ok {

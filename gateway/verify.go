@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 )
 
@@ -93,13 +94,15 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 	from := max(t.FromSeq, 1)
 	scan := wait <= 0
 	if scan {
-		stream, err := v.js.Stream(ctx, events.StreamChat)
+		rctx, cancel := bus.WithRequestTimeout(ctx)
+		defer cancel()
+		stream, err := v.js.Stream(rctx, events.StreamChat)
 		if err != nil {
 			return outcomePending, nil, item{}, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 		}
 		var last uint64
 		for _, subj := range verdictSubjects(thread) {
-			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			m, err := stream.GetLastMsgForSubject(rctx, subj)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue
 			}
@@ -170,6 +173,8 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 // with) or no longer stored (the stream's limits dropped it; the gateway
 // cannot tell, and assumes the narrower right).
 func (v *verdicts) processorOwner(ctx context.Context, thread string, who events.Identity) (bool, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	stream, err := v.js.Stream(ctx, events.StreamChat)
 	if err != nil {
 		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
@@ -208,13 +213,6 @@ func (o *ownership) get(ctx context.Context, thread string) (rec, error) {
 		return rec{}, fmt.Errorf("decoding owner of %s: %w", thread, err)
 	}
 	return rec{t, e.Revision()}, nil
-}
-
-// verified returns nil when user may use thread (access), waiting up to
-// wait for a pending claim's verdict; errNotOwner otherwise.
-func (o *ownership) verified(ctx context.Context, thread, user string, wait time.Duration) error {
-	_, err := o.access(ctx, thread, user, wait)
-	return err
 }
 
 // access returns thread's record when user may use it: the processor
@@ -481,6 +479,8 @@ var ShareClaimTTL = 10 * time.Minute
 // hasEvents reports whether thread has any event in PARLEY_CHAT (someone,
 // maybe another principal, already uses the name).
 func (o *ownership) hasEvents(ctx context.Context, thread string) (bool, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
 	if err != nil {
 		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
@@ -496,6 +496,8 @@ func (o *ownership) hasEvents(ctx context.Context, thread string) (bool, error) 
 }
 
 func (o *ownership) nextChatSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
 	if err != nil {
 		return 0, fmt.Errorf("opening %s: %w", events.StreamChat, err)
