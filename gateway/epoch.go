@@ -137,12 +137,17 @@ func (r *epochRule) step(at time.Time, ev *event.Event) bool {
 }
 
 // firstShown returns the first PARLEY_CHAT sequence of the thread a read
-// of claim t may show: for a claim whose owner is the processor's owner,
-// where the claim began (FromSeq; earlier events belong to an earlier
-// owner); otherwise 1 (a party an integrator shared the thread with reads
-// what was said before it joined).
+// of claim t may show: the first accepted message of the processor's
+// ownership t was confirmed under (StartSeq: a party an integrator shared
+// the thread with reads what was said before it joined, but nothing of an
+// earlier owner). For a claim confirmed before StartSeq was recorded:
+// where the claim began (FromSeq) when its owner is the processor's
+// owner, else 1.
 func firstShown(t ThreadOwner) uint64 {
-	if t.ProcessorShared {
+	switch {
+	case t.StartSeq > 0:
+		return t.StartSeq
+	case t.ProcessorShared:
 		return 1
 	}
 	return max(t.FromSeq, 1)
@@ -348,4 +353,126 @@ func (o *ownership) void(ctx context.Context, thread string, r rec) error {
 		}
 	}
 	return errNotOwner
+}
+
+// mayClaim reports whether user's message may make the first claim on
+// thread, which has no claim in BucketThreads: the thread has no accepted
+// message (turn.requested echo) in PARLEY_CHAT, or its last one is at
+// least the idle bound old (the processor may have forgotten the thread,
+// so its verdict decides), or the processor's current ownership of it
+// (the echoes since the last idle gap between them, at most
+// MaxVerdictScan) includes an accepted message of user or one sharing the
+// thread with user. Otherwise the thread is someone else's at the
+// processor, which would refuse the message forbidden and write the
+// refusal into that owner's thread: the gateway answers 404 instead and
+// publishes nothing. Cost: one stream get; the scan only for a thread
+// that has recent accepted messages and no claim.
+func (o *ownership) mayClaim(ctx context.Context, thread, user string) (bool, error) {
+	subj := events.ChatSubject(thread, events.ChatTurnRequested)
+	rctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
+	stream, err := o.verdicts.js.Stream(rctx, events.StreamChat)
+	if err != nil {
+		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	last, err := stream.GetLastMsgForSubject(rctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the last message of %s: %w", thread, err)
+	}
+	if time.Since(last.Time) >= o.idle {
+		return true, nil
+	}
+	ctx, cancelScan := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelScan()
+	items, stop, err := o.verdicts.follow(ctx, []string{subj}, 1)
+	if err != nil {
+		return false, err
+	}
+	defer stop()
+	me := events.Identity{Principal: o.verdicts.principal, OnBehalfOf: user}
+	found := false
+	var prev time.Time
+	for n := 1; ; n++ {
+		var it item
+		var ok bool
+		select {
+		case it, ok = <-items:
+		case <-ctx.Done():
+		}
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return false, fmt.Errorf("reading the messages of %s: %w", thread, err)
+			}
+			return found, nil
+		}
+		if it.ev != nil {
+			if !prev.IsZero() && it.time.Sub(prev) >= o.idle {
+				found = false // a new ownership at the processor
+			}
+			prev = it.time
+			if events.EchoIdentity(it.ev).Same(me) {
+				found = true
+			} else if d, err := events.Data[events.TurnRequested](it.ev); err == nil && slices.ContainsFunc(d.Share, me.Same) {
+				found = true
+			}
+		}
+		if it.seq >= last.Sequence || it.numPending == 0 || n >= MaxVerdictScan {
+			return found, nil
+		}
+	}
+}
+
+// epochStart finds where the processor's ownership of thread that holds
+// the accepted message echo (a turn.requested echo at echo.seq) began:
+// the first accepted message after the last idle gap between the thread's
+// accepted messages up to echo (at most MaxVerdictScan of them). It
+// returns that message's sequence and whether who sent it (who is then
+// the processor's owner, not a party the owner shared the thread with).
+// When the scan cannot reach echo, it assumes the narrower view and
+// right: the ownership begins at echo and who is not its owner.
+func (o *ownership) epochStart(ctx context.Context, thread string, echo item, who events.Identity) (uint64, bool, error) {
+	if echo.seq == 0 {
+		return 0, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	items, stop, err := o.verdicts.follow(ctx, []string{events.ChatSubject(thread, events.ChatTurnRequested)}, 1)
+	if err != nil {
+		return 0, false, err
+	}
+	defer stop()
+	var (
+		start uint64
+		owner bool
+		prev  time.Time
+	)
+	for n := 1; ; n++ {
+		var it item
+		var ok bool
+		select {
+		case it, ok = <-items:
+		case <-ctx.Done():
+		}
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return 0, false, fmt.Errorf("reading the messages of %s: %w", thread, err)
+			}
+			return echo.seq, false, nil
+		}
+		if it.ev != nil {
+			if start == 0 || (!prev.IsZero() && it.time.Sub(prev) >= o.idle) {
+				start, owner = it.seq, events.EchoIdentity(it.ev).Same(who)
+			}
+			prev = it.time
+		}
+		if it.seq >= echo.seq {
+			return start, owner, nil
+		}
+		if it.numPending == 0 || n >= MaxVerdictScan {
+			return echo.seq, false, nil
+		}
+	}
 }

@@ -220,6 +220,15 @@ func TestClaimEndsWhenProcessorForgetsThread(t *testing.T) {
 	if code, st := s.post(t, devTok, "t1"); code != http.StatusNotFound {
 		t.Fatalf("dev's message to the integrator's t1 = %d %q, want 404", code, st)
 	}
+	// Refused by the gateway (G3): nothing published, so no refusal in
+	// the integrator's thread.
+	stream, err := s.b.JetStream().Stream(t.Context(), events.StreamChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.GetLastMsgForSubject(t.Context(), events.ChatSubject("t1", events.ChatTurnRejected)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a refusal in the integrator's t1 (%v, %v), want none", m, err)
+	}
 }
 
 // The owner coming back after the processor forgot its thread (nobody
@@ -363,5 +372,95 @@ func TestEpochIdle(t *testing.T) {
 		if got := epochIdle(ttl); got != want {
 			t.Errorf("epochIdle(%v) = %v, want %v", ttl, got, want)
 		}
+	}
+}
+
+// gatewayInputs counts the gateway's messages to thread in PARLEY_INPUT.
+func gatewayInputs(t *testing.T, g *Gateway, thread string) uint64 {
+	t.Helper()
+	s, err := g.bus.JetStream().Stream(t.Context(), events.StreamInput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context(), jetstream.WithSubjectFilter(events.InputSubject(events.PrincipalGateway, thread, events.ChatTurnRequested)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+// G3: a user's first message to a thread the processor gave someone else
+// (an integrator's accepted message, recent, sharing nothing with the
+// user) is answered 404 by the gateway, which publishes nothing and
+// claims nothing: no refusal lands in the owner's thread.
+func TestPostToForeignThreadPublishesNothing(t *testing.T) {
+	g, _ := newVerdictGateway(t)
+	publishChat(t, g, "i1", events.ChatTurnRequested, foreignEcho(t, "i1", events.PrincipalIntegrator, ""))
+	w := request(t, g.Handler(), "POST", "/v1/threads/i1/messages", devTok, `{"text":"let me in"}`, nil)
+	if w.Code != http.StatusNotFound {
+		t.Fatalf("dev POST to the integrator's i1 = %d %s, want 404", w.Code, w.Body)
+	}
+	if n := gatewayInputs(t, g, "i1"); n != 0 {
+		t.Fatalf("the gateway published %d messages to i1, want none", n)
+	}
+	if _, err := g.owners.get(t.Context(), "i1"); !errors.Is(err, errNotOwner) {
+		t.Fatalf("a claim on i1: %v, want none", err)
+	}
+	// A thread whose accepted messages share it with dev is dev's to use.
+	shared := foreignEcho(t, "i2", events.PrincipalIntegrator, "")
+	if err := shared.SetData(event.ApplicationJSON, events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "x"},
+		Share: []events.Identity{{Principal: events.PrincipalGateway, OnBehalfOf: "dev"}}}); err != nil {
+		t.Fatal(err)
+	}
+	publishChat(t, g, "i2", events.ChatTurnRequested, shared)
+	publishChat(t, g, "i2", events.ChatTurnRequested, foreignEcho(t, "i2", events.PrincipalIntegrator, ""))
+	postPending(t, g, devTok, "i2")
+	if n := gatewayInputs(t, g, "i2"); n != 1 {
+		t.Fatalf("the gateway published %d messages to i2, want 1", n)
+	}
+	// So is a thread with only refusals (no accepted message).
+	rej := mustEvent(t, events.TypeTurnRejected, events.TurnRejected{RequestEventID: "x", Reason: events.RejectForbidden})
+	publishChat(t, g, "i3", events.ChatTurnRejected, rej)
+	postPending(t, g, devTok, "i3")
+}
+
+// G3 with a real processor: an integrator's thread the processor forgot
+// (idle past its ThreadTTL) is the next sender's, and the gateway lets a
+// user's message through for the processor to decide.
+func TestPostToForgottenThread(t *testing.T) {
+	const ttl = 2 * time.Second
+	s := newEpochSystem(t, ttl)
+	if !s.integratorSends(t, "t3") {
+		t.Fatal("the integrator's first message was refused")
+	}
+	if code, _ := s.post(t, devTok, "t3"); code != http.StatusNotFound {
+		t.Fatalf("dev's message to the integrator's t3 = %d, want 404", code)
+	}
+	s.awaitForgotten(t, "t3")
+	if code, st := s.post(t, devTok, "t3"); code != http.StatusAccepted || st != VerdictAccepted {
+		t.Fatalf("dev's message to the forgotten t3 = %d %q, want 202 accepted", code, st)
+	}
+	if w := request(t, s.g.Handler(), "GET", "/v1/threads/t3", devTok, "", nil); w.Code != http.StatusOK {
+		t.Fatalf("dev's GET of t3 = %d %s, want 200", w.Code, w.Body)
+	}
+	// dev's stream starts with dev's message: the integrator's, from the
+	// processor's earlier ownership, is not shown.
+	hs := httptest.NewServer(s.g.Handler())
+	t.Cleanup(hs.Close)
+	code, lines := sseEvents(t, hs, devTok, "t3")
+	if code != http.StatusOK {
+		t.Fatalf("dev's event stream of t3 = %d", code)
+	}
+	select {
+	case d := <-lines:
+		if strings.Contains(d, "secret plan") || !strings.Contains(d, "hello") {
+			t.Fatalf("dev's stream of t3 starts with %s, want dev's message", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dev's stream of t3 showed nothing")
 	}
 }

@@ -78,6 +78,11 @@ type ThreadOwner struct {
 	// before epochs were followed.
 	EpochSeq uint64    `json:"epochSeq,omitempty"`
 	EpochAt  time.Time `json:"epochAt,omitzero"`
+	// StartSeq is the PARLEY_CHAT sequence of the first accepted message
+	// of the processor's ownership the claim was confirmed under: reads
+	// show nothing stored before it (an earlier owner's events). Set when
+	// the claim is confirmed; zero before epochs were followed.
+	StartSeq uint64 `json:"startSeq,omitempty"`
 }
 
 // sharedWith returns the users Shared gives access to once the claim is

@@ -166,33 +166,6 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 	}
 }
 
-// processorOwner reports whether who is the owner of thread at the
-// processor: the party of the thread's first accepted message, i.e. of the
-// first turn.requested echo stored in PARLEY_CHAT. False when that echo is
-// someone else's (who was accepted as a party the owner shared the thread
-// with) or no longer stored (the stream's limits dropped it; the gateway
-// cannot tell, and assumes the narrower right).
-func (v *verdicts) processorOwner(ctx context.Context, thread string, who events.Identity) (bool, error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx)
-	defer cancel()
-	stream, err := v.js.Stream(ctx, events.StreamChat)
-	if err != nil {
-		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
-	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.ChatSubject(thread, events.ChatTurnRequested)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading the first message of %s: %w", thread, err)
-	}
-	e, err := events.Decode(events.Header(m.Header), m.Data)
-	if err != nil {
-		return false, nil // not a readable echo: not provably who's
-	}
-	return events.EchoIdentity(e).Same(who), nil
-}
-
 // rec is a claim record and its KV revision.
 type rec struct {
 	ThreadOwner
@@ -290,7 +263,7 @@ const maxVerdictWrites = 8
 // with. Another replica confirming first is not an error; a share written
 // meanwhile is kept (the record is read again and confirmed with it).
 func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, echo item) error {
-	own, err := o.verdicts.processorOwner(ctx, thread, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
+	start, own, err := o.epochStart(ctx, thread, echo, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
 	if err != nil {
 		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
 	}
@@ -303,7 +276,7 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 		}
 		t := r.ThreadOwner
 		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
-		t.EpochSeq, t.EpochAt = echo.seq, echo.time.UTC()
+		t.EpochSeq, t.EpochAt, t.StartSeq = echo.seq, echo.time.UTC(), start
 		val, _ := json.Marshal(t)
 		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
 		if err == nil {
@@ -396,6 +369,12 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 		r, err = o.get(ctx, thread)
 		switch {
 		case errors.Is(err, errNotOwner):
+			// Not a thread the processor gave someone else (epoch.go).
+			if ok, err := o.mayClaim(ctx, thread, user); err != nil {
+				return rec{}, false, err
+			} else if !ok {
+				return rec{}, false, errNotOwner
+			}
 			r, err := o.createClaim(ctx, thread, user, eventID)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another request claimed it first: read its claim
