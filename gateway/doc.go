@@ -28,7 +28,10 @@
 // party the claim does not know void it, and no read shows an event from
 // there on (epoch.go). A pending or someone else's thread is 404
 // on every route, like an unknown one, and nothing is published for a
-// thread someone else's claim holds. The owner may share the thread with
+// thread someone else's claim holds, nor for an unclaimed thread whose
+// recent accepted messages are someone else's and share nothing with the
+// user (mayClaim: the processor would refuse it into that owner's
+// thread). The owner may share the thread with
 // other users (shares.go); a share counts only once the owner's claim is
 // confirmed, and a released claim goes with its shares.
 //
