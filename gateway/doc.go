@@ -21,9 +21,17 @@
 // processor's echo of a message of that user (extension attributes
 // principal = the gateway's principal, onbehalfof = the user) is seen, and
 // released when the processor refuses the claim's first message
-// (verify.go; docs/SECURITY.md). A pending or someone else's thread is 404
+// (verify.go; docs/SECURITY.md). A confirmed claim lasts only as long as
+// the processor's ownership it was confirmed under: the thread's events
+// showing an idle gap of the processor's thread TTL (Options.ThreadTTL,
+// less a margin), a reset of its record, or an accepted message of a
+// party the claim does not know void it, and no read shows an event from
+// there on (epoch.go). A pending or someone else's thread is 404
 // on every route, like an unknown one, and nothing is published for a
-// thread someone else's claim holds. The owner may share the thread with
+// thread someone else's claim holds, nor for an unclaimed thread whose
+// recent accepted messages are someone else's and share nothing with the
+// user (mayClaim: the processor would refuse it into that owner's
+// thread). The owner may share the thread with
 // other users (shares.go); a share counts only once the owner's claim is
 // confirmed, and a released claim goes with its shares.
 //

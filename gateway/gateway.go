@@ -68,6 +68,16 @@ type Options struct {
 	// Default: 1 min.
 	AccessRecheck time.Duration
 
+	// ThreadTTL is the processor's Options.ThreadTTL (how long it keeps an
+	// untouched thread's record, and with it the thread's owner). A
+	// confirmed claim ends when the thread's events show a gap of
+	// ThreadTTL less a margin (a tenth, at most a day), or an owner the
+	// claim does not know (epoch.go). Set it to the processor's value, or
+	// lower; a higher value lets a user read a thread that someone else
+	// took over after the processor forgot it. Optional. Default:
+	// DefaultThreadTTL (the processor's default).
+	ThreadTTL time.Duration
+
 	// noAccessWatch turns the watch off (tests of the periodic check).
 	noAccessWatch bool
 	// DisableWeb turns off the web chat at "/". Optional. Default: served.
@@ -118,6 +128,9 @@ func (o *Options) withDefaults() Options {
 	if c.Principal == "" {
 		c.Principal = events.PrincipalGateway
 	}
+	if c.ThreadTTL == 0 {
+		c.ThreadTTL = DefaultThreadTTL
+	}
 	return c
 }
 
@@ -131,6 +144,9 @@ func (o Options) validate() error {
 	}
 	if o.MaxUsers < 0 || o.MaxStreamsPerUser < 0 {
 		errs = append(errs, errors.New("max users / streams: must be positive"))
+	}
+	if o.ThreadTTL < 0 {
+		errs = append(errs, errors.New("thread TTL: must be positive"))
 	}
 	if o.VerdictWait < 0 || o.Heartbeat < 0 || o.ShutdownTimeout < 0 || o.AccessRecheck < 0 {
 		errs = append(errs, errors.New("durations: must be positive"))
@@ -217,6 +233,7 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	// Streams and bucket are open: the gateway consumes nothing durable.
 	hs.Started("gateway", b.Conn(), false)
 	own.verdicts = &verdicts{js: b.JetStream(), principal: o.Principal}
+	own.idle = epochIdle(o.ThreadTTL)
 	g := &Gateway{bus: b, health: hs, auth: auth, opts: o, log: o.Logger, owners: own,
 		limits: newLimiters(o.RatePerSecond, o.RateBurst, o.MaxUsers),
 		access: newAccessWatch(), closing: make(chan struct{}), streams: map[string]int{}}
@@ -651,8 +668,10 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 type item struct {
 	seq        uint64
 	numPending uint64
-	ev         *event.Event
-	raw        jetstream.Msg
+	// time is when PARLEY_CHAT stored the event (the server's clock).
+	time time.Time
+	ev   *event.Event
+	raw  jetstream.Msg
 }
 
 // follow reads PARLEY_CHAT through an ordered consumer filtered to
@@ -674,7 +693,7 @@ func (g *Gateway) follow(ctx context.Context, filters []string, startSeq uint64)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		it := item{raw: m}
 		if md, err := m.Metadata(); err == nil {
-			it.seq, it.numPending = md.Sequence.Stream, md.NumPending
+			it.seq, it.numPending, it.time = md.Sequence.Stream, md.NumPending, md.Timestamp
 		}
 		ev, err := events.Decode(events.Header(m.Headers()), m.Data())
 		if err == nil {
@@ -721,9 +740,8 @@ func (g *Gateway) getThread(w http.ResponseWriter, r *http.Request, user string)
 	if !g.owned(w, r, err) {
 		return
 	}
-	st, err := g.threadState(r.Context(), thread)
-	if err != nil {
-		g.unavailable(w, r, err)
+	st, err := g.threadState(r.Context(), thread, rec)
+	if !g.owned(w, r, err) {
 		return
 	}
 	st.Owner = rec.Owner
@@ -747,31 +765,42 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// threadState folds the thread's stored events, up to the last one
-// stored when it starts.
-func (g *Gateway) threadState(ctx context.Context, thread string) (ThreadState, error) {
+// threadState folds the thread's stored events that claim t may show
+// (epoch.go), up to the last one stored when it starts; errNotOwner when
+// the processor's ownership t was confirmed under ended.
+func (g *Gateway) threadState(ctx context.Context, thread string, t ThreadOwner) (ThreadState, error) {
 	st := ThreadState{Thread: thread, State: StateIdle, Pending: []schema.ElicitRequestParams{}}
-	stream, err := g.bus.JetStream().Stream(ctx, events.StreamChat)
+	gctx, gcancel := bus.WithRequestTimeout(ctx)
+	defer gcancel()
+	stream, err := g.bus.JetStream().Stream(gctx, events.StreamChat)
 	if err != nil {
 		return st, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 	}
-	last, err := stream.GetLastMsgForSubject(ctx, events.ChatThreadSubjects(thread))
+	last, err := stream.GetLastMsgForSubject(gctx, events.ChatThreadSubjects(thread))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return st, nil
 	}
 	if err != nil {
 		return st, fmt.Errorf("reading the last event of %s: %w", thread, err)
 	}
+	first := firstShown(t)
+	if last.Sequence < first {
+		return st, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, 1)
+	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, first)
 	if err != nil {
 		return st, err
 	}
 	defer stop()
+	epoch := g.owners.reader(thread, t)
 	var f threadstate.Fold
 	n, truncated := 0, false
 	for it := range items {
+		if err := epoch.shows(ctx, it.seq, it.time, it.ev); err != nil {
+			return st, err
+		}
 		if it.ev != nil {
 			f.Apply(it.seq, it.ev)
 		}

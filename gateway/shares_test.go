@@ -439,8 +439,10 @@ func TestShareOfUnverifiedClaim(t *testing.T) {
 func TestShareByProcessorSharedParty(t *testing.T) {
 	g, _ := newVerdictGateway(t)
 	h := g.Handler()
+	// The integrator's first message shares the thread with dev.
 	first, err := events.New("/test", events.TypeTurnRequested, "p1",
-		events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "mine"}})
+		events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "mine"},
+			Share: []events.Identity{{Principal: events.PrincipalGateway, OnBehalfOf: "dev"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,9 @@ func lastEventID(r *http.Request) (uint64, bool) {
 // gateway shuts down, a write blocks for sseWriteTimeout, or the user may
 // no longer read the thread (a revoked share: at once through the watch
 // of the records, else at the next AccessRecheck; a reconnect gets 404).
+// It also ends, before writing it, at the first event showing that the
+// processor's ownership the claim was confirmed under ended (epoch.go),
+// and starts no earlier than the claim's first event (firstShown).
 func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user string) {
 	thread, ok := threadParam(w, r)
 	if !ok {
@@ -67,11 +70,15 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 	defer g.closeStream(user)
 	// A claim still pending (the first message just sent) waits for the
 	// processor's verdict before anything is streamed (verify.go).
-	if !g.owned(w, r, g.owners.verified(r.Context(), thread, user, pendingStreamWait)) {
+	rec, err := g.owners.access(r.Context(), thread, user, pendingStreamWait)
+	if !g.owned(w, r, err) {
 		return
 	}
 	ctx := r.Context()
-	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, after+1)
+	// Only the events of the processor's ownership the claim was
+	// confirmed under (epoch.go).
+	epoch := g.owners.reader(thread, rec)
+	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, max(after+1, firstShown(rec)))
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
@@ -107,6 +114,11 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 		select {
 		case it, ok := <-items:
 			if !ok {
+				return
+			}
+			if err := epoch.shows(ctx, it.seq, it.time, it.ev); err != nil {
+				g.log.InfoContext(ctx, "event stream ended: the thread's owner changed at the processor", "thread", thread, "user", user, "error", err)
+				flush()
 				return
 			}
 			bw.WriteString("id: " + strconv.FormatUint(it.seq, 10) + "\n")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 )
@@ -69,6 +70,19 @@ type ThreadOwner struct {
 	// processor takes grants only from its owner), so Shared counts for
 	// nothing. Set when the claim is confirmed.
 	ProcessorShared bool `json:"processorShared,omitempty"`
+	// EpochSeq and EpochAt are the PARLEY_CHAT sequence and stored time
+	// (the server's clock) of the newest event of the thread known to
+	// belong to the processor's ownership the claim was confirmed under:
+	// at first the echo that confirmed it, then moved on as the thread's
+	// later events are checked (epoch.go). Zero for a claim confirmed
+	// before epochs were followed.
+	EpochSeq uint64    `json:"epochSeq,omitempty"`
+	EpochAt  time.Time `json:"epochAt,omitzero"`
+	// StartSeq is the PARLEY_CHAT sequence of the first accepted message
+	// of the processor's ownership the claim was confirmed under: reads
+	// show nothing stored before it (an earlier owner's events). Set when
+	// the claim is confirmed; zero before epochs were followed.
+	StartSeq uint64 `json:"startSeq,omitempty"`
 }
 
 // sharedWith returns the users Shared gives access to once the claim is
@@ -107,6 +121,9 @@ type ownership struct {
 	kv jetstream.KeyValue
 	// verdicts reads the processor's verdicts on claims (verify.go).
 	verdicts *verdicts
+	// idle is the gap between a thread's events that ends a claim's
+	// epoch (epoch.go: epochIdle of Options.ThreadTTL).
+	idle time.Duration
 }
 
 // openOwnership creates the bucket, or opens it when another replica did
@@ -117,7 +134,8 @@ func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstrea
 	if err != nil {
 		return nil, fmt.Errorf("opening bucket %s: %w", BucketThreads, err)
 	}
-	return &ownership{kv: b.KV()}, nil
+	// Every single-request KV operation is bounded by bus.RequestTimeout.
+	return &ownership{kv: bus.BoundedKV(b.KV())}, nil
 }
 
 func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
@@ -190,6 +208,9 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 		r, err := o.get(ctx, thread)
 		if err != nil {
 			return ThreadOwner{}, err
+		}
+		if r, err = o.current(ctx, thread, r); err != nil {
+			return ThreadOwner{}, err // errNotOwner: its epoch ended (epoch.go)
 		}
 		t, rev := r.ThreadOwner, r.rev
 		if t.Owner == owner && t.Verdict != VerdictAccepted && !resolved {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 )
 
@@ -87,28 +88,31 @@ func verdictSubjects(thread string) []string {
 // message also (when not ""), was refused and no echo of user follows in
 // what is stored. With wait 0 it reads what is stored now; otherwise it
 // also waits up to wait for a verdict to be published. rej is the refusal
-// when the outcome is rejected.
-func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner, also string, wait time.Duration) (out outcome, rej *events.TurnRejected, err error) {
+// when the outcome is rejected, echo the claimant's accepted message when
+// it is accepted.
+func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner, also string, wait time.Duration) (out outcome, rej *events.TurnRejected, echo item, err error) {
 	from := max(t.FromSeq, 1)
 	scan := wait <= 0
 	if scan {
-		stream, err := v.js.Stream(ctx, events.StreamChat)
+		rctx, cancel := bus.WithRequestTimeout(ctx)
+		defer cancel()
+		stream, err := v.js.Stream(rctx, events.StreamChat)
 		if err != nil {
-			return outcomePending, nil, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+			return outcomePending, nil, item{}, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 		}
 		var last uint64
 		for _, subj := range verdictSubjects(thread) {
-			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			m, err := stream.GetLastMsgForSubject(rctx, subj)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue
 			}
 			if err != nil {
-				return outcomePending, nil, fmt.Errorf("reading the last %s: %w", subj, err)
+				return outcomePending, nil, item{}, fmt.Errorf("reading the last %s: %w", subj, err)
 			}
 			last = max(last, m.Sequence)
 		}
 		if last < from {
-			return outcomePending, nil, nil // no verdict stored since the claim
+			return outcomePending, nil, item{}, nil // no verdict stored since the claim
 		}
 		wait = 30 * time.Second // bounds reading what is stored
 	}
@@ -116,15 +120,15 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 	defer cancel()
 	items, stop, err := v.follow(ctx, verdictSubjects(thread), from)
 	if err != nil {
-		return outcomePending, nil, err
+		return outcomePending, nil, item{}, err
 	}
 	defer stop()
 	want := events.Identity{Principal: v.principal, OnBehalfOf: user}
-	final := func() (outcome, *events.TurnRejected, error) {
+	final := func() (outcome, *events.TurnRejected, item, error) {
 		if rej != nil {
-			return outcomeRejected, rej, nil
+			return outcomeRejected, rej, item{}, nil
 		}
-		return outcomePending, nil, nil
+		return outcomePending, nil, item{}, nil
 	}
 	for n := 1; ; n++ {
 		var it item
@@ -142,7 +146,7 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 				// Any accepted message of the claimant proves the
 				// processor lets it use the thread.
 				if events.EchoIdentity(it.ev).Same(want) {
-					return outcomeAccepted, nil, nil
+					return outcomeAccepted, nil, it, nil
 				}
 			case events.TypeTurnRejected:
 				d, err := events.Data[events.TurnRejected](it.ev)
@@ -160,31 +164,6 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 			return final()
 		}
 	}
-}
-
-// processorOwner reports whether who is the owner of thread at the
-// processor: the party of the thread's first accepted message, i.e. of the
-// first turn.requested echo stored in PARLEY_CHAT. False when that echo is
-// someone else's (who was accepted as a party the owner shared the thread
-// with) or no longer stored (the stream's limits dropped it; the gateway
-// cannot tell, and assumes the narrower right).
-func (v *verdicts) processorOwner(ctx context.Context, thread string, who events.Identity) (bool, error) {
-	stream, err := v.js.Stream(ctx, events.StreamChat)
-	if err != nil {
-		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
-	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.ChatSubject(thread, events.ChatTurnRequested)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading the first message of %s: %w", thread, err)
-	}
-	e, err := events.Decode(events.Header(m.Header), m.Data)
-	if err != nil {
-		return false, nil // not a readable echo: not provably who's
-	}
-	return events.EchoIdentity(e).Same(who), nil
 }
 
 // rec is a claim record and its KV revision.
@@ -209,13 +188,6 @@ func (o *ownership) get(ctx context.Context, thread string) (rec, error) {
 	return rec{t, e.Revision()}, nil
 }
 
-// verified returns nil when user may use thread (access), waiting up to
-// wait for a pending claim's verdict; errNotOwner otherwise.
-func (o *ownership) verified(ctx context.Context, thread, user string, wait time.Duration) error {
-	_, err := o.access(ctx, thread, user, wait)
-	return err
-}
-
 // access returns thread's record when user may use it: the processor
 // accepted the owner's claim and user is the owner or one it is shared
 // with. A pending claim is resolved first, on behalf of its owner (only
@@ -232,6 +204,11 @@ func (o *ownership) access(ctx context.Context, thread, user string, wait time.D
 		return ThreadOwner{}, errNotOwner
 	}
 	if r.Verdict == VerdictAccepted {
+		// Only while the processor's ownership it was confirmed under
+		// lasts (epoch.go).
+		if r, err = o.current(ctx, thread, r); err != nil {
+			return ThreadOwner{}, err
+		}
 		if !r.allows(user) {
 			return ThreadOwner{}, errNotOwner
 		}
@@ -263,13 +240,13 @@ func (o *ownership) access(ctx context.Context, thread, user string, wait time.D
 // confirmed (and indexed for owner and those it is shared with), a
 // rejected one released with its shares.
 func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, also string, wait time.Duration) (outcome, *events.TurnRejected, error) {
-	out, rej, err := o.verdicts.judge(ctx, thread, owner, r.ThreadOwner, also, wait)
+	out, rej, echo, err := o.verdicts.judge(ctx, thread, owner, r.ThreadOwner, also, wait)
 	if err != nil {
 		return outcomePending, nil, err
 	}
 	switch out {
 	case outcomeAccepted:
-		err = o.confirm(ctx, thread, owner, r)
+		err = o.confirm(ctx, thread, owner, r, echo)
 	case outcomeRejected:
 		err = o.release(ctx, thread, owner, r)
 	}
@@ -280,12 +257,13 @@ func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, al
 // when the record changes under them (a share made meanwhile).
 const maxVerdictWrites = 8
 
-// confirm records the processor's acceptance of owner's claim r and
-// indexes the thread for owner and the users it is shared with. Another
-// replica confirming first is not an error; a share written meanwhile is
-// kept (the record is read again and confirmed with it).
-func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) error {
-	own, err := o.verdicts.processorOwner(ctx, thread, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
+// confirm records the processor's acceptance of owner's claim r, shown by
+// echo (owner's accepted message, the first point of the claim's epoch:
+// epoch.go), and indexes the thread for owner and the users it is shared
+// with. Another replica confirming first is not an error; a share written
+// meanwhile is kept (the record is read again and confirmed with it).
+func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, echo item) error {
+	start, own, err := o.epochStart(ctx, thread, echo, events.Identity{Principal: o.verdicts.principal, OnBehalfOf: owner})
 	if err != nil {
 		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
 	}
@@ -298,6 +276,7 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec) er
 		}
 		t := r.ThreadOwner
 		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
+		t.EpochSeq, t.EpochAt, t.StartSeq = echo.seq, echo.time.UTC(), start
 		val, _ := json.Marshal(t)
 		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
 		if err == nil {
@@ -390,6 +369,12 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 		r, err = o.get(ctx, thread)
 		switch {
 		case errors.Is(err, errNotOwner):
+			// Not a thread the processor gave someone else (epoch.go).
+			if ok, err := o.mayClaim(ctx, thread, user); err != nil {
+				return rec{}, false, err
+			} else if !ok {
+				return rec{}, false, errNotOwner
+			}
 			r, err := o.createClaim(ctx, thread, user, eventID)
 			if errors.Is(err, jetstream.ErrKeyExists) {
 				continue // another request claimed it first: read its claim
@@ -413,6 +398,13 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 		case r.Verdict == VerdictAccepted && !r.allows(user):
 			return rec{}, false, errNotOwner
 		case r.Verdict == VerdictAccepted:
+			// A claim whose processor ownership ended (epoch.go) is
+			// voided: claim anew, for the processor to judge.
+			if r, err = o.current(ctx, thread, r); errors.Is(err, errNotOwner) {
+				continue
+			} else if err != nil {
+				return rec{}, false, err
+			}
 			// The index is rewritten on every message, so a crash between
 			// confirming (or sharing) and indexing heals on the user's
 			// next message.
@@ -466,6 +458,8 @@ var ShareClaimTTL = 10 * time.Minute
 // hasEvents reports whether thread has any event in PARLEY_CHAT (someone,
 // maybe another principal, already uses the name).
 func (o *ownership) hasEvents(ctx context.Context, thread string) (bool, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
 	if err != nil {
 		return false, fmt.Errorf("opening %s: %w", events.StreamChat, err)
@@ -481,6 +475,8 @@ func (o *ownership) hasEvents(ctx context.Context, thread string) (bool, error) 
 }
 
 func (o *ownership) nextChatSeq(ctx context.Context) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
 	stream, err := o.verdicts.js.Stream(ctx, events.StreamChat)
 	if err != nil {
 		return 0, fmt.Errorf("opening %s: %w", events.StreamChat, err)
