@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/events"
 )
@@ -208,5 +210,69 @@ func TestPublishAsyncOrderAndDedup(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Error("a publish no stream takes was not reported")
+	}
+}
+
+// NATS not answering (a lost reply bounded by RequestTimeout, no
+// responders, the connection down) is not the message's fault: the
+// message is retried past MaxDeliver, so an outage longer than the
+// backoff does not fail the turn; a handler's own deadline still counts.
+func TestConsumeUnavailableIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		err     error
+		handled bool // retried until handled, or dead-lettered at MaxDeliver
+	}{
+		{"lost reply", fmt.Errorf("reading parley_threads/t: %w", context.DeadlineExceeded), true},
+		{"no responders", fmt.Errorf("checking earlier messages: %w", nats.ErrNoResponders), true},
+		{"no stream response", fmt.Errorf("publishing: %w", jetstream.ErrNoStreamResponse), true},
+		{"handler's own deadline", nil, false},
+		{"the message at fault", errors.New("data.turnId: required"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			if _, err := e.c.Publish(t.Context(), events.SubjectRunRequested, runRequested(t, "r1")); err != nil {
+				t.Fatalf("Publish: %v", err)
+			}
+			spec := agentSpec() // MaxDeliver 3
+			spec.Backoff = []time.Duration{20 * time.Millisecond}
+			spec.HandlerTimeout = 100 * time.Millisecond
+			dead := make(chan struct{}, 10)
+			spec.OnDeadLetter = func(context.Context, *Delivery, error) { dead <- struct{}{} }
+			var calls atomic.Int32
+			handled := make(chan struct{})
+			stop, _ := e.consume(t, spec, func(ctx context.Context, d *Delivery) error {
+				n := calls.Add(1)
+				switch {
+				case n < 6 && tc.err != nil:
+					return tc.err
+				case n < 6:
+					<-ctx.Done()
+					return ctx.Err()
+				case n == 6:
+					close(handled)
+				}
+				return nil
+			})
+			defer func() {
+				if err := stop(); err != nil {
+					t.Errorf("Consume: %v", err)
+				}
+			}()
+			select {
+			case <-handled:
+				if !tc.handled {
+					t.Errorf("retried %d times past MaxDeliver %d", calls.Load()-1, spec.MaxDeliver)
+				}
+			case <-dead:
+				if tc.handled {
+					t.Errorf("dead-lettered after %d deliveries: NATS not answering counted as the message's failure", calls.Load())
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("neither handled nor dead-lettered")
+			}
+		})
 	}
 }

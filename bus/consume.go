@@ -36,7 +36,11 @@ type Delivery struct {
 
 // Handler handles one delivery. nil acks it; an error naks it with backoff
 // until the consumer's MaxDeliver, then dead-letters it; an error wrapped
-// with Permanent dead-letters it at once.
+// with Permanent dead-letters it at once. An error that is NATS not
+// answering (a request or publish without an answer in time, no
+// responders, the connection down, JetStream 503) is not counted toward
+// MaxDeliver: the message is retried with backoff up to MaxServerDeliver
+// deliveries, so an outage is waited out rather than failing the message.
 type Handler func(ctx context.Context, d *Delivery) error
 
 type permanentError struct{ err error }
@@ -107,7 +111,8 @@ type ConsumerSpec struct {
 	// Optional. Default: DefaultAckWait.
 	AckWait time.Duration
 	// MaxDeliver bounds deliveries of one message before it is
-	// dead-lettered. Optional. Default: 5.
+	// dead-lettered (NATS being unavailable to the handler does not
+	// count; see Handler). Optional. Default: 5.
 	MaxDeliver int
 	// Backoff is the nak delay after the n-th failed delivery (the last
 	// value repeats). Optional. Default: 250ms, 1s, 3s, 10s.
@@ -438,6 +443,7 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 	hctx, cancel := context.WithTimeout(ctx, spec.HandlerTimeout)
 	err := h(hctx, d)
 	took := time.Since(start)
+	expired := hctx.Err() != nil
 	if err != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 		err = fmt.Errorf("handler did not finish within %v: %w", spec.HandlerTimeout, err)
 	}
@@ -450,6 +456,17 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 			"delivery", md.NumDelivered, "reason", err)
 		_ = m.NakWithDelay(later.delay)
 		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeWait, md.NumDelivered, took)
+	case err != nil && !expired && !IsPermanent(err) && isUnavailable(err) && int(md.NumDelivered) < MaxServerDeliver-1:
+		// NATS did not answer (an election, a node restarting, a lost
+		// reply): the message is not at fault, so this does not count
+		// toward spec.MaxDeliver; an outage is waited out (up to
+		// MaxServerDeliver deliveries) instead of failing the turn.
+		span.SetStatus(codes.Error, err.Error())
+		delay := spec.Backoff[min(int(md.NumDelivered)-1, len(spec.Backoff)-1)]
+		c.logger.WarnContext(ctx, "NATS unavailable to the handler; retrying", "consumer", spec.Durable, "event_id", eventID,
+			"event_type", eventType, "subject", subject, "delivery", md.NumDelivered, "retry_in", delay, "error", err)
+		_ = m.NakWithDelay(delay)
+		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeRetry, md.NumDelivered, took)
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
 			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", eventID, "error", aerr)

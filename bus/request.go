@@ -88,3 +88,12 @@ func (b boundedKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error)
 	defer cancel()
 	return b.KeyValue.Status(ctx)
 }
+
+// isUnavailable reports whether a handler's error is NATS not answering
+// rather than the message being at fault: a request or publish that got
+// no answer in time (a lost reply, bounded by RequestTimeout), no
+// responders (a stream without a leader), the connection being down, or
+// JetStream's 503 (temporarily unavailable) — the errors a publish is
+// retried on (isPublishRetryable). The consumer retries such a message
+// without counting it toward ConsumerSpec.MaxDeliver.
+func isUnavailable(err error) bool { return isPublishRetryable(err) }

@@ -140,14 +140,14 @@ func (p *Processor) Run(ctx context.Context) error {
 			// dead-lettered with the reason rather than left in the stream.
 			Stream: events.StreamInput, Durable: "processor", Concurrency: p.opts.Concurrency,
 			FilterSubjects: []string{events.SubjectInputAll},
-			OnDeadLetter:   p.onDeadLetter,
+			Compensate:     p.compensate,
 			OnUndecodable:  p.onUndecodable,
 		}, p.HandleInput)
 	})
 	run(func(ctx context.Context) error {
 		return p.bus.Consume(ctx, bus.ConsumerSpec{
 			Stream: events.StreamRuns, Durable: "processor-runs", Concurrency: p.opts.Concurrency,
-			OnDeadLetter: p.onDeadLetter,
+			Compensate: p.compensate,
 		}, p.HandleRun)
 	})
 	run(func(ctx context.Context) error {
@@ -231,23 +231,25 @@ func (p *Processor) newRunRouter() *bus.Router {
 	return r
 }
 
-// onDeadLetter tells the thread that one of its events could not be
+// compensate tells the thread that one of its events could not be
 // handled: a user message gets turn.failed (naming the message, not the
 // active turn), an answer gets elicitation.rejected, and a run outcome
-// fails its turn and frees the thread.
-func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason error) {
+// fails its turn and frees the thread. It runs before the message is
+// terminated and its error is retried (bus.ConsumerSpec.Compensate), so
+// the thread always learns the verdict.
+func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason error) error {
 	_, thread, suffix, perr := events.ParseInputSubject(d.Subject)
 	if perr != nil {
 		// Only a run outcome names its thread in the event; an input
 		// whose subject does not parse names none (its dead letter
 		// carries the reason).
 		if d.Event == nil || !strings.HasPrefix(d.Subject, runSubjectPrefix) {
-			return
+			return nil
 		}
 		thread = d.Event.Subject()
 	}
 	if events.ValidToken("thread", thread) != nil {
-		return
+		return nil
 	}
 	detail := fmt.Sprintf("an event on %s could not be handled after %d attempts and was moved to the dead-letter stream %s: %v",
 		d.Subject, d.NumDelivered, events.StreamDeadLetter, reason)
@@ -257,18 +259,20 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 	}
 	switch {
 	case suffix == events.ChatTurnRequested:
-		// Later messages of the thread wait for this one: let them go.
-		_ = p.recordSeq(ctx, thread, d.StreamSeq)
-		_ = publishChat(ctx, p, thread, events.KindTurnFailed,
+		if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 			events.DerivedID("turn.failed.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
-			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail})
+			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail}); err != nil {
+			return err
+		}
+		// Later messages of the thread wait for this one: let them go.
+		return p.recordSeq(ctx, thread, d.StreamSeq)
 	case suffix == events.ChatElicitationResponded:
 		var elicitationID string
 		if d.Event != nil {
 			in, _ := events.Data[events.ElicitationResponded](d.Event)
 			elicitationID = in.ElicitationID
 		}
-		_ = publishChat(ctx, p, thread, events.KindElicitationRejected,
+		return publishChat(ctx, p, thread, events.KindElicitationRejected,
 			events.DerivedID("elicitation.rejected.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
 			events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: eventID,
 				Reason: events.RejectInvalidEvent, Detail: detail})
@@ -277,22 +281,37 @@ func (p *Processor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason er
 			TurnID string `json:"turnId"`
 		}
 		if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.TurnID == "" {
-			return
+			return nil
 		}
 		// Only the thread's active turn can fail this way; anything else
-		// is a forged or stale outcome.
-		if t, _, err := p.threads.Load(ctx, thread); err != nil || classifyEnd(t, ids.TurnID, eventID, d.StreamSeq) != outcomeApply {
-			return
+		// is a forged or stale outcome. A retried compensation finds the
+		// turn ended by its first try (outcomeRepeat): only the next
+		// turn's start may be missing.
+		t, _, err := p.threads.Load(ctx, thread)
+		if err != nil {
+			if errors.Is(err, kvstate.ErrIncompatible) {
+				return bus.Permanent(err)
+			}
+			return err
+		}
+		switch classifyEnd(t, ids.TurnID, eventID, d.StreamSeq) {
+		case outcomeStale:
+			return nil
+		case outcomeRepeat:
+			return p.requestNext(ctx, t)
 		}
 		if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 			events.DerivedID("turn.failed", ids.TurnID), ids.TurnID,
 			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {
-			return
+			return err
 		}
-		if t, err := p.finishTurn(ctx, thread, ids.TurnID, eventID, d.StreamSeq, nil); err == nil {
-			_ = p.requestNext(ctx, t)
+		t, err = p.finishTurn(ctx, thread, ids.TurnID, eventID, d.StreamSeq, nil)
+		if err != nil {
+			return err
 		}
+		return p.requestNext(ctx, t)
 	}
+	return nil
 }
 
 // onUndecodable refuses a chat event that is not a valid CloudEvent (a
