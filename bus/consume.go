@@ -449,6 +449,12 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 	}
 	cancel()
 	stop()
+	// NATS did not answer the handler (an election, a node restarting, a
+	// lost reply): the message is not at fault, so this does not count
+	// toward spec.MaxDeliver; an outage is waited out (up to
+	// MaxServerDeliver deliveries) instead of failing the message.
+	unavailable := err != nil && !expired && !IsPermanent(err) && isUnavailable(err) &&
+		int(md.NumDelivered) < MaxServerDeliver-1
 	var later *retryLaterError
 	switch {
 	case errors.As(err, &later) && int(md.NumDelivered) < MaxServerDeliver-1:
@@ -456,30 +462,23 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 			"delivery", md.NumDelivered, "reason", err)
 		_ = m.NakWithDelay(later.delay)
 		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeWait, md.NumDelivered, took)
-	case err != nil && !expired && !IsPermanent(err) && isUnavailable(err) && int(md.NumDelivered) < MaxServerDeliver-1:
-		// NATS did not answer (an election, a node restarting, a lost
-		// reply): the message is not at fault, so this does not count
-		// toward spec.MaxDeliver; an outage is waited out (up to
-		// MaxServerDeliver deliveries) instead of failing the turn.
-		span.SetStatus(codes.Error, err.Error())
-		delay := spec.Backoff[min(int(md.NumDelivered)-1, len(spec.Backoff)-1)]
-		c.logger.WarnContext(ctx, "NATS unavailable to the handler; retrying", "consumer", spec.Durable, "event_id", eventID,
-			"event_type", eventType, "subject", subject, "delivery", md.NumDelivered, "retry_in", delay, "error", err)
-		_ = m.NakWithDelay(delay)
-		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeRetry, md.NumDelivered, took)
 	case err == nil:
 		if aerr := m.Ack(); aerr != nil {
 			c.logger.WarnContext(ctx, "ack failed; the message will be redelivered", "event_id", eventID, "error", aerr)
 		}
 		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeAck, md.NumDelivered, took)
-	case IsPermanent(err) || int(md.NumDelivered) >= spec.MaxDeliver:
+	case !unavailable && (IsPermanent(err) || int(md.NumDelivered) >= spec.MaxDeliver):
 		span.SetStatus(codes.Error, err.Error())
 		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeDeadLetter, md.NumDelivered, took)
 		c.deadLetter(ctx, spec, d, err)
 	default:
 		span.SetStatus(codes.Error, err.Error())
 		delay := spec.Backoff[min(int(md.NumDelivered)-1, len(spec.Backoff)-1)]
-		c.logger.WarnContext(ctx, "handler failed; retrying", "consumer", spec.Durable, "event_id", eventID,
+		msg := "handler failed; retrying"
+		if unavailable {
+			msg = "NATS unavailable to the handler; retrying"
+		}
+		c.logger.WarnContext(ctx, msg, "consumer", spec.Durable, "event_id", eventID,
 			"event_type", eventType, "subject", subject, "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = m.NakWithDelay(delay)
 		metrics.Processed(ctx, spec.Durable, eventType, metrics.OutcomeRetry, md.NumDelivered, took)

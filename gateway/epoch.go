@@ -330,27 +330,8 @@ func (o *ownership) void(ctx context.Context, thread string, r rec) error {
 	same := func(c rec) bool {
 		return c.Owner == r.Owner && c.FromSeq == r.FromSeq && c.Verdict == VerdictAccepted
 	}
-	for range maxVerdictWrites {
-		if !same(r) {
-			return errNotOwner
-		}
-		err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev))
-		if err == nil {
-			break
-		}
-		if !isWrongRevision(err) {
-			return fmt.Errorf("voiding the claim on %s: %w", thread, err)
-		}
-		if r, err = o.get(ctx, thread); errors.Is(err, errNotOwner) {
-			break
-		} else if err != nil {
-			return fmt.Errorf("voiding the claim on %s: %w", thread, err)
-		}
-	}
-	for _, u := range slices.Concat([]string{r.Owner}, r.Shared) {
-		if err := o.kv.Delete(ctx, "u."+userKey(u)+"."+thread); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("voiding the index of %s: %w", thread, err)
-		}
+	if err := o.deleteClaim(ctx, thread, r, same, "voiding"); err != nil {
+		return err
 	}
 	return errNotOwner
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -306,26 +307,41 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 // again when a share changed it), and the index entries of owner and the
 // users it was shared with.
 func (o *ownership) release(ctx context.Context, thread, owner string, r rec) error {
+	// Not when another claim took its place, or another replica saw it
+	// accepted.
+	pending := func(c rec) bool { return c.Owner == owner && c.Verdict != VerdictAccepted }
+	return o.deleteClaim(ctx, thread, r, pending, "releasing")
+}
+
+// deleteClaim deletes the claim r on thread with its revision while keep
+// holds for it (read again after another replica's write: a share, a
+// verdict), then the index entries of its owner and of the users it was
+// shared with; what ("voiding", "releasing") names the action in errors.
+// A claim for which keep does not hold is left as it is (nil); one
+// deleted meanwhile counts as deleted.
+func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep func(rec) bool, what string) error {
+	owner, shared := r.Owner, r.Shared
 	for range maxVerdictWrites {
-		if r.Owner != owner || r.Verdict == VerdictAccepted {
-			return nil // another claim, or another replica saw it accepted
+		if !keep(r) {
+			return nil
 		}
+		owner, shared = r.Owner, r.Shared
 		err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev))
 		if err == nil {
 			break
 		}
 		if !isWrongRevision(err) {
-			return fmt.Errorf("releasing the claim on %s: %w", thread, err)
+			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
 		}
 		if r, err = o.get(ctx, thread); errors.Is(err, errNotOwner) {
 			break
 		} else if err != nil {
-			return fmt.Errorf("releasing the claim on %s: %w", thread, err)
+			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
 		}
 	}
-	for _, u := range append([]string{owner}, r.Shared...) {
+	for _, u := range slices.Concat([]string{owner}, shared) {
 		if err := o.kv.Delete(ctx, "u."+userKey(u)+"."+thread); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("releasing the index of %s: %w", thread, err)
+			return fmt.Errorf("%s the index of %s: %w", what, thread, err)
 		}
 	}
 	return nil
