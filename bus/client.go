@@ -170,6 +170,28 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 	return nil
 }
 
+// AwaitStreams waits until each named stream exists (its info answers),
+// retrying like EnsureStreams (the start-up policy: backoff until its
+// deadline, every try logged), for a process that uses parley's streams
+// but may not create them (the gateway: parley's workers create them). A
+// stream still missing at the deadline is an error naming it and who
+// creates it.
+func (c *Client) AwaitStreams(ctx context.Context, names ...string) error {
+	for _, name := range names {
+		err := Retry(ctx, "waiting for stream "+name, c.startupPolicy(ctx), func(ctx context.Context) error {
+			_, err := c.js.Stream(ctx, name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("stream %s does not exist yet (parley's workers create it at start): %v", name, err) // retried
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // EnsureStream creates the stream want, or updates it when it exists with
 // a different value in a field want sets (subjects, retention, max age,
 // duplicate window, storage, replicas, description; fields set on the

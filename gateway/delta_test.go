@@ -24,6 +24,9 @@ func TestEventStreamForwardsDeltas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.EnsureStreams(t.Context()); err != nil { // the workers' job
+		t.Fatal(err)
+	}
 	g, err := New(t.Context(), b, StaticTokens{devTok: "dev"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -210,9 +210,11 @@ type Gateway struct {
 }
 
 // New returns a gateway publishing and reading through b and
-// authenticating with auth. It creates (or opens) BucketThreads and
-// ensures parley's streams exist. It fails on invalid options or when
-// JetStream cannot be reached.
+// authenticating with auth. It creates (or opens) BucketThreads and waits
+// (bus.AwaitStreams, the start-up policy of ctx) until PARLEY_CHAT exists:
+// parley's workers create the streams, the gateway may not. It fails on
+// invalid options, when JetStream cannot be reached, or when the stream
+// does not appear before the start-up deadline.
 func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) (*Gateway, error) {
 	if b == nil || auth == nil {
 		panic("gateway.New: nil bus or authenticator")
@@ -221,7 +223,10 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if err := b.EnsureStreams(ctx); err != nil {
+	// The workers create parley's streams; the gateway, the process
+	// facing the internet, may not change them (docs/SECURITY.md), so it
+	// waits for the one it reads.
+	if err := b.AwaitStreams(ctx, events.StreamChat); err != nil {
 		return nil, err
 	}
 	own, err := openOwnership(ctx, b.JetStream(), b.Storage(), b.Replicas())

@@ -35,6 +35,9 @@ func newTestGateway(t *testing.T, opts *Options) *Gateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.EnsureStreams(t.Context()); err != nil { // the workers' job
+		t.Fatal(err)
+	}
 	g, err := New(t.Context(), b, StaticTokens{devTok: "dev"}, opts)
 	if err != nil {
 		t.Fatal(err)

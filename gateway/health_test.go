@@ -77,9 +77,48 @@ func TestHealth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(t.Context(), b, StaticTokens{devTok: "dev"}, nil)
+	// The gateway waits for the workers to create parley's streams: it
+	// may not create them itself.
+	type made struct {
+		g   *Gateway
+		err error
+	}
+	started := make(chan made, 1)
+	go func() {
+		g, err := New(t.Context(), b, StaticTokens{devTok: "dev"}, nil)
+		started <- made{g, err}
+	}()
+	select {
+	case m := <-started:
+		t.Fatalf("gateway.New returned before the streams existed: %v", m.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	pcreds := natsauth.Credentials{NKeyFile: filepath.Join(dir, "auth", natsauth.SeedFile(natsauth.Processor)), Principal: natsauth.Processor}
+	popts, err := pcreds.Options()
 	if err != nil {
 		t.Fatal(err)
+	}
+	pnc, err := nats.Connect(srv.ClientURL(), popts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pnc.Close)
+	pb, err := bus.New(pnc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pb.EnsureStreams(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var g *Gateway
+	select {
+	case m := <-started:
+		if m.err != nil {
+			t.Fatalf("gateway.New: %v", m.err)
+		}
+		g = m.g
+	case <-time.After(20 * time.Second):
+		t.Fatal("gateway.New still waiting 20 s after the streams were created")
 	}
 	h := g.Handler()
 	if code, r := healthReport(t, h, "/livez"); code != 200 || r.Status != "live" {

@@ -23,6 +23,9 @@ func TestLookupEntities(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.EnsureStreams(t.Context()); err != nil { // the workers' job
+		t.Fatal(err)
+	}
 	g, err := New(t.Context(), b, StaticTokens{devTok: "dev"}, nil)
 	if err != nil {
 		t.Fatal(err)

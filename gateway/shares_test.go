@@ -35,6 +35,9 @@ func shareGateways(t *testing.T, n int) []*Gateway {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := b.EnsureStreams(t.Context()); err != nil { // the workers' job
+			t.Fatal(err)
+		}
 		g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, &Options{RatePerSecond: 100, RateBurst: 100})
 		if err != nil {
 			t.Fatal(err)
@@ -281,6 +284,9 @@ func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.EnsureStreams(t.Context()); err != nil { // the workers' job
+		t.Fatal(err)
+	}
 	g, err := New(t.Context(), b, StaticTokens{ownerTok: "owner", otherTok: "other"}, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +294,9 @@ func testRevokeEndsEventStream(t *testing.T, opts *Options) {
 	// The share and the revoke go through another replica.
 	b2, err := bus.New(srv.Connect(t), nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b2.EnsureStreams(t.Context()); err != nil { // the workers' job
 		t.Fatal(err)
 	}
 	g2, err := New(t.Context(), b2, StaticTokens{ownerTok: "owner", otherTok: "other"}, nil)

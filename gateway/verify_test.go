@@ -29,6 +29,9 @@ func newVerdictGateway(t *testing.T) (*Gateway, *bustest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.EnsureStreams(t.Context()); err != nil { // the workers' job
+		t.Fatal(err)
+	}
 	g, err := New(t.Context(), b, StaticTokens{devTok: "dev", eveTok: "eve"}, &Options{VerdictWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -174,6 +174,11 @@ func TestForbidden(t *testing.T) {
 		{"integrator", "$JS.API.STREAM.PURGE.PARLEY_CHAT"},
 		{"integrator", "$JS.API.STREAM.UPDATE.PARLEY_CHAT"},
 		{"integrator", "$JS.API.STREAM.CREATE.PARLEY_EVIL"},
+		// The gateway faces the internet: it cannot change the streams.
+		{"gateway", "$JS.API.STREAM.UPDATE.PARLEY_CHAT"},
+		{"gateway", "$JS.API.STREAM.CREATE.PARLEY_INPUT"},
+		{"gateway", "$JS.API.STREAM.UPDATE.PARLEY_AGENT"},
+		{"gateway", "$JS.API.STREAM.DELETE.PARLEY_CHAT"},
 		{"integrator", "$JS.API.CONSUMER.CREATE.PARLEY_CHAT.processor"},
 		{"integrator", "$JS.API.CONSUMER.CREATE.PARLEY_CHAT.processor.parley.chat.>"},
 		{"integrator", "$JS.API.CONSUMER.DELETE.PARLEY_CHAT.processor"},

@@ -269,10 +269,9 @@ func (p Principal) Permissions() Permissions {
 		sub(inbox)
 		if p.Kind == KindGateway {
 			pub(bucketOwn(BucketGatewayThreads)...)
-			// Like the workers, the gateway creates parley's streams at
-			// start (gateway.New: it may start first); never deletes or
-			// purges them.
-			pub(streamAdmin(StreamChat, StreamInput, StreamAgent, StreamRuns, StreamTools, StreamDeadLetter)...)
+			// The gateway faces the internet: it may not create or change
+			// parley's streams (the workers do); it waits for PARLEY_CHAT
+			// (gateway.New, bus.AwaitStreams) through chatReader's info.
 			// Its readiness, like a worker's (GET /readyz).
 			pub(streamNames)
 		}
