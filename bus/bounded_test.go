@@ -229,6 +229,8 @@ func TestConsumeUnavailableIsNotAFailure(t *testing.T) {
 		{"no stream response", fmt.Errorf("publishing: %w", jetstream.ErrNoStreamResponse), true},
 		{"handler's own deadline", nil, false},
 		{"the message at fault", errors.New("data.turnId: required"), false},
+		{"a full work queue", fmt.Errorf("publishing: %w", &jetstream.APIError{Code: 503, ErrorCode: 10077,
+			Description: "maximum bytes exceeded"}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -26,17 +26,20 @@ import (
 // thread's events in PARLEY_CHAT: an ownership of the processor (an
 // "epoch" here) ends
 //
-//   - at an idle gap: two consecutive events of the thread (other than
-//     progress and message deltas, which no record write accompanies)
-//     stored at least the idle bound apart (epochIdle: Options.ThreadTTL
-//     less a margin, so the gateway ends the epoch before the processor
-//     can have forgotten the thread; the times are the server's, so no
-//     gateway clock is involved). The epoch goes on only when the first
-//     event after the gap is an echo of a message of the claim's owner
-//     itself, accepted as the processor's owner (not as a party an
-//     integrator shared the thread with): the processor then gave the
-//     thread to that same user again;
-//   - at a reset (turn.failed, reason state_incompatible);
+//   - for a claim whose owner is only a party an integrator shared the
+//     thread with: at an idle gap, two consecutive events of the thread
+//     (other than progress and message deltas, which no record write
+//     accompanies) stored at least the idle bound apart (epochIdle:
+//     Options.ThreadTTL less a margin, so the gateway ends the epoch
+//     before the processor can have forgotten the thread; the times are
+//     the server's, so no gateway clock is involved). A claim whose owner
+//     is the processor's owner does not end at a gap: the first accepted
+//     message after it tells (the rule below). Ending it at the gap let a
+//     party the owner had shared the thread with (even one revoked since:
+//     the processor keeps grants) post first after the gap, while the
+//     processor still held the owner's record, and take the thread from
+//     its owner (breaker, session 10);
+//   - at a reset (turn.failed, reason state_incompatible, naming no turn);
 //   - at an accepted message (turn.requested echo) of a party the claim
 //     does not know, when the claim's owner is the processor's owner: the
 //     processor accepts only its owner and the parties the owner's
@@ -125,11 +128,17 @@ func (r *epochRule) step(at time.Time, ev *event.Event) bool {
 	echo := events.TypeOf(ev) == events.TypeTurnRequested
 	who := events.EchoIdentity(ev)
 	switch {
-	case gap:
-		return echo && !r.shared && who.Same(r.owner)
+	case gap && r.shared:
+		// A party an integrator shared the thread with cannot tell the
+		// integrator's own messages from a new owner's: an idle gap
+		// long enough for the processor to forget ends its epoch.
+		return false
 	case events.TypeOf(ev) == events.TypeTurnFailed:
 		d, err := events.Data[events.TurnFailed](ev)
-		return err != nil || d.Reason != events.RejectStateIncompatible
+		// The processor's reset of a record it cannot read names no turn;
+		// a turn that failed state_incompatible (a pause or a run it
+		// could not resume) left the record, and its owner, as they were.
+		return err != nil || d.Reason != events.RejectStateIncompatible || d.TurnID != ""
 	case echo && !r.shared:
 		return who.Same(r.owner) || slices.ContainsFunc(r.parties, who.Same)
 	}
