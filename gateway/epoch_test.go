@@ -531,3 +531,32 @@ func TestGrantedUserCannotTakeThreadAfterIdleGap(t *testing.T) {
 		t.Errorf("dev's message to w2 = %d: the owner lost his thread", code)
 	}
 }
+
+// A claim made by a share on an unused name, whose name an integrator
+// then starts, does not let its user publish into the integrator's thread
+// (breaker, session 10, B3): the first message is 404, nothing is
+// published, and the claim is released.
+func TestShareClaimOnNameTakenSincePublishesNothing(t *testing.T) {
+	s := newEpochSystem(t, time.Hour)
+	h := s.g.Handler()
+	if w := request(t, h, "PUT", "/v1/threads/sq2/shares/eve", devTok, "", nil); w.Code != 200 {
+		t.Fatalf("share of an unused name: %d %s", w.Code, w.Body)
+	}
+	if !s.integratorSends(t, "sq2") {
+		t.Fatal("the processor refused the integrator's first message")
+	}
+	if code, st := s.post(t, devTok, "sq2"); code != 404 {
+		t.Errorf("dev's first message to sq2, now the integrator's = %d %q, want 404", code, st)
+	}
+	stream, err := s.b.JetStream().Stream(t.Context(), events.StreamChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // a refusal, had a message been published
+	if _, err := stream.GetLastMsgForSubject(t.Context(), events.ChatSubject("sq2", events.ChatTurnRejected)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("a refusal was stored in the integrator's thread (err %v)", err)
+	}
+	if w := request(t, h, "GET", "/v1/threads/sq2", devTok, "", nil); w.Code != 404 {
+		t.Errorf("GET sq2 as dev = %d, want 404", w.Code)
+	}
+}

@@ -441,7 +441,19 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 			return rec{}, false, errNotOwner // a share of a pending claim allows nothing yet
 		case out == outcomePending && r.EventID == "":
 			// A claim made by a share (or before verdicts were followed):
-			// this is its first message, whose refusal releases it.
+			// this is its first message, whose refusal releases it. The
+			// name may have been taken since the share (an integrator's
+			// first message): then, as for any first message, nothing is
+			// published into someone else's thread (G3) and the claim is
+			// released.
+			if ok, err := o.mayClaim(ctx, thread, user); err != nil {
+				return rec{}, false, err
+			} else if !ok {
+				if err := o.release(ctx, thread, user, r); err != nil {
+					return rec{}, false, err
+				}
+				return rec{}, false, errNotOwner
+			}
 			t := r.ThreadOwner
 			t.EventID = eventID
 			val, _ := json.Marshal(t)
