@@ -220,12 +220,7 @@ func (o *ownership) scanEpoch(ctx context.Context, thread string, r rec, last ui
 	rule := o.rule(r.ThreadOwner)
 	checked := r.ThreadOwner
 	for n := 1; ; n++ {
-		var it item
-		var ok bool
-		select {
-		case it, ok = <-items:
-		case <-ctx.Done():
-		}
+		it, ok := nextItem(ctx, items)
 		if !ok {
 			if err := ctx.Err(); err != nil {
 				return rec{}, fmt.Errorf("reading the events of %s: %w", thread, err)
@@ -386,12 +381,7 @@ func (o *ownership) mayClaim(ctx context.Context, thread, user string) (bool, er
 	found := false
 	var prev time.Time
 	for n := 1; ; n++ {
-		var it item
-		var ok bool
-		select {
-		case it, ok = <-items:
-		case <-ctx.Done():
-		}
+		it, ok := nextItem(ctx, items)
 		if !ok {
 			if err := ctx.Err(); err != nil {
 				return false, fmt.Errorf("reading the messages of %s: %w", thread, err)
@@ -440,12 +430,7 @@ func (o *ownership) epochStart(ctx context.Context, thread string, echo item, wh
 		prev  time.Time
 	)
 	for n := 1; ; n++ {
-		var it item
-		var ok bool
-		select {
-		case it, ok = <-items:
-		case <-ctx.Done():
-		}
+		it, ok := nextItem(ctx, items)
 		if !ok {
 			if err := ctx.Err(); err != nil {
 				return 0, false, fmt.Errorf("reading the messages of %s: %w", thread, err)

@@ -132,12 +132,7 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 		return outcomePending, nil, item{}, nil
 	}
 	for n := 1; ; n++ {
-		var it item
-		var ok bool
-		select {
-		case it, ok = <-items:
-		case <-ctx.Done():
-		}
+		it, ok := nextItem(ctx, items)
 		if !ok {
 			return final()
 		}
@@ -345,6 +340,16 @@ func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep 
 		}
 	}
 	return nil
+}
+
+// nextItem returns the next item of items, or ok false when items is
+// closed or ctx is done (the caller tells them apart by ctx.Err).
+func nextItem(ctx context.Context, items <-chan item) (it item, ok bool) {
+	select {
+	case it, ok = <-items:
+	case <-ctx.Done():
+	}
+	return it, ok
 }
 
 // isWrongRevision reports whether err is JetStream refusing a write whose
