@@ -41,10 +41,9 @@
 // is frozen (SIGSTOP) for 20 s, longer than the consumers' AckWait (15 s),
 // so its messages are redelivered to the other replica and handled again
 // when it wakes (late run outcomes must be ignored); and the processors
-// run with PARLEY_FAULT_EXIT=after-withdraw,after-supersede, which makes
-// one of them exit, once per point, between storing a superseded turn's
-// withdrawn questions and announcing them: after the paused record is
-// written, and after the thread record is (the redelivered message must
+// run with PARLEY_FAULT_EXIT=after-supersede, which makes one of them
+// exit, once, between storing a superseded turn's withdrawn questions (in
+// the thread record) and announcing them (the redelivered message must
 // announce them).
 //
 //	go test ./chaos -run TestChaos -v -count=1

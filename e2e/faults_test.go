@@ -163,10 +163,13 @@ func TestBackToBackMessagesQueue(t *testing.T) {
 	}
 }
 
-// Item 3: a processor killed after storing the withdrawal of a paused
-// turn's questions, before recording the new turn and announcing: the
-// redelivered message finds the withdrawal in the paused record and
-// announces it (elicitation.cancelled), so the superseded turn has an end.
+// Item 3, across an upgrade: a processor of the version before the
+// thread held its paused turn, killed after storing the withdrawal of the
+// turn's questions in their own record and before recording the new turn:
+// this version adopts that record, and the redelivered message announces
+// the withdrawal (elicitation.cancelled), so the superseded turn has an
+// end. (This version withdraws in the thread's own write; the chaos test
+// kills it between that write and the announcement.)
 func TestSupersedeRecoveredAfterCrash(t *testing.T) {
 	s := start(t, options{})
 	s.send("cr", deleteDrafts)
@@ -177,20 +180,13 @@ func TestSupersedeRecoveredAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What the killed processor stored before dying.
-	ps, err := kvstate.OpenPaused(s.ctx, s.bus.JetStream(), s.bus.Storage(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, rev, err := ps.Load(s.ctx, "cr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Elicitations[0].Status = kvstate.StatusCancelled
-	rec.WithdrawnBy, rec.Withdrawn = e.ID(), []string{q}
-	if _, err := ps.Update(s.ctx, rec, rev); err != nil {
-		t.Fatal(err)
-	}
+	// What a processor of the version before the thread held its paused
+	// turn stored before dying: the withdrawal in the paused turn's own
+	// record, the thread still paused.
+	s.asLegacy("cr", func(p map[string]any) {
+		p["elicitations"].([]any)[0].(map[string]any)["status"] = "cancelled"
+		p["withdrawnBy"], p["withdrawn"] = e.ID(), []string{q}
+	})
 	// The message, redelivered to a live processor.
 	if _, err := s.bus.Publish(s.ctx, events.InputSubject(events.PrincipalIntegrator, "cr", events.ChatTurnRequested), e); err != nil {
 		t.Fatal(err)

@@ -201,7 +201,7 @@ func TestNewMessageOnPausedThreadCancels(t *testing.T) {
 	}
 }
 
-// A paused record of a format this code does not read fails closed with
+// A pause record of a format this code does not read fails closed with
 // state_incompatible, and the thread stays usable.
 func TestStateIncompatible(t *testing.T) {
 	s := start(t, options{})
@@ -211,7 +211,9 @@ func TestStateIncompatible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entry, err := kv.Get(s.ctx, "p5")
+	th, _, _ := s.storedThread("p5")
+	key := th.Paused.Record
+	entry, err := kv.Get(s.ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,9 +223,13 @@ func TestStateIncompatible(t *testing.T) {
 	}
 	rec["format"] = 99 // written by a future version
 	data, _ := json.Marshal(rec)
-	if _, err := kv.Update(s.ctx, "p5", data, entry.Revision()); err != nil {
+	if _, err := kv.Update(s.ctx, key, data, entry.Revision()); err != nil {
 		t.Fatal(err)
 	}
+	// A processor that has not read the record (the one that wrote it
+	// keeps it cached: a record is never rewritten).
+	s.stopProcessor("A")
+	s.startProcessor("B")
 	s.answer("p5", id, schema.ActionAccept, nil)
 	rej := s.rec.await(t, 5*time.Second, "p5", events.TypeElicitationRejected, 1)
 	if r, _ := events.Data[events.ElicitationRejected](rej); r.Reason != events.RejectStateIncompatible {

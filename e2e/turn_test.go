@@ -26,19 +26,20 @@ func TestPauseThenResumeOnNewProcessor(t *testing.T) {
 	if !q.IsToolConfirmation() {
 		t.Fatalf("want a tool confirmation, got %s", mustJSON(q))
 	}
-	ps, err := kvstate.OpenPaused(s.ctx, s.bus.JetStream(), s.bus.Storage(), 1)
+	th, _, _ := s.storedThread("t1")
+	if got := pendingOf(th); th.State != "paused" || len(got) != 1 || got[0] != id {
+		t.Fatalf("thread %s, pending = %v, want paused on [%s]", th.State, got, id)
+	}
+	if left := time.Until(th.Paused.ExpiresAt); left <= 0 || left > time.Minute {
+		t.Fatalf("paused turn expires in %v, want within the 1m TTL", left)
+	}
+	// The pause record (the run's snapshot) carries the TTL.
+	pkv, err := s.bus.JetStream().KeyValue(s.ctx, kvstate.BucketPaused)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _, err := ps.Load(s.ctx, "t1")
-	if err != nil {
-		t.Fatalf("paused turn not in KV: %v", err)
-	}
-	if got := rec.PendingIDs(); len(got) != 1 || got[0] != id {
-		t.Fatalf("paused record pending = %v, want [%s]", got, id)
-	}
-	if left := time.Until(rec.ExpiresAt); left <= 0 || left > time.Minute {
-		t.Fatalf("paused record expires in %v, want within the 1m TTL", left)
+	if _, err := pkv.Get(s.ctx, th.Paused.Record); err != nil {
+		t.Fatalf("pause record %s: %v", th.Paused.Record, err)
 	}
 	s.stopProcessor("A")
 	s.startProcessor("B")
@@ -52,11 +53,8 @@ func TestPauseThenResumeOnNewProcessor(t *testing.T) {
 	if l := s.ledger(); len(l) != 1 || l[0].Tool != "delete_entities" {
 		t.Fatalf("ledger = %+v, want one delete_entities effect", l)
 	}
-	rec, _, err = ps.Load(s.ctx, "t1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if el := rec.Find(id); el == nil || el.Status != kvstate.StatusConsumed || el.AnsweredBy != (events.Identity{Principal: events.PrincipalIntegrator}) {
+	th, _, _ = s.storedThread("t1")
+	if el := th.Paused.Elicitations[0]; el.ID != id || el.Status != "consumed" || el.AnsweredBy != (events.Identity{Principal: events.PrincipalIntegrator}) {
 		t.Fatalf("elicitation not recorded as consumed by the integrator principal (no end user: it is not trusted to name one): %+v", el)
 	}
 }

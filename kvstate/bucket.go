@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,9 +37,6 @@ type Bucket[T any] struct {
 	js     jetstream.JetStream
 	name   string
 	perKey bool
-
-	streamMu sync.Mutex
-	stream   jetstream.Stream // the bucket's stream, for latest (opened on first use)
 }
 
 // markerTTL is how long an expiry marker lives (the server's minimum is 1s).
@@ -252,11 +249,12 @@ func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64
 	return b.Update(ctx, key, v, rev, ttl)
 }
 
-// createUntilStrict is CreateUntil in one write: it fails with
-// ErrConflict when the key has any entry, a live value or a delete, purge
-// or expiry marker (kv.Create reads the key after a failed create to tell
-// them apart; a caller that reads it anyway uses latest instead).
-func (b *Bucket[T]) createUntilStrict(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
+// CreateNewUntil is CreateUntil in one write, for a key written once: it
+// fails with ErrConflict when the key has any entry, a live value or a
+// delete, purge or expiry marker (kv.Create reads the key after a failed
+// create to tell them apart), and with ErrExpired when expiresAt has
+// passed.
+func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
 	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	ttl, err := TTLUntil(expiresAt, time.Now())
@@ -276,40 +274,6 @@ func (b *Bucket[T]) createUntilStrict(ctx context.Context, key string, v T, expi
 		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
 	}
 	return ack.Sequence, nil
-}
-
-// latest reads the key's last entry, markers included: its revision (0:
-// the key has no entry), whether it is a live value, and the value (an
-// error wrapping ErrIncompatible, with the revision, when it cannot be
-// decoded). One direct get, like Get.
-func (b *Bucket[T]) latest(ctx context.Context, key string) (v T, rev uint64, live bool, err error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
-	defer cancel()
-	b.streamMu.Lock()
-	st := b.stream
-	if st == nil {
-		if st, err = b.js.Stream(ctx, "KV_"+b.name); err != nil {
-			b.streamMu.Unlock()
-			return v, 0, false, fmt.Errorf("reading %s/%s: %w", b.name, key, err)
-		}
-		b.stream = st
-	}
-	b.streamMu.Unlock()
-	m, err := st.GetLastMsgForSubject(ctx, "$KV."+b.name+"."+key)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return v, 0, false, nil
-	}
-	if err != nil {
-		return v, 0, false, fmt.Errorf("reading %s/%s: %w", b.name, key, err)
-	}
-	switch {
-	case m.Header.Get("KV-Operation") != "", m.Header.Get("Nats-Marker-Reason") != "":
-		return v, m.Sequence, false, nil // deleted, purged or expired
-	}
-	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return v, m.Sequence, true, fmt.Errorf("decoding %s/%s: %w (%w)", b.name, key, err, ErrIncompatible)
-	}
-	return v, m.Sequence, true, nil
 }
 
 // Put stores v under key unconditionally.
@@ -385,4 +349,47 @@ func (b *Bucket[T]) WatchExpired(ctx context.Context, fn func(key string)) error
 			}
 		}
 	}
+}
+
+// ConsumeExpired calls fn with the key of every value the server expires
+// (per-key TTL; the bucket needs PerKeyTTL), through the durable consumer
+// durable on the bucket's stream (headers only, new messages only), until
+// ctx is cancelled. Unlike a watcher, a durable consumer remembers its
+// position: an expiry that happens while every consumer is down is
+// delivered when one starts. Replicas share the consumer; fn must still be
+// idempotent (delivery is at least once). Every write to the bucket is
+// delivered too (the expiry markers share the keys' subjects) and acked
+// at once. An fn error naks the marker for a retry a second later, up to
+// 10 deliveries.
+func (b *Bucket[T]) ConsumeExpired(ctx context.Context, durable, description string, fn func(ctx context.Context, key string) error) error {
+	stream := "KV_" + b.name
+	prefix := "$KV." + b.name + "."
+	cons, err := bus.EnsureConsumer(ctx, b.js, bus.StartupPolicy(ctx, bus.RetryPolicy{}), stream, jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
+		MaxDeliver: 10, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
+		FilterSubject: prefix + ">",
+		Description:   description,
+	})
+	if err != nil {
+		return err
+	}
+	base := context.WithoutCancel(ctx)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if m.Headers().Get(jetstream.MarkerReasonHeader) != "MaxAge" {
+			_ = m.Ack() // a write, delete or purge: not an expiry
+			return
+		}
+		if err := fn(base, strings.TrimPrefix(m.Subject(), prefix)); err != nil {
+			_ = m.NakWithDelay(time.Second)
+			return
+		}
+		_ = m.Ack()
+	}, jetstream.PullMaxMessages(64))
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", durable, err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	<-cc.Closed()
+	return nil
 }

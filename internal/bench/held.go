@@ -19,7 +19,7 @@ import (
 // heldPhase measures resumes with opts.Held paused turns held at once,
 // against a baseline of opts.BaselineHeld. Pausing that many turns through
 // the pipeline would take minutes, so the held turns are seeded: a real
-// paused turn's records (paused record with its per-key TTL, and thread)
+// paused turn's records (pause record with its per-key TTL, and thread)
 // are copied under new thread, turn and elicitation IDs straight into the
 // buckets with bounded async publishes. Then sample turns are paused
 // through the pipeline and resumed one at a time.
@@ -48,7 +48,7 @@ func heldPhase(ctx context.Context, s *system, env *benchEnv, opts *Options, out
 	if err != nil {
 		return err
 	}
-	out.RecordBytes = len(tpl.paused)
+	out.RecordBytes = len(tpl.paused) + len(tpl.thread)
 
 	sd, err := newSeeder(env, opts.SeedTTL)
 	if err != nil {
@@ -114,34 +114,47 @@ func heldPhase(ctx context.Context, s *system, env *benchEnv, opts *Options, out
 	return s.failed()
 }
 
-// template is a real paused turn's records and the IDs to replace in them.
+// template is a real paused turn's records (the thread record, which
+// holds the paused turn, and the pause record under pausedKey) and the IDs
+// to replace in them.
 type template struct {
-	paused, thread             []byte
+	paused, thread, pausedKey  []byte
 	threadID, turnID, elicitID []byte
 }
 
 func newTemplate(ctx context.Context, js jetstream.JetStream, thread string) (*template, error) {
-	p, err := kvGet(ctx, js, kvstate.BucketPaused, thread)
-	if err != nil {
-		return nil, err
-	}
 	t, err := kvGet(ctx, js, kvstate.BucketThreads, thread)
 	if err != nil {
 		return nil, err
 	}
-	var rec kvstate.PausedTurn
-	if err := json.Unmarshal(p, &rec); err != nil {
+	// The processor's thread record, decoded only as far as the bench
+	// needs it.
+	var rec struct {
+		Paused *struct {
+			TurnID       string `json:"turnId"`
+			Record       string `json:"record"`
+			Elicitations []struct {
+				ID string `json:"id"`
+			} `json:"elicitations"`
+		} `json:"paused"`
+	}
+	if err := json.Unmarshal(t, &rec); err != nil {
 		return nil, err
 	}
-	if len(rec.Elicitations) == 0 {
-		return nil, errors.New("the template paused turn has no elicitation")
+	if rec.Paused == nil || len(rec.Paused.Elicitations) == 0 || rec.Paused.Record == "" {
+		return nil, errors.New("the template thread has no paused turn with a question and a pause record")
 	}
-	return &template{paused: p, thread: t, threadID: []byte(thread), turnID: []byte(rec.TurnID),
-		elicitID: []byte(rec.Elicitations[0].ID)}, nil
+	p, err := kvGet(ctx, js, kvstate.BucketPaused, rec.Paused.Record)
+	if err != nil {
+		return nil, err
+	}
+	return &template{paused: p, thread: t, pausedKey: []byte(rec.Paused.Record), threadID: []byte(thread),
+		turnID: []byte(rec.Paused.TurnID), elicitID: []byte(rec.Paused.Elicitations[0].ID)}, nil
 }
 
-// instance returns the template's records for thread, with new IDs.
-func (t *template) instance(thread string) (paused, th []byte) {
+// instance returns the template's records for thread, with new IDs, and
+// the pause record's key.
+func (t *template) instance(thread string) (paused, th []byte, pausedKey string) {
 	turn := []byte(events.DerivedID("held-turn", thread))
 	elicit := []byte(events.DerivedID("held-elicitation", thread))
 	rep := func(b []byte) []byte {
@@ -149,7 +162,7 @@ func (t *template) instance(thread string) (paused, th []byte) {
 		b = bytes.ReplaceAll(b, t.turnID, turn)
 		return bytes.ReplaceAll(b, t.elicitID, elicit)
 	}
-	return rep(t.paused), rep(t.thread)
+	return rep(t.paused), rep(t.thread), string(rep(t.pausedKey))
 }
 
 // seeder writes paused turns with bounded async publishes.
@@ -190,8 +203,8 @@ func (sd *seeder) seed(ctx context.Context, t *template, from, to int) error {
 	}
 	for i := from; i < to; i++ {
 		thread := fmt.Sprintf("%s-held-%d", sd.env.runID, i)
-		p, th := t.instance(thread)
-		if err := pub(&nats.Msg{Subject: "$KV." + kvstate.BucketPaused + "." + thread, Data: p},
+		p, th, key := t.instance(thread)
+		if err := pub(&nats.Msg{Subject: "$KV." + kvstate.BucketPaused + "." + key, Data: p},
 			jetstream.WithMsgTTL(sd.ttl), jetstream.WithStallWait(5*time.Second)); err != nil {
 			return fmt.Errorf("seeding paused turn %d: %w", i, err)
 		}

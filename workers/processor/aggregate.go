@@ -11,12 +11,12 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// The thread's transitions, as pure functions over its stored records
-// (Thread and kvstate.PausedTurn). The handlers in turns.go and
-// pause.go load the records, apply one of these inside a revision-checked
-// write, and publish what the result says; these functions decide. They
-// return kvstate.ErrNoChange when the event changes nothing (a duplicate,
-// or a stale event of a turn that moved past it).
+// The thread's transitions, as pure functions over its record (Thread,
+// its paused turn included). The handlers in turns.go and pause.go load
+// the record, apply one of these inside a revision-checked write, and
+// publish what the result says; these functions decide. They return
+// kvstate.ErrNoChange when the event changes nothing (a duplicate, or a
+// stale event of a turn that moved past it).
 
 // msgAction is what a user message does to its thread.
 type msgAction int
@@ -57,24 +57,21 @@ func classifyMessage(t *Thread, id string, seq uint64) msgAction {
 	return msgStart
 }
 
-// applyMessage applies the user message m (stream sequence seq) to t.
-// po is what withdrawing the paused turn's questions found (zero unless
-// the caller withdrew them); a supersede without a matching po fails with
-// errPauseChanged (the thread paused after the caller looked: look again).
-// It returns whether the message was refused (queue full) and the event
-// ID of the turn this started ("" if none).
-func applyMessage(t *Thread, m QueuedMessage, seq uint64, po pauseOutcome) (refused bool, started string, err error) {
+// applyMessage applies the user message m (stream sequence seq) to t at
+// time now: a message that supersedes the paused turn withdraws its open
+// questions in the same write (planWithdraw). It returns whether the
+// message was refused (queue full) and the event ID of the turn this
+// started ("" if none).
+func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refused bool, started string, err error) {
 	act := classifyMessage(t, m.EventID, seq)
-	if act == msgSupersede && po.resuming && po.turnID == t.TurnID {
-		act = msgQueue // every answer is in: the resume is under way
-	}
-	switch act {
-	case msgDuplicate:
-		return slices.Contains(t.Refused, m.EventID), "", kvstate.ErrNoChange
-	case msgSupersede:
-		if po.turnID != t.TurnID {
-			return false, "", errPauseChanged
+	var po pauseOutcome
+	if act == msgSupersede {
+		if po = planWithdraw(t, m.EventID, now); po.resuming {
+			act = msgQueue // every answer is in: the resume is under way
 		}
+	}
+	if act == msgDuplicate {
+		return slices.Contains(t.Refused, m.EventID), "", kvstate.ErrNoChange
 	}
 	t.MarkHandled(m.EventID)
 	t.LastTurnSeq = max(t.LastTurnSeq, seq)
@@ -88,7 +85,7 @@ func applyMessage(t *Thread, m QueuedMessage, seq uint64, po pauseOutcome) (refu
 		return false, "", nil
 	case msgSupersede:
 		sup := &Supersession{TurnID: t.TurnID, By: m.EventID, Cancelled: po.cancelled, Expired: po.expired}
-		t.State, t.Pending, t.PauseMark = ThreadIdle, nil, 0
+		t.State, t.PauseMark = ThreadIdle, 0
 		t.Superseded = sup
 	}
 	// Idle now: the queue goes first, then this message.
@@ -118,7 +115,7 @@ func startTurn(t *Thread, m QueuedMessage) {
 	t.Agent = m.Agent
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
-	t.Pending, t.PauseMark = nil, 0
+	t.PauseMark = 0
 	// The blocks go with the text: context references reach the model.
 	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content})
 }
@@ -175,16 +172,20 @@ func classifyPause(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	return outcomeStale
 }
 
-// applyPause records the pause of the active turn: its open questions
-// (ids), its stream position and the queue mark (the thread's last
-// turn.requested stream sequence when the pause is recorded).
-func applyPause(t *Thread, turnID, id string, runSeq uint64, ids []string, mark uint64) error {
-	if classifyPause(t, turnID, id, runSeq) != outcomeApply {
+// applyPause records the pause pt of the active turn (run.paused event
+// id, at PARLEY_RUNS sequence pt.RunSeq): its questions, its stream
+// position and the queue mark (the thread's last turn.requested stream
+// sequence when the pause is recorded). pt replaces the thread's earlier
+// paused turn.
+func applyPause(t *Thread, pt *PausedTurn, id string, mark uint64) error {
+	if classifyPause(t, pt.TurnID, id, pt.RunSeq) != outcomeApply {
 		return kvstate.ErrNoChange
 	}
 	t.MarkHandled(id)
-	t.State, t.Pending = ThreadPaused, ids
-	t.RunSeq = runSeq
+	cp := *pt
+	cp.Elicitations = slices.Clone(pt.Elicitations)
+	t.State, t.Paused = ThreadPaused, &cp
+	t.RunSeq = pt.RunSeq
 	t.PauseMark = max(mark, t.LastTurnSeq)
 	return nil
 }
@@ -216,49 +217,38 @@ func applyEnd(t *Thread, turnID, id string, runSeq uint64, reply *schema.ChatMes
 		// record small by leaving the blocks in turn.completed.
 		t.Append(schema.ChatMessage{Role: reply.Role, Text: reply.Text})
 	}
-	t.State, t.Pending, t.PauseMark = ThreadIdle, nil, 0
+	t.State, t.PauseMark = ThreadIdle, 0
 	startNext(t)
 	return nil
 }
 
-// applyAnswered removes answered (or withdrawn) questions from the paused
-// turn's open list, so an expiry names only what was still open.
-func applyAnswered(t *Thread, turnID string, ids ...string) error {
-	if t.TurnID != turnID || t.State != ThreadPaused {
-		return kvstate.ErrNoChange
-	}
-	open := slices.DeleteFunc(slices.Clone(t.Pending), func(id string) bool { return slices.Contains(ids, id) })
-	if len(open) == len(t.Pending) {
-		return kvstate.ErrNoChange
-	}
-	t.Pending = open
-	return nil
-}
-
-// applyResume marks the paused turn rec running again (its answers are
-// all in), remembering the answers used so a late redelivery of one, after
-// the paused record is replaced by the turn's next pause, is not rejected.
-func applyResume(t *Thread, rec *kvstate.PausedTurn) error {
-	if t.TurnID != rec.TurnID || t.State != ThreadPaused {
-		return kvstate.ErrNoChange
-	}
-	t.State, t.Pending, t.PauseMark = ThreadRunning, nil, 0
-	for _, el := range rec.Elicitations {
+// resumePaused marks the paused turn running again (its answers are all
+// in), remembering the answers used so a late redelivery of one, after
+// the turn's next pause replaces its questions, is not rejected.
+func resumePaused(t *Thread) {
+	t.State, t.PauseMark = ThreadRunning, 0
+	t.Paused.Resumed = true
+	for _, el := range t.Paused.Elicitations {
 		if el.ResponseEventID != "" {
 			t.MarkHandled(el.ResponseEventID)
 		}
 	}
-	return nil
 }
 
-// applyExpiry ends the paused turn whose record expired: the questions
-// still open are recorded as expired, and the queue goes on.
-func applyExpiry(t *Thread, now time.Time) error {
-	if t.State != ThreadPaused {
+// applyExpiry ends the paused turn whose pause record (key) expired: the
+// questions still open are recorded as expired, and the queue goes on.
+// The expiry of any other record (an earlier pause's, or one stored for a
+// pause the thread never took) changes nothing.
+func applyExpiry(t *Thread, key string, now time.Time) error {
+	switch {
+	case t.State != ThreadPaused:
+		return kvstate.ErrNoChange
+	case t.Paused != nil && t.Paused.TurnID == t.TurnID && t.Paused.Record != key,
+		(t.Paused == nil || t.Paused.TurnID != t.TurnID) && key != t.ID:
 		return kvstate.ErrNoChange
 	}
-	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.Pending, At: now}
-	t.State, t.Pending, t.PauseMark = ThreadIdle, nil, 0
+	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.pending(), At: now}
+	t.State, t.PauseMark = ThreadIdle, 0
 	startNext(t)
 	return nil
 }
@@ -269,45 +259,45 @@ type pauseOutcome struct {
 	turnID string
 	// cancelled are its questions, withdrawn now.
 	cancelled []string
-	// expired are its questions, gone with the record's TTL.
+	// expired are its questions, past their expiry.
 	expired []string
 	// resuming: every question is answered and the resume is under way.
 	resuming bool
 }
 
-// planWithdraw decides how the message by supersedes the paused turn
-// turnID (open questions pending, by the thread record), given its paused
-// record rec (nil if gone) at time now. It returns the outcome and whether
-// rec was changed (its open questions marked cancelled, with WithdrawnBy
-// and Withdrawn stored in the same write, so a redelivery of by, after a
-// crash before announcing, still announces them).
-func planWithdraw(rec *kvstate.PausedTurn, turnID string, pending []string, by string, now time.Time) (pauseOutcome, bool) {
-	po := pauseOutcome{turnID: turnID}
+// planWithdraw withdraws the open questions of t's paused turn for the
+// message by, at time now: they are marked cancelled, with WithdrawnBy
+// and Withdrawn, in the write that supersedes the turn. Questions past
+// their expiry are named expired instead; a turn whose questions are all
+// answered is resuming (the message then queues).
+func planWithdraw(t *Thread, by string, now time.Time) pauseOutcome {
+	po := pauseOutcome{turnID: t.TurnID}
+	rec := t.Paused
 	switch {
-	case rec == nil || rec.TurnID != turnID || !now.Before(rec.ExpiresAt):
-		// Past expiresAt the record is expired even if its key lingers
-		// (TTLs are whole seconds).
-		po.expired = pending
-		return po, false
+	case rec == nil || rec.TurnID != t.TurnID:
+		return po // an earlier version's pause whose record is gone
+	case !now.Before(rec.ExpiresAt):
+		po.expired = rec.PendingIDs()
+		return po
 	case rec.WithdrawnBy != "":
-		// Withdrawn already: by this message's earlier attempt, or by one
-		// that died before recording itself; either way announce them.
+		// Withdrawn already (an earlier version withdrew in a write of
+		// its own before the thread's): announce them.
 		po.cancelled = rec.Withdrawn
-		return po, false
+		return po
 	}
 	ids := rec.PendingIDs()
 	if len(ids) == 0 {
 		po.resuming = rec.Resumed
-		return po, false
+		return po
 	}
 	for i := range rec.Elicitations {
-		if rec.Elicitations[i].Status == kvstate.StatusPending {
-			rec.Elicitations[i].Status = kvstate.StatusCancelled
+		if rec.Elicitations[i].Status == StatusPending {
+			rec.Elicitations[i].Status = StatusCancelled
 		}
 	}
 	rec.WithdrawnBy, rec.Withdrawn = by, ids
 	po.cancelled = ids
-	return po, true
+	return po
 }
 
 // normalizeAnswer applies the MCP action's rules before an answer is
@@ -338,19 +328,23 @@ func normalizeAnswer(r schema.ElicitResult, req *schema.ElicitRequestParams) (ou
 	return out, dropped
 }
 
-// answerVerdict is what an elicitation.responded does to a paused record.
+// answerVerdict is what an elicitation.responded does to a thread.
 type answerVerdict struct {
 	// reason is the rejection reason ("" when not rejected), with detail
 	// and the violations of the content.
 	reason string
 	detail string
 	errors []schema.Violation
-	// unknown: the record has no elicitation with the ID (the answer may
-	// have resumed an earlier pause of the turn: the caller checks).
+	// unknown: the thread's paused turn has no elicitation with the ID
+	// (the answer may have resumed an earlier pause of the turn: the
+	// caller checks).
 	unknown bool
-	// consumed: the answer won now; the record was changed and must be
-	// written (revision-checked) before anything is announced.
+	// consumed: the answer won now.
 	consumed bool
+	// write: the thread was changed (the answer consumed, the turn
+	// resumed) and must be written, revision-checked, before anything is
+	// announced.
+	write bool
 	// withdrawn are the questions a cancel withdrew (to announce; also on
 	// a redelivery of the winning cancel).
 	withdrawn []string
@@ -359,23 +353,27 @@ type answerVerdict struct {
 }
 
 // applyAnswer checks the answer id (data in, from the authenticated party
-// who, recorded as its answerer) against the paused record rec
-// at time now, in the order of the catalogue (unknown_or_expired,
-// invalid_content, already_consumed; invalid_event and state_incompatible
-// are the caller's), and consumes it: the first answer wins, a cancel
-// withdraws the turn's other open questions, and a settled record is
-// marked Resumed. A redelivery of the winning answer is neither rejected
-// nor consumed again (consumed false, reason ""): the caller finishes what
-// it started.
-func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationResponded, who events.Identity, now time.Time) answerVerdict {
-	el := rec.Find(in.ElicitationID)
+// who, recorded as its answerer) against the thread's paused turn at time
+// now, in the order of the catalogue (unknown_or_expired, invalid_content,
+// already_consumed; invalid_event and state_incompatible are the
+// caller's), and consumes it: the first answer wins, a cancel withdraws
+// the turn's other open questions, and the answer that settles the last
+// question resumes the turn in the same write (resumePaused). A
+// redelivery of the winning answer is neither rejected nor consumed again
+// (consumed false, reason ""): the caller finishes what it started.
+func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who events.Identity, now time.Time) answerVerdict {
+	rec := t.Paused
+	var el *Elicitation
+	if rec != nil {
+		el = rec.Find(in.ElicitationID)
+	}
 	switch {
 	case el == nil:
 		return answerVerdict{unknown: true, reason: events.RejectUnknownOrExpired,
 			detail: "no pending elicitation with this ID on the thread"}
 	case !now.Before(rec.ExpiresAt):
 		return answerVerdict{reason: events.RejectUnknownOrExpired, detail: "the paused turn expired"}
-	case el.Status == kvstate.StatusCancelled:
+	case el.Status == StatusCancelled:
 		return answerVerdict{reason: events.RejectUnknownOrExpired,
 			detail: "the elicitation was withdrawn (a newer message, or a cancel of another question of the turn)"}
 	}
@@ -391,21 +389,33 @@ func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationRespon
 		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; the question is still open"
 		return v
 	}
-	if el.Status == kvstate.StatusConsumed {
+	waiting := t.State == ThreadPaused && t.TurnID == rec.TurnID
+	if el.Status == StatusConsumed {
 		if el.ResponseEventID != id {
 			v.reason, v.detail = events.RejectAlreadyConsumed, "this elicitation was already answered"
 			return v
 		}
 		if el.Result != nil && el.Result.Action == schema.ActionCancel {
 			for _, o := range rec.Elicitations {
-				if o.Status == kvstate.StatusCancelled {
+				if o.Status == StatusCancelled {
 					v.withdrawn = append(v.withdrawn, o.ID)
 				}
 			}
 		}
+		if waiting && rec.Settled() {
+			// Consumed by an earlier version, which resumed in a write of
+			// its own: resume now.
+			resumePaused(t)
+			v.write = true
+		}
 		return v
 	}
-	el.Status = kvstate.StatusConsumed
+	if !waiting {
+		// The turn ended while its question was open (the agent gave
+		// up, or the thread was reset).
+		return answerVerdict{reason: events.RejectUnknownOrExpired, detail: "the turn no longer waits for this answer"}
+	}
+	el.Status = StatusConsumed
 	el.Result = &result
 	el.AnsweredBy = who
 	el.AnsweredAt = now.UTC()
@@ -415,14 +425,14 @@ func applyAnswer(rec *kvstate.PausedTurn, id string, in events.ElicitationRespon
 		// withdrawn, not left waiting.
 		v.withdrawn = rec.PendingIDs()
 		for i := range rec.Elicitations {
-			if rec.Elicitations[i].Status == kvstate.StatusPending {
-				rec.Elicitations[i].Status = kvstate.StatusCancelled
+			if rec.Elicitations[i].Status == StatusPending {
+				rec.Elicitations[i].Status = StatusCancelled
 			}
 		}
 	}
 	if rec.Settled() {
-		rec.Resumed = true
+		resumePaused(t)
 	}
-	v.consumed = true
+	v.consumed, v.write = true, true
 	return v
 }

@@ -33,12 +33,30 @@ func running(queued ...string) *Thread {
 	return t
 }
 
+// pauseOf is a pause of turn at runs sequence runSeq on questions ids,
+// expiring in an hour.
+func pauseOf(turn string, runSeq uint64, ids ...string) *PausedTurn {
+	pt := &PausedTurn{TurnID: turn, RunID: turn, RunSeq: runSeq, ExpiresAt: time.Now().Add(time.Hour), Record: pauseKey("t", runSeq)}
+	for _, id := range ids {
+		pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: events.PendingElicitation{ID: id}, Status: StatusPending})
+	}
+	return pt
+}
+
 // pausedOn pauses t's active turn at runs sequence runSeq with mark.
 func pausedOn(t *Thread, runSeq, mark uint64, ids ...string) *Thread {
-	if err := applyPause(t, t.TurnID, pauseID(runSeq), runSeq, ids, mark); err != nil {
+	if err := applyPause(t, pauseOf(t.TurnID, runSeq, ids...), pauseID(runSeq), mark); err != nil {
 		panic(err)
 	}
 	return t
+}
+
+// resumed answers every open question of t's paused turn and resumes it.
+func resumed(t *Thread) {
+	for i := range t.Paused.Elicitations {
+		t.Paused.Elicitations[i].Status = StatusConsumed
+	}
+	resumePaused(t)
 }
 
 func pauseID(runSeq uint64) string { return "pause-" + strconv.FormatUint(runSeq, 10) }
@@ -57,24 +75,24 @@ func TestClassifyRunOutcomes(t *testing.T) {
 	turn := turnOf("m1")
 	ended := running()
 	pausedOn(ended, 10, 1, "q1")
-	_ = applyResume(ended, &kvstate.PausedTurn{TurnID: turn})
+	resumed(ended)
 	pausedOn(ended, 20, 1, "q2") // the turn's second pause
-	_ = applyResume(ended, &kvstate.PausedTurn{TurnID: turn})
+	resumed(ended)
 	if err := applyEnd(ended, turn, "done", 30, nil); err != nil {
 		t.Fatal(err)
 	}
 
 	resumedAgain := running()
 	pausedOn(resumedAgain, 10, 1, "q1")
-	_ = applyResume(resumedAgain, &kvstate.PausedTurn{TurnID: turn})
+	resumed(resumedAgain)
 	pausedOn(resumedAgain, 20, 1, "q2")
-	_ = applyResume(resumedAgain, &kvstate.PausedTurn{TurnID: turn})
+	resumed(resumedAgain)
 
 	pausedNow := pausedOn(running(), 10, 1, "q1")
 
 	pausedAgain := running()
 	pausedOn(pausedAgain, 10, 1, "q1")
-	_ = applyResume(pausedAgain, &kvstate.PausedTurn{TurnID: turn})
+	resumed(pausedAgain)
 	pausedOn(pausedAgain, 20, 1, "q2")
 
 	tests := []struct {
@@ -116,7 +134,7 @@ func TestClassifyRunOutcomes(t *testing.T) {
 	}
 	// A stale pause changes nothing.
 	before := *ended
-	if err := applyPause(ended, turn, "p1", 10, []string{"q1"}, 5); !errors.Is(err, kvstate.ErrNoChange) || ended.State != before.State {
+	if err := applyPause(ended, pauseOf(turn, 10, "q1"), "p1", 5); !errors.Is(err, kvstate.ErrNoChange) || ended.State != before.State {
 		t.Errorf("applyPause(stale) = %v, state %s, want ErrNoChange, %s", err, ended.State, before.State)
 	}
 }
@@ -126,17 +144,28 @@ func TestClassifyRunOutcomes(t *testing.T) {
 // later one supersedes it and joins the end of the queue, whose head runs
 // first.
 func TestApplyMessageOrdering(t *testing.T) {
+	// settledPaused is a thread paused on a turn whose answers are all in
+	// but not yet resumed (an earlier version resumed in a write of its
+	// own, after the paused record's).
+	settledPaused := func() *Thread {
+		th := pausedOn(running(), 10, 1, "q1")
+		th.Paused.Elicitations[0].Status = StatusConsumed
+		th.Paused.Resumed = true
+		return th
+	}
 	tests := []struct {
-		name        string
-		thread      func() *Thread
-		id          string
-		seq         uint64
-		po          pauseOutcome
-		wantAct     msgAction
-		wantErr     error
-		wantStarted string
-		wantQueue   []string
-		wantState   string
+		name          string
+		thread        func() *Thread
+		id            string
+		seq           uint64
+		at            time.Duration // after now
+		wantAct       msgAction
+		wantErr       error
+		wantStarted   string
+		wantQueue     []string
+		wantState     string
+		wantCancelled []string
+		wantExpired   []string
 	}{
 		{
 			name:   "idle thread starts",
@@ -156,25 +185,25 @@ func TestApplyMessageOrdering(t *testing.T) {
 		{
 			name:   "message sent after the pause supersedes it; the queue head runs first (FIFO)",
 			thread: func() *Thread { return pausedOn(running("m2"), 10, 2, "q1") },
-			id:     "m3", seq: 3, po: pauseOutcome{turnID: turnOf("m1"), cancelled: []string{"q1"}},
+			id:     "m3", seq: 3, wantCancelled: []string{"q1"},
 			wantAct: msgSupersede, wantStarted: "m2", wantQueue: []string{"m3"}, wantState: ThreadRunning,
 		},
 		{
 			name:   "supersede of an empty queue starts the message",
 			thread: func() *Thread { return pausedOn(running(), 10, 1, "q1") },
-			id:     "m2", seq: 2, po: pauseOutcome{turnID: turnOf("m1"), cancelled: []string{"q1"}},
+			id:     "m2", seq: 2, wantCancelled: []string{"q1"},
 			wantAct: msgSupersede, wantStarted: "m2", wantState: ThreadRunning,
 		},
 		{
-			name:   "supersede without withdrawing first: look again",
+			name:   "supersede past the pause's expiry names its questions expired",
 			thread: func() *Thread { return pausedOn(running(), 10, 1, "q1") },
-			id:     "m2", seq: 2, wantAct: msgSupersede, wantErr: errPauseChanged, wantState: ThreadPaused,
+			id:     "m2", seq: 2, at: 2 * time.Hour, wantExpired: []string{"q1"},
+			wantAct: msgSupersede, wantStarted: "m2", wantState: ThreadRunning,
 		},
 		{
 			name:   "answers all in (resuming): queue",
-			thread: func() *Thread { return pausedOn(running(), 10, 1, "q1") },
-			id:     "m2", seq: 2, po: pauseOutcome{turnID: turnOf("m1"), resuming: true},
-			wantAct: msgSupersede, wantQueue: []string{"m2"}, wantState: ThreadPaused,
+			thread: settledPaused,
+			id:     "m2", seq: 2, wantAct: msgSupersede, wantQueue: []string{"m2"}, wantState: ThreadPaused,
 		},
 		{
 			name:   "redelivery",
@@ -188,7 +217,7 @@ func TestApplyMessageOrdering(t *testing.T) {
 			if got := classifyMessage(th, tt.id, tt.seq); got != tt.wantAct {
 				t.Errorf("classifyMessage = %v, want %v", got, tt.wantAct)
 			}
-			_, started, err := applyMessage(th, msg(tt.id), tt.seq, tt.po)
+			_, started, err := applyMessage(th, msg(tt.id), tt.seq, time.Now().Add(tt.at))
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("applyMessage error = %v, want %v", err, tt.wantErr)
 			}
@@ -196,15 +225,19 @@ func TestApplyMessageOrdering(t *testing.T) {
 				t.Errorf("started %q, state %s, queue %v; want %q, %s, %v", started, th.State, queueIDs(th),
 					tt.wantStarted, tt.wantState, tt.wantQueue)
 			}
-			if tt.wantAct == msgSupersede && tt.wantErr == nil && !tt.po.resuming {
+			if tt.wantAct == msgSupersede && tt.wantStarted != "" {
 				sup := th.Superseded
 				if sup == nil || sup.By != tt.id || sup.TurnID != turnOf("m1") || sup.Started != tt.wantStarted ||
-					!slices.Equal(sup.Cancelled, tt.po.cancelled) {
-					t.Errorf("Superseded = %+v, want by %s of %s, started %s, cancelled %v", sup, tt.id, turnOf("m1"),
-						tt.wantStarted, tt.po.cancelled)
+					!slices.Equal(sup.Cancelled, tt.wantCancelled) || !slices.Equal(sup.Expired, tt.wantExpired) {
+					t.Errorf("Superseded = %+v, want by %s of %s, started %s, cancelled %v, expired %v", sup, tt.id, turnOf("m1"),
+						tt.wantStarted, tt.wantCancelled, tt.wantExpired)
 				}
 				if got := startedByMessage(th, tt.id); got != tt.wantStarted {
 					t.Errorf("startedByMessage after supersede = %q, want %q", got, tt.wantStarted)
+				}
+				// Withdrawn in the same write: no answer can take them.
+				if len(tt.wantCancelled) > 0 && (th.Paused.WithdrawnBy != tt.id || len(th.Paused.PendingIDs()) != 0) {
+					t.Errorf("paused turn after supersede = %+v, want its questions withdrawn by %s", th.Paused, tt.id)
 				}
 			}
 		})
@@ -222,70 +255,70 @@ func TestSupersedeWithFullQueueRefuses(t *testing.T) {
 	if got := classifyMessage(th, "late", 100); got != msgQueue {
 		t.Fatalf("classifyMessage(full queue) = %v, want msgQueue (refused, pause kept)", got)
 	}
-	refused, _, err := applyMessage(th, msg("late"), 100, pauseOutcome{})
-	if err != nil || !refused || th.State != ThreadPaused {
-		t.Errorf("applyMessage = refused %v, %v, state %s; want refused, paused", refused, err, th.State)
+	refused, _, err := applyMessage(th, msg("late"), 100, time.Now())
+	if err != nil || !refused || th.State != ThreadPaused || len(th.pending()) != 1 {
+		t.Errorf("applyMessage = refused %v, %v, state %s, pending %v; want refused, paused on e1", refused, err, th.State, th.pending())
 	}
 }
 
-// Issue 8 item 3: the withdrawal is recoverable from the paused record, so
-// a redelivered superseding message announces what the first attempt
-// withdrew before it died.
+// Issue 8 item 3: a withdrawal an earlier version stored in its own paused
+// record (and died before recording the thread) is announced by the
+// redelivered message, not made again.
 func TestPlanWithdraw(t *testing.T) {
 	now := time.Now()
-	rec := func() *kvstate.PausedTurn {
-		r := &kvstate.PausedTurn{TurnID: "turn", ExpiresAt: now.Add(time.Minute)}
-		for _, id := range []string{"q1", "q2", "q3"} {
-			r.Elicitations = append(r.Elicitations, kvstate.Elicitation{
-				PendingElicitation: events.PendingElicitation{ID: id}, Status: kvstate.StatusPending})
-		}
-		r.Elicitations[0].Status = kvstate.StatusConsumed
-		return r
+	paused := func() *Thread {
+		th := pausedOn(running(), 10, 1, "q1", "q2", "q3")
+		th.Paused.Elicitations[0].Status = StatusConsumed
+		return th
 	}
-	r := rec()
-	po, write := planWithdraw(r, "turn", []string{"q2", "q3"}, "m2", now)
-	if !write || !slices.Equal(po.cancelled, []string{"q2", "q3"}) || r.WithdrawnBy != "m2" ||
+	th := paused()
+	po := planWithdraw(th, "m2", now)
+	if r := th.Paused; !slices.Equal(po.cancelled, []string{"q2", "q3"}) || r.WithdrawnBy != "m2" ||
 		!slices.Equal(r.Withdrawn, []string{"q2", "q3"}) || !r.Settled() {
-		t.Fatalf("first withdraw: %+v write=%v rec=%+v", po, write, r)
+		t.Fatalf("first withdraw: %+v paused=%+v", po, r)
 	}
-	// The process died after storing r; the message is redelivered.
-	po, write = planWithdraw(r, "turn", []string{"q2", "q3"}, "m2", now)
-	if write || !slices.Equal(po.cancelled, []string{"q2", "q3"}) {
-		t.Errorf("redelivered withdraw = %+v write=%v, want the stored withdrawn list, no write", po, write)
+	// An earlier version stored that and died; the message is redelivered.
+	if po = planWithdraw(th, "m2", now); !slices.Equal(po.cancelled, []string{"q2", "q3"}) {
+		t.Errorf("redelivered withdraw = %+v, want the stored withdrawn list", po)
 	}
-	// Past expiresAt the record is expired even if its key lingers.
-	po, write = planWithdraw(rec(), "turn", []string{"q2", "q3"}, "m2", now.Add(time.Minute))
-	if write || !slices.Equal(po.expired, []string{"q2", "q3"}) || po.cancelled != nil {
-		t.Errorf("withdraw at expiresAt = %+v write=%v, want expired", po, write)
+	// Past expiresAt the questions are expired, not withdrawn.
+	th = paused()
+	if po = planWithdraw(th, "m2", now.Add(2*time.Hour)); !slices.Equal(po.expired, []string{"q2", "q3"}) || po.cancelled != nil ||
+		th.Paused.WithdrawnBy != "" {
+		t.Errorf("withdraw at expiresAt = %+v, want expired", po)
 	}
-	po, _ = planWithdraw(nil, "turn", []string{"q2"}, "m2", now)
-	if !slices.Equal(po.expired, []string{"q2"}) {
-		t.Errorf("withdraw of a gone record = %+v, want expired", po)
+	// An earlier version's pause whose record is gone: nothing to name.
+	th = paused()
+	th.Paused = nil
+	if po = planWithdraw(th, "m2", now); po.expired != nil || po.cancelled != nil {
+		t.Errorf("withdraw of a gone record = %+v, want nothing named", po)
 	}
-	settled := rec()
-	for i := range settled.Elicitations {
-		settled.Elicitations[i].Status = kvstate.StatusConsumed
+	th = paused()
+	for i := range th.Paused.Elicitations {
+		th.Paused.Elicitations[i].Status = StatusConsumed
 	}
-	settled.Resumed = true
-	if po, write = planWithdraw(settled, "turn", nil, "m2", now); write || !po.resuming {
-		t.Errorf("withdraw of a settled record = %+v write=%v, want resuming", po, write)
+	th.Paused.Resumed = true
+	if po = planWithdraw(th, "m2", now); !po.resuming {
+		t.Errorf("withdraw of a settled pause = %+v, want resuming", po)
 	}
 }
 
-// Issue 8 item 6: an expiry names only the questions still open.
+// Issue 8 item 6: an expiry names only the questions still open, and
+// only the expiry of the pause record the thread is paused on ends it.
 func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	th := pausedOn(running("m2"), 10, 2, "q1", "q2")
 	turn := th.TurnID
-	if err := applyAnswered(th, turn, "q1"); err != nil {
-		t.Fatal(err)
+	v := applyAnswer(th, "a1", events.ElicitationResponded{ElicitationID: "q1", Action: schema.ActionDecline},
+		events.Identity{Principal: events.PrincipalIntegrator}, time.Now())
+	if !v.consumed || th.State != ThreadPaused || !slices.Equal(th.pending(), []string{"q2"}) {
+		t.Fatalf("after one answer: %+v, state %s, pending %v; want q2 open", v, th.State, th.pending())
 	}
-	if err := applyAnswered(th, turn, "q1"); !errors.Is(err, kvstate.ErrNoChange) {
-		t.Errorf("applyAnswered twice = %v, want ErrNoChange", err)
+	for _, key := range []string{pauseKey("t", 9), "t", pauseKey("other", 10)} {
+		if err := applyExpiry(th, key, time.Now()); !errors.Is(err, kvstate.ErrNoChange) {
+			t.Errorf("expiry of %s = %v, want ErrNoChange (not the record of this pause)", key, err)
+		}
 	}
-	if err := applyAnswered(th, "other", "q2"); !errors.Is(err, kvstate.ErrNoChange) {
-		t.Errorf("applyAnswered(other turn) = %v, want ErrNoChange", err)
-	}
-	if err := applyExpiry(th, time.Now()); err != nil {
+	if err := applyExpiry(th, pauseKey("t", 10), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if th.Expired == nil || !slices.Equal(th.Expired.ElicitationIDs, []string{"q2"}) || th.Expired.TurnID != turn {
@@ -294,7 +327,18 @@ func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	if th.State != ThreadRunning || th.StartedBy != "m2" {
 		t.Errorf("after expiry: %s started by %s, want the queued m2 running", th.State, th.StartedBy)
 	}
+	if err := applyExpiry(th, pauseKey("t", 10), time.Now()); !errors.Is(err, kvstate.ErrNoChange) {
+		t.Errorf("second expiry = %v, want ErrNoChange", err)
+	}
+	// An earlier version's pause (no paused turn in the thread) ends with
+	// the expiry of its record, keyed by the thread.
+	legacy := pausedOn(running(), 10, 1, "q1")
+	legacy.Paused = nil
+	if err := applyExpiry(legacy, "t", time.Now()); err != nil || legacy.State != ThreadIdle {
+		t.Errorf("legacy expiry = %v, state %s; want idle", err, legacy.State)
+	}
 }
+
 
 // Issue 8 item 8: decline and cancel are always honoured; stray content is
 // dropped, a confirmation's decline keeps its instructions.
@@ -349,22 +393,29 @@ func TestApplyAnswer(t *testing.T) {
 	form := schema.ElicitRequestParams{Message: "When?", RequestedSchema: schema.RequestedSchema{
 		Type: "object", Properties: map[string]*schema.PropertySchema{"date": {Type: "string", Format: "date"}},
 		Required: []string{"date"}}}
-	rec := func() *kvstate.PausedTurn {
-		r := &kvstate.PausedTurn{TurnID: "turn", ExpiresAt: now.Add(time.Minute)}
-		for _, id := range []string{"q1", "q2"} {
-			r.Elicitations = append(r.Elicitations, kvstate.Elicitation{
-				PendingElicitation: events.PendingElicitation{ID: id, Request: form}, Status: kvstate.StatusPending})
+	rec := func() *Thread {
+		th := pausedOn(running(), 10, 1, "q1", "q2")
+		th.Paused.ExpiresAt = now.Add(time.Minute)
+		for i := range th.Paused.Elicitations {
+			th.Paused.Elicitations[i].Request = form
 		}
-		return r
+		return th
 	}
 	ans := func(q string, action schema.ElicitAction, content map[string]any) events.ElicitationResponded {
 		return events.ElicitationResponded{ElicitationID: q, Action: action, Content: content, AnsweredBy: "ann"}
 	}
 	ann := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "ann"}
 	date := map[string]any{"date": "2026-12-12"}
+	answered := func(id string, in events.ElicitationResponded) func() *Thread {
+		return func() *Thread {
+			th := rec()
+			applyAnswer(th, id, in, ann, now)
+			return th
+		}
+	}
 	tests := []struct {
 		name          string
-		rec           func() *kvstate.PausedTurn
+		rec           func() *Thread
 		id            string
 		in            events.ElicitationResponded
 		at            time.Time
@@ -379,39 +430,49 @@ func TestApplyAnswer(t *testing.T) {
 		{"accept one of two", rec, "a1", ans("q1", schema.ActionAccept, date), now, "", true, nil, false},
 		{"decline with stray content is honoured", rec, "a1", ans("q1", schema.ActionDecline, map[string]any{"date": "x"}), now, "", true, nil, false},
 		{"cancel withdraws the other", rec, "a1", ans("q1", schema.ActionCancel, date), now, "", true, []string{"q2"}, true},
-		{"second answer", func() *kvstate.PausedTurn {
-			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), ann, now)
-			return r
-		}, "a2", ans("q1", schema.ActionAccept, date), now, events.RejectAlreadyConsumed, false, nil, false},
-		{"redelivered winner", func() *kvstate.PausedTurn {
-			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), ann, now)
-			return r
-		}, "a1", ans("q1", schema.ActionCancel, nil), now, "", false, []string{"q2"}, true},
-		{"answer to a withdrawn question", func() *kvstate.PausedTurn {
-			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionCancel, nil), ann, now)
-			return r
-		}, "a2", ans("q2", schema.ActionAccept, date), now, events.RejectUnknownOrExpired, false, nil, true},
-		{"last answer settles", func() *kvstate.PausedTurn {
-			r := rec()
-			applyAnswer(r, "a1", ans("q1", schema.ActionAccept, date), ann, now)
-			return r
-		}, "a2", ans("q2", schema.ActionDecline, nil), now, "", true, nil, true},
+		{"second answer", answered("a1", ans("q1", schema.ActionAccept, date)),
+			"a2", ans("q1", schema.ActionAccept, date), now, events.RejectAlreadyConsumed, false, nil, false},
+		{"redelivered winner", answered("a1", ans("q1", schema.ActionCancel, nil)),
+			"a1", ans("q1", schema.ActionCancel, nil), now, "", false, []string{"q2"}, true},
+		{"answer to a withdrawn question", answered("a1", ans("q1", schema.ActionCancel, nil)),
+			"a2", ans("q2", schema.ActionAccept, date), now, events.RejectUnknownOrExpired, false, nil, true},
+		{"last answer settles", answered("a1", ans("q1", schema.ActionAccept, date)),
+			"a2", ans("q2", schema.ActionDecline, nil), now, "", true, nil, true},
+		{"the turn ended while the question was open", func() *Thread {
+			th := rec()
+			if err := applyEnd(th, th.TurnID, "f1", 11, nil); err != nil {
+				panic(err)
+			}
+			return th
+		}, "a1", ans("q1", schema.ActionAccept, date), now, events.RejectUnknownOrExpired, false, nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := tt.rec()
-			v := applyAnswer(r, tt.id, tt.in, ann, tt.at)
+			th := tt.rec()
+			state := th.State
+			v := applyAnswer(th, tt.id, tt.in, ann, tt.at)
+			r := th.Paused
 			if v.reason != tt.wantReason || v.consumed != tt.wantConsumed || !slices.Equal(v.withdrawn, tt.wantWithdrawn) ||
 				r.Resumed != tt.wantResumed {
 				t.Fatalf("verdict %+v, resumed %v; want reason %q, consumed %v, withdrawn %v, resumed %v",
 					v, r.Resumed, tt.wantReason, tt.wantConsumed, tt.wantWithdrawn, tt.wantResumed)
 			}
+			if v.consumed != v.write {
+				t.Errorf("consumed %v but write %v", v.consumed, v.write)
+			}
+			// The answer that settles the pause resumes the turn in the
+			// same write; any other leaves the thread as it was.
+			switch {
+			case v.consumed && tt.wantResumed:
+				if th.State != ThreadRunning || !th.Seen(tt.id) {
+					t.Errorf("after the settling answer: state %s, seen %v; want running, the answer recorded", th.State, th.Seen(tt.id))
+				}
+			case th.State != state:
+				t.Errorf("state %s, want %s unchanged", th.State, state)
+			}
 			if v.consumed {
 				el := r.Find(tt.in.ElicitationID)
-				if el.Status != kvstate.StatusConsumed || el.ResponseEventID != tt.id || el.AnsweredBy != ann {
+				if el.Status != StatusConsumed || el.ResponseEventID != tt.id || el.AnsweredBy != ann {
 					t.Errorf("consumed elicitation = %+v", el)
 				}
 				if el.Result.Action != schema.ActionAccept && el.Result.Content != nil {

@@ -2,11 +2,10 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/parley-dev/parley/kvstate"
 )
 
 // What the processor's handlers need of the outside world, as small
@@ -14,14 +13,13 @@ import (
 // (kvstate stores, the bus client, the PARLEY_INPUT stream); the package
 // tests use in-memory fakes.
 
-// pausedStore keeps paused turns (kvstate.PausedStore).
-type pausedStore interface {
-	Load(ctx context.Context, thread string) (*kvstate.PausedTurn, uint64, error)
-	Save(ctx context.Context, p *kvstate.PausedTurn) (uint64, error)
-	Update(ctx context.Context, p *kvstate.PausedTurn, rev uint64) (uint64, error)
-	Mutate(ctx context.Context, thread string, fn func(p *kvstate.PausedTurn) error) (*kvstate.PausedTurn, error)
-	Delete(ctx context.Context, thread string, rev uint64) error
-	ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, thread string) error) error
+// pauseStore keeps pause records (pauseBucket): each written once under
+// a key of its own, with a TTL; Load fails with kvstate.ErrNotFound once
+// the record expired, and ConsumeExpired reports each expiry's key.
+type pauseStore interface {
+	Create(ctx context.Context, key string, rec *pauseRecord) error
+	Load(ctx context.Context, key string) (json.RawMessage, error)
+	ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, key string) error) error
 }
 
 // publisher stores events on their subjects (bus.Client).
@@ -36,6 +34,6 @@ type inputReader interface {
 }
 
 var (
-	_ pausedStore = (*kvstate.PausedStore)(nil)
+	_ pauseStore  = (*pauseBucket)(nil)
 	_ inputReader = jetstream.Stream(nil)
 )

@@ -13,17 +13,15 @@ import (
 // Disabled unless the environment asks for it.
 const (
 	// EnvFaultExit lists fault points (comma-separated) at which the
-	// process exits with status 70: "after-withdraw" (a superseded turn's
-	// questions are stored as withdrawn; the thread record and the
-	// announcement are not written yet) and "after-supersede" (the thread
-	// record is written; elicitation.cancelled is not published yet).
+	// process exits with status 70: "after-supersede" (the thread record
+	// that supersedes a paused turn and withdraws its questions is
+	// written; elicitation.cancelled is not published yet).
 	EnvFaultExit = "PARLEY_FAULT_EXIT"
 	// EnvFaultOnce, when set, is a path prefix: the first exit at a point
 	// creates the file <prefix>.<point>, and while it exists that point
 	// does not fire again (so a restarted replica does not crash-loop).
 	EnvFaultOnce = "PARLEY_FAULT_ONCE"
 
-	faultAfterWithdraw  = "after-withdraw"
 	faultAfterSupersede = "after-supersede"
 )
 

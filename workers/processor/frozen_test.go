@@ -28,7 +28,7 @@ func (f *frozen) Load(ctx context.Context, id string) (*Thread, uint64, error) {
 // frozenReplay drives turn 1 (paused as q1, answered, completed) and turn 2,
 // then lets a processor that read the thread while turn 1 was running
 // apply turn 1's pause late. pauseT2 says whether turn 2 pauses (q2) first;
-// lose drops turn 1's paused record before the late pause (its TTL ran out).
+// lose expires turn 1's pause record before the late pause (its TTL ran out).
 // fromCache: the replica's thread cache holds what it read, instead of a
 // read returning it.
 func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
@@ -49,7 +49,8 @@ func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
 		h.pause("m2", "p2", 12, "q2")
 	}
 	if lose {
-		delete(h.paused.recs, "t")
+		h.pauses.expire(pauseKey("t", 10))
+		h.p.pauses.cache.drop(pauseKey("t", 10)) // as another replica sees it
 	}
 	if fromCache {
 		// The frozen replica's cache holds the record it saw.
@@ -58,6 +59,7 @@ func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
 	} else {
 		h.p.threads = newThreads(&frozen{threadRecords: h.threads, snap: snap}, false)
 	}
+	h.p.threads.adopt = h.p.adoptLegacy
 	h.pause("m1", "p1", 10, "q1") // the frozen replica continues with p1
 	return h
 }
@@ -83,9 +85,8 @@ func TestFrozenPauseAcrossTurns(t *testing.T) {
 
 func frozenPauseAcrossTurns(t *testing.T, fromCache bool) {
 	h := frozenReplay(t, true, false, fromCache)
-	rec, _, err := h.paused.Load(h.ctx, "t")
-	if err != nil || rec.Find("q2") == nil {
-		t.Fatalf("the late pause of turn 1 replaced turn 2's paused record: %+v, %v", rec, err)
+	if rec := h.paused(); rec == nil || rec.Find("q2") == nil {
+		t.Fatalf("the late pause of turn 1 replaced turn 2's paused turn: %+v", rec)
 	}
 	before := len(h.pub.of(events.TypeRunResumed))
 	h.answer("a2", "q2")

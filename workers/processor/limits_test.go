@@ -6,7 +6,6 @@ import (
 
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -87,8 +86,7 @@ func TestOversizedInstructionsRejected(t *testing.T) {
 	if d.Reason != events.RejectInvalidContent || len(d.Errors) != 1 || d.Errors[0].Path != "content."+schema.InstructionsProperty {
 		t.Fatalf("rejection %+v, want invalid_content naming content.%s", d, schema.InstructionsProperty)
 	}
-	rec, _, _ := h.paused.Load(h.ctx, "t")
-	if rec.Find("q1").Status != kvstate.StatusPending {
+	if rec := h.paused(); rec.Find("q1").Status != StatusPending {
 		t.Fatalf("question after the oversized answer: %+v, want pending", rec.Find("q1"))
 	}
 	h.answer("a1", "q1")

@@ -18,7 +18,9 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// onRunPaused stores the paused turn (TTL) and publishes its questions.
+// onRunPaused records the pause of the active turn and publishes its
+// questions: the pause record (the run's snapshot, with the pause's TTL)
+// first, then the thread (its paused turn) in one revision-checked write.
 // A pause of a turn that is not running, or older (in PARLEY_RUNS order)
 // than an outcome already applied, is stale and ignored; a redelivery of
 // the applied pause publishes its questions again (same event IDs).
@@ -56,31 +58,36 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 			return err
 		}
 		now := time.Now().UTC()
-		rec := &kvstate.PausedTurn{Thread: thread, TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent,
-			CreatedAt: now, ExpiresAt: now.Add(p.opts.PauseTTL), Snapshot: in.Snapshot, TraceParent: t.TraceParent,
-			RunSeq: d.StreamSeq}
+		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: now,
+			ExpiresAt: now.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
+			Record: pauseKey(thread, d.StreamSeq)}
 		for _, pe := range in.Elicitations {
-			rec.Elicitations = append(rec.Elicitations, kvstate.Elicitation{PendingElicitation: pe, Status: kvstate.StatusPending})
+			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
 		}
-		rev, err := p.paused.Save(ctx, rec)
-		if errors.Is(err, kvstate.ErrStale) {
-			p.log.InfoContext(ctx, "ignoring a stale pause (a later pause of the turn is stored)", "subject", thread,
-				"turn_id", in.TurnID, "stream_seq", d.StreamSeq)
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("storing paused turn: %w", err)
+		// The record first: a thread that says paused always has its
+		// snapshot and its expiry. One stored for a pause the thread
+		// then does not take expires unused.
+		err = p.pauses.save(ctx, pt.Record, &pauseRecord{Thread: thread, TurnID: in.TurnID, RunID: in.RunID,
+			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot})
+		if errors.Is(err, kvstate.ErrExpired) {
+			// Redelivered after its record's TTL (a PauseTTL shorter than
+			// the redelivery): the questions can no longer be answered.
+			return p.endTurn(ctx, d, thread, in.TurnID, events.RejectUnknownOrExpired, err.Error())
 		}
-		ids := rec.PendingIDs()
+		if err != nil {
+			return fmt.Errorf("storing the pause record: %w", err)
+		}
 		if t, err = p.threads.MutateAt(ctx, t, trev, cached, func(t *Thread) error {
-			return applyPause(t, in.TurnID, e.ID(), d.StreamSeq, ids, mark)
+			return applyPause(t, pt, e.ID(), mark)
 		}); err != nil {
 			return err
 		}
 		if classifyPause(t, in.TurnID, e.ID(), d.StreamSeq) != outcomeRepeat {
 			// The thread moved on meanwhile (the decision above was
-			// taken on an earlier read): the record just stored must
-			// not take answers, or they would be consumed silently.
-			return p.dropStalePause(ctx, thread, rev, d.StreamSeq)
+			// taken on an earlier read).
+			p.log.InfoContext(ctx, "ignoring a stale pause (the thread moved on)", "subject", thread,
+				"turn_id", in.TurnID, "stream_seq", d.StreamSeq)
+			return nil
 		}
 	}
 	ids := make([]string, 0, len(in.Elicitations))
@@ -100,20 +107,34 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
 }
 
-// dropStalePause deletes the paused record stored at rev by a pause at
-// PARLEY_RUNS sequence runSeq that the thread turned out not to be on,
-// if it is still that untouched record (every question pending). A record
-// that took answers, or was replaced, is left alone (a later pause of
-// any turn replaces it, by RunSeq).
-func (p *Processor) dropStalePause(ctx context.Context, thread string, rev, runSeq uint64) error {
-	rec, cur, err := p.paused.Load(ctx, thread)
-	if err != nil || cur != rev || rec.RunSeq != runSeq || len(rec.PendingIDs()) != len(rec.Elicitations) {
+// adoptLegacy completes a thread an earlier version paused: its paused
+// turn was a record of its own in kvstate.BucketPaused under the thread
+// ID, which becomes t.Paused (written with t's next write). A paused
+// thread whose record is gone keeps no paused turn (it expired).
+func (p *Processor) adoptLegacy(ctx context.Context, t *Thread) error {
+	if t.State != ThreadPaused || t.Paused != nil && t.Paused.TurnID == t.TurnID {
 		return nil
 	}
-	if err := p.paused.Delete(ctx, thread, rev); err != nil && !errors.Is(err, kvstate.ErrConflict) && !errors.Is(err, kvstate.ErrNotFound) {
-		return fmt.Errorf("deleting a stale paused turn: %w", err)
+	raw, err := p.pauses.store.Load(ctx, t.ID)
+	if err != nil && !errors.Is(err, kvstate.ErrNotFound) {
+		return fmt.Errorf("reading the paused turn of %s stored by an earlier version: %w", t.ID, err)
 	}
-	p.log.InfoContext(ctx, "dropped a stale pause stored after the thread moved on", "subject", thread, "stream_seq", runSeq)
+	var legacy *legacyPause
+	if err == nil {
+		_, legacy, _ = decodePause(t.ID, raw)
+	}
+	if legacy != nil && legacy.TurnID == t.TurnID {
+		t.Paused = legacy.pausedTurn()
+	} else {
+		// The record expired (or is another turn's): the questions the
+		// thread named are past their expiry.
+		t.Paused = &PausedTurn{TurnID: t.TurnID, RunID: t.RunID, Agent: t.Agent, Record: t.ID}
+		for _, id := range t.LegacyPending {
+			t.Paused.Elicitations = append(t.Paused.Elicitations,
+				Elicitation{PendingElicitation: events.PendingElicitation{ID: id}, Status: StatusPending})
+		}
+	}
+	t.LegacyPending = nil
 	return nil
 }
 
@@ -184,6 +205,7 @@ func compactArgs(pe events.PendingElicitation) string {
 
 // onResponded checks an answer in the design's order and consumes it:
 // unknown_or_expired, invalid_content (stays pending), already_consumed.
+// Consuming the last open question resumes the turn in the same write.
 func (p *Processor) onResponded(ctx context.Context, src input) error {
 	thread, e := src.thread, src.d.Event
 	in, err := events.Data[events.ElicitationResponded](e)
@@ -212,14 +234,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
 	// Who answers, as authenticated, and whether the thread is theirs:
-	// checked before the paused record is touched, so a refused answer
+	// checked before the paused turn is touched, so a refused answer
 	// consumes nothing.
 	who, err := p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
+	var t *Thread
 	if err == nil {
-		var (
-			t      *Thread
-			cached bool
-		)
+		var cached bool
 		if t, _, cached, err = p.threads.view(ctx, thread); err != nil {
 			return p.failIncompatible(ctx, thread, err)
 		}
@@ -238,39 +258,66 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	} else if err != nil {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
-	// Sizes, before anything reaches the paused record.
+	// Sizes, before anything reaches the paused turn.
 	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
 			"the answer is too large; the question is still open", vs)
 	}
-	var v answerVerdict
-	rec, err := p.paused.Mutate(ctx, thread, func(rec *kvstate.PausedTurn) error {
-		v = applyAnswer(rec, e.ID(), in, who, time.Now())
-		if !v.consumed {
-			return kvstate.ErrNoChange
+	var (
+		v   answerVerdict
+		rec *pauseRecord
+	)
+	for attempt := 0; ; attempt++ {
+		// The pause record (the run's snapshot) is read before the answer
+		// is consumed: one this version cannot read fails the turn
+		// consuming nothing, and one that expired (by the server's
+		// clock) takes no answer.
+		var key string
+		if t.Paused != nil {
+			key = t.Paused.Record
 		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, kvstate.ErrNotFound):
-		if p.usedBefore(ctx, thread, e.ID()) {
+		rec = nil
+		if key != "" {
+			switch rec, _, err = p.pauses.load(ctx, key); {
+			case errors.Is(err, kvstate.ErrIncompatible):
+				return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
+			case errors.Is(err, kvstate.ErrNotFound):
+				rec = nil
+			case err != nil:
+				return fmt.Errorf("reading the pause record of %s: %w", thread, err)
+			}
+		}
+		t, err = p.threads.Mutate(ctx, thread, func(t *Thread) error {
+			if t.Paused != nil && t.Paused.Record != key {
+				return errPauseChanged
+			}
+			if t.Paused != nil && rec == nil && t.Paused.Find(in.ElicitationID) != nil {
+				v = answerVerdict{reason: events.RejectUnknownOrExpired, detail: "the paused turn expired"}
+				return kvstate.ErrNoChange
+			}
+			v = applyAnswer(t, e.ID(), in, who, time.Now())
+			if !v.write {
+				return kvstate.ErrNoChange
+			}
 			return nil
+		})
+		if errors.Is(err, errPauseChanged) && attempt < 10 {
+			if t, _, err = p.threads.Load(ctx, thread); err != nil {
+				return p.failIncompatible(ctx, thread, err)
+			}
+			continue
 		}
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired,
-			"the thread has no paused turn (it expired, or was never paused)", nil)
-	case errors.Is(err, kvstate.ErrIncompatible):
-		return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
-	case errors.Is(err, kvstate.ErrExpired):
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectUnknownOrExpired, "the paused turn expired", nil)
-	case err != nil:
-		return fmt.Errorf("consuming elicitation %s: %w", in.ElicitationID, err)
+		if err != nil {
+			return p.failIncompatible(ctx, thread, err)
+		}
+		break
 	}
 	if len(v.dropped) > 0 {
 		p.log.WarnContext(ctx, "dropped content the action does not carry", "subject", thread,
 			"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
 	}
 	switch {
-	case v.unknown && p.usedBefore(ctx, thread, e.ID()):
+	case v.unknown && t.Seen(e.ID()):
 		return nil // used to resume an earlier pause of the turn
 	case v.reason != "":
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
@@ -285,91 +332,88 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	if err := p.echo(ctx, thread, e, who); err != nil {
 		return err
 	}
-	if err := p.announceWithdrawn(ctx, rec, in.ElicitationID, v.withdrawn); err != nil {
+	if err := p.announceWithdrawn(ctx, thread, t.Paused, in.ElicitationID, v.withdrawn); err != nil {
 		return err
 	}
-	if err := p.markAnswered(ctx, rec, in.ElicitationID); err != nil {
-		return err
-	}
-	return p.resumeIfSettled(ctx, rec)
-}
-
-// markAnswered removes a consumed question from the thread's open list
-// (the resume does it for the last one), so an expiry names only what was
-// still open.
-func (p *Processor) markAnswered(ctx context.Context, rec *kvstate.PausedTurn, id string) error {
-	if rec.Settled() {
-		return nil
-	}
-	_, err := p.threads.Mutate(ctx, rec.Thread, func(t *Thread) error {
-		return applyAnswered(t, rec.TurnID, id)
-	})
-	return err
+	return p.publishResume(ctx, t, rec)
 }
 
 // announceWithdrawn publishes elicitation.cancelled for the questions a
 // cancel of cancelledID withdrew (nothing when there are none); the ID is
 // deterministic, so a redelivered cancel announces them once.
-func (p *Processor) announceWithdrawn(ctx context.Context, rec *kvstate.PausedTurn, cancelledID string, withdrawn []string) error {
+func (p *Processor) announceWithdrawn(ctx context.Context, thread string, pt *PausedTurn, cancelledID string, withdrawn []string) error {
 	if len(withdrawn) == 0 {
 		return nil
 	}
-	return publishChat(ctx, p, rec.Thread, events.KindElicitationCancelled,
-		events.DerivedID("elicitation.cancelled", rec.TurnID, cancelledID), rec.TurnID,
-		events.ElicitationCancelled{TurnID: rec.TurnID, ElicitationIDs: withdrawn,
+	return publishChat(ctx, p, thread, events.KindElicitationCancelled,
+		events.DerivedID("elicitation.cancelled", pt.TurnID, cancelledID), pt.TurnID,
+		events.ElicitationCancelled{TurnID: pt.TurnID, ElicitationIDs: withdrawn,
 			Reason: "another question of the same turn was cancelled"})
 }
 
-// resumeIfSettled publishes run.resumed once every elicitation is settled.
-// The ID is deterministic, so a crash between consuming and publishing
-// repeats the publish and JetStream drops the copy.
-func (p *Processor) resumeIfSettled(ctx context.Context, rec *kvstate.PausedTurn) error {
-	if !rec.Settled() {
-		return nil
+// publishResume publishes run.resumed for the thread's paused turn once
+// it resumed (every question settled) and while the turn still runs, with
+// the run's snapshot from its pause record rec. The ID is deterministic,
+// so a redelivered answer publishes it once. A turn resumed without its
+// pause record (it expired between the answer and a redelivery, after a
+// crash) cannot go on: it fails.
+func (p *Processor) publishResume(ctx context.Context, t *Thread, rec *pauseRecord) error {
+	pt := t.Paused
+	if pt == nil || !pt.Resumed || t.TurnID != pt.TurnID || t.State != ThreadRunning {
+		return nil // not resumed, or the thread moved on (a new message, an expiry)
 	}
-	t, err := p.threads.Mutate(ctx, rec.Thread, func(t *Thread) error {
-		return applyResume(t, rec)
-	})
-	if err != nil {
-		return err
-	}
-	if t.TurnID != rec.TurnID || t.State != ThreadRunning {
-		return nil // the thread moved on (new message, expiry)
+	if rec == nil { // read by pt.Record (onResponded)
+		return p.failResume(ctx, t.ID, pt.TurnID, "the paused turn's record expired before the turn resumed")
 	}
 	var answers []events.Answer
-	ids := make([]string, 0, len(rec.Elicitations))
-	for _, el := range rec.Elicitations {
+	ids := make([]string, 0, len(pt.Elicitations))
+	for _, el := range pt.Elicitations {
 		ids = append(ids, el.ID)
-		if el.Status == kvstate.StatusConsumed && el.Result != nil {
+		if el.Status == StatusConsumed && el.Result != nil {
 			answers = append(answers, events.Answer{ElicitationID: el.ID, Result: *el.Result,
 				AnsweredBy: el.AnsweredBy, AnsweredAt: el.AnsweredAt})
 		}
 	}
 	e, err := events.KindRunResumed.New(events.SourceProcessor,
-		events.DerivedID(append([]string{"run.resumed", rec.RunID}, ids...)...), rec.Thread,
-		events.RunResumed{RunID: rec.RunID, TurnID: rec.TurnID, Thread: rec.Thread, Agent: rec.Agent,
+		events.DerivedID(append([]string{"run.resumed", pt.RunID}, ids...)...), t.ID,
+		events.RunResumed{RunID: pt.RunID, TurnID: pt.TurnID, Thread: t.ID, Agent: pt.Agent,
 			Snapshot: rec.Snapshot, Answers: answers})
 	if err != nil {
 		return err
 	}
-	e.SetExtension(events.ExtTurnID, rec.TurnID)
-	e.SetExtension(events.ExtRunID, rec.RunID)
-	if rec.TraceParent != "" {
-		e.SetExtension(events.ExtTraceParent, rec.TraceParent)
+	e.SetExtension(events.ExtTurnID, pt.TurnID)
+	e.SetExtension(events.ExtRunID, pt.RunID)
+	if pt.TraceParent != "" {
+		e.SetExtension(events.ExtTraceParent, pt.TraceParent)
 	}
-	// The resume joins the trace the turn started in (stored in the paused
-	// record), linked to the answer's own trace.
-	ctx, end := bus.WithTraceParent(ctx, rec.TraceParent, "resume turn")
+	// The resume joins the trace the turn started in (stored with the
+	// paused turn), linked to the answer's own trace.
+	ctx, end := bus.WithTraceParent(ctx, pt.TraceParent, "resume turn")
 	defer end()
 	return p.publish(ctx, events.StreamAgent, e)
 }
 
-// usedBefore reports whether the elicitation.responded event respondedID
-// was already used to resume a turn of thread (a redelivery that arrives
-// after the paused record moved on).
-func (p *Processor) usedBefore(ctx context.Context, thread, respondedID string) bool {
-	t, _, err := p.threads.Load(ctx, thread)
-	return err == nil && t.Seen(respondedID)
+// failResume ends the running turn turnID of thread, which cannot resume
+// (detail says why), with turn.failed, and starts the next queued message.
+func (p *Processor) failResume(ctx context.Context, thread, turnID, detail string) error {
+	p.log.ErrorContext(ctx, "the turn cannot resume", "subject", thread, "turn_id", turnID, "detail", detail)
+	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
+		events.DerivedID("turn.failed.resume", turnID), turnID,
+		events.TurnFailed{TurnID: turnID, Reason: events.RejectUnknownOrExpired, Detail: detail}); err != nil {
+		return err
+	}
+	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+		if t.TurnID != turnID || t.State != ThreadRunning {
+			return kvstate.ErrNoChange
+		}
+		t.State, t.PauseMark = ThreadIdle, 0
+		startNext(t)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return p.requestNext(ctx, t)
 }
 
 func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
@@ -381,44 +425,50 @@ func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitation
 }
 
 // incompatiblePause fails closed: the answer is rejected state_incompatible,
-// the turn fails, and the thread becomes idle (usable) again.
+// the turn fails, and the thread goes on with its queue (or becomes idle).
 func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, elicitationID string, cause error) error {
 	if err := p.reject(ctx, thread, respondedID, elicitationID, events.RejectStateIncompatible,
 		cause.Error(), nil); err != nil {
 		return err
 	}
+	var failed string // the paused turn
 	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		if t.State != ThreadPaused {
+		failed = t.TurnID
+		if t.Paused != nil {
+			failed = t.Paused.TurnID
+		}
+		if t.State != ThreadPaused || t.TurnID != failed {
 			return kvstate.ErrNoChange
 		}
-		t.State, t.Pending = ThreadIdle, nil
+		t.State, t.PauseMark = ThreadIdle, 0
+		startNext(t)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	return publishChat(ctx, p, thread, events.KindTurnFailed,
-		events.DerivedID("turn.failed.incompatible", thread, t.TurnID), t.TurnID,
-		events.TurnFailed{TurnID: t.TurnID, Reason: events.RejectStateIncompatible,
-			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"})
+	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
+		events.DerivedID("turn.failed.incompatible", thread, failed), failed,
+		events.TurnFailed{TurnID: failed, Reason: events.RejectStateIncompatible,
+			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"}); err != nil {
+		return err
+	}
+	return p.requestNext(ctx, t)
 }
 
-// onExpired announces elicitation.expired once per paused turn (every
-// replica sees the marker; the thread CAS and the deterministic event ID
-// make it idempotent) and makes the thread idle.
-func (p *Processor) onExpired(ctx context.Context, thread string) error {
-	// A marker read late (every processor was down) may be older than the
-	// thread's current pause: a live record means it is not this pause
-	// that expired.
-	if _, _, err := p.paused.Load(ctx, thread); !errors.Is(err, kvstate.ErrNotFound) {
-		if err != nil && !errors.Is(err, kvstate.ErrIncompatible) {
-			return err
-		}
+// onExpired ends the paused turn whose pause record (key) the server
+// expired and announces elicitation.expired once (every replica may see
+// the marker; the thread CAS and the deterministic event ID make it
+// idempotent). The expiry of a record the thread is not paused on (an
+// earlier pause's) changes nothing.
+func (p *Processor) onExpired(ctx context.Context, key string) error {
+	thread := threadOfPauseKey(key)
+	if events.ValidToken("thread", thread) != nil {
 		return nil
 	}
 	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		// Messages that queued behind the paused turn go on now.
-		return applyExpiry(t, time.Now().UTC())
+		return applyExpiry(t, key, time.Now().UTC())
 	})
 	if err != nil {
 		return err

@@ -44,8 +44,8 @@ type Options struct {
 	// thread or answered a question; a claim from any other principal is
 	// rejected forbidden. Optional. Default: DefaultTrustedPrincipals.
 	TrustedPrincipals []string
-	// NoThreadCache turns off the cache of thread and paused records
-	// (threads.go, pausedcache.go): every handler then reads the records
+	// NoThreadCache turns off the cache of thread and pause records
+	// (threads.go, paused.go): every handler then reads the records
 	// from the buckets. Optional.
 	// Default: false (cached; correct with any number of replicas).
 	NoThreadCache bool
@@ -63,7 +63,7 @@ type Processor struct {
 	bus      *bus.Client // consumes (Run)
 	pub      publisher
 	threads  *threads
-	paused   pausedStore
+	pauses   *pauseRecords
 	input    inputReader
 	opts     Options
 	log      *slog.Logger
@@ -107,7 +107,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, err
 	}
-	paused, err := kvstate.OpenPaused(ctx, js, b.Storage(), b.Replicas())
+	pauses, err := openPauses(ctx, js, b.Storage(), b.Replicas())
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,17 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return &Processor{bus: b, pub: b, threads: newThreads(threads, !o.NoThreadCache), paused: newPausedCache(paused, !o.NoThreadCache), input: input, opts: o, log: o.Logger, faults: faultsFromEnv()}, nil
+	return newProcessor(o, b, b, threads, pauses, input), nil
+}
+
+// newProcessor wires a Processor to its dependencies (New: on NATS; the
+// package tests: in-memory fakes). b may be nil when Run is not called.
+func newProcessor(o Options, b *bus.Client, pub publisher, threads threadRecords, pauses pauseStore, input inputReader) *Processor {
+	p := &Processor{bus: b, pub: pub, input: input, opts: o, log: o.Logger, faults: faultsFromEnv(),
+		pauses: &pauseRecords{store: pauses, cache: newRevCache[pauseRecord](!o.NoThreadCache)}}
+	p.threads = newThreads(threads, !o.NoThreadCache)
+	p.threads.adopt = p.adoptLegacy
+	return p
 }
 
 // Run consumes integrator input (PARLEY_INPUT) and run outcomes and watches for expired pauses
@@ -151,10 +161,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		}, p.HandleRun)
 	})
 	run(func(ctx context.Context) error {
-		return p.paused.ConsumeExpired(ctx, "processor-expiry", func(ctx context.Context, thread string) error {
-			err := p.onExpired(ctx, thread)
+		return p.pauses.store.ConsumeExpired(ctx, "processor-expiry", func(ctx context.Context, key string) error {
+			err := p.onExpired(ctx, key)
 			if err != nil {
-				p.log.ErrorContext(ctx, "announcing expiry; retrying", "subject", thread, "error", err)
+				p.log.ErrorContext(ctx, "announcing expiry; retrying", "subject", threadOfPauseKey(key), "error", err)
 			}
 			return err
 		})

@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -77,115 +76,58 @@ func (m *memThreads) Reset(_ context.Context, id string) error {
 	return nil
 }
 
-// memPaused follows kvstate.PausedStore's rules for Save (tested there on
-// a real server) and its TTL rule (no write past ExpiresAt).
-type memPaused struct {
+// memPauses follows pauseBucket: a record is written once per key (a
+// second Create keeps the first), and is gone (kvstate.ErrNotFound) once
+// its ExpiresAt passed, as its TTL would have it.
+type memPauses struct {
 	mu   sync.Mutex
-	recs map[string]memRecord
-	rev  uint64
-	// loads and saves count Load and Save calls.
-	loads, saves int
+	recs map[string][]byte
+	// loads and creates count Load and Create calls.
+	loads, creates int
 }
 
-func (m *memPaused) load(thread string) (*kvstate.PausedTurn, uint64, error) {
-	r, ok := m.recs[thread]
-	if !ok {
-		return nil, 0, kvstate.ErrNotFound
+func (m *memPauses) Create(_ context.Context, key string, rec *pauseRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.creates++
+	if !time.Now().Before(rec.ExpiresAt) {
+		return kvstate.ErrExpired
 	}
-	var p kvstate.PausedTurn
-	if err := json.Unmarshal(r.data, &p); err != nil {
-		panic(err)
+	switch data, ok := m.recs[key]; {
+	case !ok:
+		m.recs[key], _ = json.Marshal(rec)
+	case data == nil:
+		return kvstate.ErrExpired // a key is written once
 	}
-	if time.Now().After(p.ExpiresAt) {
-		return nil, 0, kvstate.ErrNotFound
-	}
-	return &p, r.rev, nil
+	return nil
 }
 
-func (m *memPaused) put(p *kvstate.PausedTurn) (uint64, error) {
-	if !time.Now().Before(p.ExpiresAt) {
-		return 0, kvstate.ErrExpired
-	}
-	data, _ := json.Marshal(p)
-	m.rev++
-	m.recs[p.Thread] = memRecord{data, m.rev}
-	return m.rev, nil
-}
-
-func (m *memPaused) Load(_ context.Context, thread string) (*kvstate.PausedTurn, uint64, error) {
+func (m *memPauses) Load(_ context.Context, key string) (json.RawMessage, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.loads++
-	return m.load(thread)
+	data, ok := m.recs[key]
+	if !ok || data == nil {
+		return nil, kvstate.ErrNotFound
+	}
+	var rec pauseRecord
+	if err := json.Unmarshal(data, &rec); err == nil && !time.Now().Before(rec.ExpiresAt) {
+		return nil, kvstate.ErrNotFound
+	}
+	return data, nil
 }
 
-func (m *memPaused) Save(_ context.Context, p *kvstate.PausedTurn) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.saves++
-	p.Format = kvstate.PausedFormat
-	if old, rev, err := m.load(p.Thread); err == nil {
-		switch {
-		case old.TurnID == p.TurnID && old.RunID == p.RunID &&
-			slices.EqualFunc(old.Elicitations, p.Elicitations, func(a, b kvstate.Elicitation) bool { return a.ID == b.ID }):
-			return rev, nil
-		case p.RunSeq != 0 && p.RunSeq <= old.RunSeq:
-			return 0, kvstate.ErrStale
-		case old.TurnID == p.TurnID && !old.Settled():
-			return 0, kvstate.ErrConflict
-		}
-	}
-	return m.put(p)
-}
-
-// Update follows kvstate.PausedStore.Update: revision-checked, and no
-// write past ExpiresAt.
-func (m *memPaused) Update(_ context.Context, p *kvstate.PausedTurn, rev uint64) (uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if r, ok := m.recs[p.Thread]; !ok || r.rev != rev {
-		return 0, kvstate.ErrConflict
-	}
-	p.Format = kvstate.PausedFormat
-	return m.put(p)
-}
-
-func (m *memPaused) Delete(_ context.Context, thread string, rev uint64) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r, ok := m.recs[thread]
-	switch {
-	case !ok:
-		return kvstate.ErrNotFound
-	case r.rev != rev:
-		return kvstate.ErrConflict
-	}
-	delete(m.recs, thread)
-	return nil
-}
-
-func (m *memPaused) Mutate(_ context.Context, thread string, fn func(p *kvstate.PausedTurn) error) (*kvstate.PausedTurn, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p, _, err := m.load(thread)
-	if err != nil {
-		return nil, err
-	}
-	if err := fn(p); err != nil {
-		if errors.Is(err, kvstate.ErrNoChange) {
-			return p, nil
-		}
-		return nil, err
-	}
-	if _, err := m.put(p); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-func (m *memPaused) ConsumeExpired(ctx context.Context, _ string, _ func(context.Context, string) error) error {
+func (m *memPauses) ConsumeExpired(ctx context.Context, _ string, _ func(context.Context, string) error) error {
 	<-ctx.Done()
 	return nil
+}
+
+// expire removes the record under key (its TTL passed), leaving the
+// key's expiry marker.
+func (m *memPauses) expire(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs[key] = nil
 }
 
 // memPub records what was published; fail, if set, fails matching publishes.
@@ -245,7 +187,7 @@ type harness struct {
 	p      *Processor
 	pub    *memPub
 	chat   *memChat
-	paused *memPaused
+	pauses *memPauses
 	// threads is the stored thread records (p.threads caches them).
 	threads *memThreads
 	ctx     context.Context
@@ -254,12 +196,59 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	pub := &memPub{}
 	chat := &memChat{last: map[string]uint64{}}
-	paused := &memPaused{recs: map[string]memRecord{}}
+	pauses := &memPauses{recs: map[string][]byte{}}
 	mem := &memThreads{recs: map[string]memRecord{}}
-	p := &Processor{pub: pub, threads: newThreads(mem, true), paused: newPausedCache(paused, true), input: chat,
-		opts: Options{PauseTTL: time.Hour, DefaultAgent: "default", OrderWait: time.Second},
-		log:  slog.New(slog.DiscardHandler)}
-	return &harness{t: t, p: p, pub: pub, chat: chat, paused: paused, threads: mem, ctx: t.Context()}
+	p := newProcessor(Options{PauseTTL: time.Hour, DefaultAgent: "default", OrderWait: time.Second,
+		Logger: slog.New(slog.DiscardHandler)}, nil, pub, mem, pauses, chat)
+	return &harness{t: t, p: p, pub: pub, chat: chat, pauses: pauses, threads: mem, ctx: t.Context()}
+}
+
+// legacy turns thread t's paused turn into what an earlier version
+// stored: the thread paused without it, and the paused turn a record of
+// its own under the thread ID (legacyPauseFormat), which change may edit.
+// The processor's caches forget both.
+func (h *harness) legacy(change func(l *legacyPause)) {
+	h.t.Helper()
+	h.threads.mu.Lock()
+	defer h.threads.mu.Unlock()
+	th, _ := h.threads.load("t")
+	pt := th.Paused
+	l := &legacyPause{pauseRecord: pauseRecord{Format: legacyPauseFormat, Thread: "t", TurnID: pt.TurnID, RunID: pt.RunID,
+		RunSeq: pt.RunSeq, ExpiresAt: pt.ExpiresAt, Snapshot: json.RawMessage(`{"legacy":true}`)},
+		Elicitations: pt.Elicitations, CreatedAt: pt.CreatedAt, Agent: pt.Agent, TraceParent: pt.TraceParent}
+	if change != nil {
+		change(l)
+	}
+	data, err := json.Marshal(l)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.pauses.mu.Lock()
+	h.pauses.recs["t"] = data
+	delete(h.pauses.recs, pt.Record)
+	h.pauses.mu.Unlock()
+	th.Paused, th.LegacyPending = nil, pt.PendingIDs()
+	data, _ = json.Marshal(th)
+	h.threads.rev++
+	h.threads.recs["t"] = memRecord{data, h.threads.rev}
+	h.p.threads.forget("t")
+	h.p.pauses.cache.drop(pt.Record)
+}
+
+// paused returns thread t's paused turn as stored (nil if none).
+func (h *harness) paused() *PausedTurn {
+	h.threads.mu.Lock()
+	defer h.threads.mu.Unlock()
+	th, _ := h.threads.load("t")
+	return th.Paused
+}
+
+// stored returns thread t as stored.
+func (h *harness) stored() *Thread {
+	h.threads.mu.Lock()
+	defer h.threads.mu.Unlock()
+	th, _ := h.threads.load("t")
+	return th
 }
 
 // inStream records that a turn.requested of thread t is in PARLEY_INPUT at seq.
@@ -355,9 +344,8 @@ func TestHandlerLatePauseIgnored(t *testing.T) {
 	if n := len(h.pub.sent); n != before {
 		t.Fatalf("the late pause published %d events: %v", n-before, h.pub.sent[before:])
 	}
-	rec, _, err := h.paused.Load(h.ctx, "t")
-	if err != nil || rec.Find("q2") == nil || !rec.Settled() {
-		t.Fatalf("paused record after the late pause = %+v, %v; want the settled second pause", rec, err)
+	if rec := h.paused(); rec == nil || rec.Find("q2") == nil || !rec.Settled() {
+		t.Fatalf("paused turn after the late pause = %+v; want the settled second pause", rec)
 	}
 	if err := h.message("m2", 2); err != nil {
 		t.Fatal(err)
@@ -406,27 +394,25 @@ func TestHandlerQueueAndSupersedeInStreamOrder(t *testing.T) {
 	}
 }
 
-// Issue 8 item 3 at the handler: the superseding message fails at each
-// point between storing the withdrawal and announcing it; its redelivery
-// announces elicitation.cancelled.
+// Issue 8 item 3 at the handler: the superseding message fails between
+// storing the withdrawal and announcing it (or an earlier version, which
+// stored the withdrawal in a record of its own, died after that write);
+// its redelivery announces elicitation.cancelled.
 func TestHandlerSupersedeAnnouncedOnRedelivery(t *testing.T) {
-	for _, failAt := range []string{"withdrawn, thread not recorded", "recorded, not announced"} {
+	for _, failAt := range []string{"withdrawn by an earlier version, thread not recorded", "recorded, not announced"} {
 		t.Run(failAt, func(t *testing.T) {
 			h := newHarness(t)
 			if err := h.message("m1", 1); err != nil {
 				t.Fatal(err)
 			}
 			h.pause("m1", "p1", 10, "q1")
-			if failAt == "withdrawn, thread not recorded" {
-				// What a process that died after the paused record's
-				// write left behind.
-				if _, err := h.paused.Mutate(h.ctx, "t", func(p *kvstate.PausedTurn) error {
-					p.Elicitations[0].Status = kvstate.StatusCancelled
-					p.WithdrawnBy, p.Withdrawn = "m2", []string{"q1"}
-					return nil
-				}); err != nil {
-					t.Fatal(err)
-				}
+			if failAt == "withdrawn by an earlier version, thread not recorded" {
+				// What an earlier version that died after its paused
+				// record's write left behind.
+				h.legacy(func(l *legacyPause) {
+					l.Elicitations[0].Status = StatusCancelled
+					l.WithdrawnBy, l.Withdrawn = "m2", []string{"q1"}
+				})
 			} else {
 				h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeElicitationCancelled }
 				if err := h.message("m2", 2); err == nil {
@@ -461,10 +447,9 @@ func TestHandlerExpiryListsOnlyPending(t *testing.T) {
 	}
 	h.pause("m1", "p1", 10, "q1", "q2")
 	h.answer("a1", "q1")
-	h.paused.mu.Lock()
-	delete(h.paused.recs, "t") // the TTL passed
-	h.paused.mu.Unlock()
-	if err := h.p.onExpired(h.ctx, "t"); err != nil {
+	key := h.paused().Record
+	h.pauses.expire(key) // the TTL passed
+	if err := h.p.onExpired(h.ctx, key); err != nil {
 		t.Fatal(err)
 	}
 	x := h.pub.of(events.TypeElicitationExpired)
@@ -473,5 +458,59 @@ func TestHandlerExpiryListsOnlyPending(t *testing.T) {
 	}
 	if d, _ := events.Data[events.ElicitationExpired](x[0]); !slices.Equal(d.ElicitationIDs, []string{"q2"}) {
 		t.Errorf("expired %v, want only [q2]", d.ElicitationIDs)
+	}
+}
+
+// A turn an earlier version paused (its paused turn a record of its own
+// under the thread ID) is adopted: its answer resumes it with that
+// record's snapshot, and the thread then holds the paused turn; another
+// legacy pause ends with its record's expiry.
+func TestLegacyPauseAdopted(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	h.legacy(nil)
+	if h.stored().Paused != nil {
+		t.Fatal("legacy: the thread still holds its paused turn")
+	}
+	h.answer("a1", "q1")
+	r := h.pub.of(events.TypeRunResumed)
+	if len(r) != 1 {
+		t.Fatalf("%d run.resumed, want 1 (rejected %q)", len(r), rejectedFor(h, "a1"))
+	}
+	if d, _ := events.Data[events.RunResumed](r[0]); string(d.Snapshot) != `{"legacy":true}` || len(d.Answers) != 1 {
+		t.Errorf("resumed with %s, %d answers; want the legacy record's snapshot and the answer", d.Snapshot, len(d.Answers))
+	}
+	if th := h.stored(); th.State != ThreadRunning || th.Paused == nil || th.Paused.Record != "t" || !th.Paused.Resumed {
+		t.Errorf("thread after the answer: %s, paused %+v; want running, the adopted turn resumed", th.State, th.Paused)
+	}
+
+	turn := events.DerivedID("turn", "m1")
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m2", "p2", 12, "q2")
+	h.legacy(nil)
+	if err := h.p.onExpired(h.ctx, pauseKey("t", 12)); err != nil {
+		t.Fatal(err)
+	}
+	if h.stored().State != ThreadPaused {
+		t.Fatal("the expiry of a record the thread is not paused on ended the pause")
+	}
+	h.pauses.expire("t")
+	h.p.threads.forget("t") // a replica that did not adopt it before the expiry
+	if err := h.p.onExpired(h.ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	x := h.pub.of(events.TypeElicitationExpired)
+	if th := h.stored(); th.State != ThreadIdle || len(x) != 1 {
+		t.Fatalf("after the legacy record's expiry: %s, %d elicitation.expired; want idle, 1", th.State, len(x))
+	}
+	if d, _ := events.Data[events.ElicitationExpired](x[0]); !slices.Equal(d.ElicitationIDs, []string{"q2"}) {
+		t.Errorf("expired %v, want [q2]", d.ElicitationIDs)
 	}
 }

@@ -103,8 +103,15 @@ type Thread struct {
 	StartedBy string               `json:"startedBy,omitempty"`
 	History   []schema.ChatMessage `json:"history,omitempty"`
 	Queue     []QueuedMessage      `json:"queue,omitempty"`
-	// Pending lists the elicitation IDs the paused turn waits on.
-	Pending []string `json:"pending,omitempty"`
+	// Paused is the thread's last paused turn, its questions and what
+	// became of them (paused.go): the active turn's while State is
+	// paused; kept, settled, until the next pause replaces it.
+	Paused *PausedTurn `json:"paused,omitempty"`
+	// LegacyPending is what a version before Paused stored of the paused
+	// turn in the thread: its open questions' IDs. Read only to name them
+	// when the turn's own record expired before this version adopted it
+	// (adoptLegacy); cleared once adopted.
+	LegacyPending []string `json:"pending,omitempty"`
 	// Expired records the last paused turn that expired, so every replica
 	// that sees the expiry marker announces the same event.
 	Expired *Expiry `json:"expired,omitempty"`
@@ -162,6 +169,15 @@ func historySize(m schema.ChatMessage) int {
 		n += len(b)
 	}
 	return n
+}
+
+// pending returns the IDs of the questions the paused thread waits on (nil
+// unless State is paused).
+func (t *Thread) pending() []string {
+	if t.State != ThreadPaused || t.Paused == nil || t.Paused.TurnID != t.TurnID {
+		return nil
+	}
+	return t.Paused.PendingIDs()
 }
 
 // MarkHandled records an applied event ID; Seen reports one.

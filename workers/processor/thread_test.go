@@ -144,7 +144,7 @@ func TestThreadsMutateNoChangeAndErrors(t *testing.T) {
 	s := openThreadsNATS(t)
 	th, err := s.Mutate(ctx, "t1", func(th *Thread) error {
 		th.State = ThreadPaused
-		th.Pending = []string{"e1"}
+		th.Paused = &PausedTurn{Record: "t1.1"}
 		return nil
 	})
 	if err != nil || th.State != ThreadPaused {

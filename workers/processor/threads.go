@@ -32,6 +32,9 @@ var _ threadRecords = (*threadBucket)(nil)
 type threads struct {
 	recs  threadRecords
 	cache *revCache[Thread] // nil: caching off
+	// adopt, if set, completes a record as read from the bucket (an
+	// earlier version's paused turn: Processor.adoptLegacy).
+	adopt func(ctx context.Context, t *Thread) error
 }
 
 func newThreads(recs threadRecords, cache bool) *threads {
@@ -57,13 +60,27 @@ func inputSeqs(t *Thread) {
 // Load reads the thread from the bucket (a new idle one at revision 0 if
 // absent) and caches it.
 func (s *threads) Load(ctx context.Context, id string) (*Thread, uint64, error) {
-	t, rev, err := s.recs.Load(ctx, id)
+	t, rev, err := s.load(ctx, id)
 	if err != nil {
 		s.forget(id)
 		return nil, 0, err
 	}
-	inputSeqs(t)
 	s.remember(t, rev)
+	return t, rev, nil
+}
+
+// load reads the thread from the bucket, as this version reads it.
+func (s *threads) load(ctx context.Context, id string) (*Thread, uint64, error) {
+	t, rev, err := s.recs.Load(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	inputSeqs(t)
+	if s.adopt != nil {
+		if err := s.adopt(ctx, t); err != nil {
+			return nil, 0, err
+		}
+	}
 	return t, rev, nil
 }
 
@@ -103,9 +120,7 @@ func (s *threads) mutate(ctx context.Context, id string, from *Thread, rev uint6
 	first := cached
 	m := kvstate.Mutator[Thread]{
 		Load: func(ctx context.Context) (*Thread, uint64, error) {
-			t, rev, err := s.recs.Load(ctx, id)
-			inputSeqs(t)
-			return t, rev, err
+			return s.load(ctx, id)
 		},
 		Save: func(ctx context.Context, t *Thread, rev uint64) (uint64, error) {
 			inputSeqs(t)

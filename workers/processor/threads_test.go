@@ -1,11 +1,11 @@
 package processor
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
 	"github.com/parley-dev/parley/events"
-	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -77,10 +77,12 @@ func TestThreadCacheStaleEntry(t *testing.T) {
 	}
 }
 
-// The paused-record cache: a thread's second pause replaces the settled
-// record it cached in one write (no Save with its read), and the answer
-// consumes from the cached record (no read).
-func TestPausedCacheSavesReads(t *testing.T) {
+// The caches at a pause and its answer: the pause writes its record once
+// and reads nothing; the answer reads neither the thread nor the pause
+// record (both cached) and consumes in one write. An answer that a stale
+// cached thread would take loses to the one another replica stored, and
+// one it would refuse is decided again on a fresh read.
+func TestPauseAndAnswerFromCaches(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
@@ -93,35 +95,43 @@ func TestPausedCacheSavesReads(t *testing.T) {
 	if err := h.message("m2", 2); err != nil {
 		t.Fatal(err)
 	}
-	h.paused.loads, h.paused.saves = 0, 0
+	h.pauses.loads, h.pauses.creates, h.threads.loads = 0, 0, 0
 	h.pause("m2", "p2", 12, "q2", "q3")
-	if h.paused.saves != 0 || h.paused.loads != 0 {
-		t.Errorf("second pause: %d Save, %d Load; want 0 and 0 (one write at the cached revision)", h.paused.saves, h.paused.loads)
+	if h.pauses.creates != 1 || h.pauses.loads != 0 || h.threads.loads != 0 {
+		t.Errorf("second pause: %d Create, %d pause Load, %d thread Load; want 1, 0, 0",
+			h.pauses.creates, h.pauses.loads, h.threads.loads)
 	}
 	h.answer("a3", "q3")
-	if h.paused.loads != 0 || rejectedFor(h, "a3") != "" {
-		t.Errorf("answer: %d Load (rejected %q), want 0 and consumed", h.paused.loads, rejectedFor(h, "a3"))
+	if h.pauses.loads != 0 || h.threads.loads != 0 || rejectedFor(h, "a3") != "" {
+		t.Errorf("answer: %d pause Load, %d thread Load (rejected %q), want 0, 0 and consumed",
+			h.pauses.loads, h.threads.loads, rejectedFor(h, "a3"))
 	}
-	// Another replica consumes q2 first: this replica's cached record
+	// Another replica consumes q2 first: this replica's cached thread
 	// still has it pending, and its answer must not win.
 	func() {
-		h.paused.mu.Lock()
-		defer h.paused.mu.Unlock()
-		p, _, _ := h.paused.load("t")
-		p.Elicitations[0].Status, p.Elicitations[0].ResponseEventID = kvstate.StatusConsumed, "elsewhere"
-		p.Elicitations[0].Result = &schema.ElicitResult{Action: schema.ActionAccept}
-		if _, err := h.paused.put(p); err != nil {
-			t.Fatal(err)
-		}
+		h.threads.mu.Lock()
+		defer h.threads.mu.Unlock()
+		th, _ := h.threads.load("t")
+		el := th.Paused.Find("q2")
+		el.Status, el.ResponseEventID = StatusConsumed, "elsewhere"
+		el.Result = &schema.ElicitResult{Action: schema.ActionAccept}
+		resumePaused(th)
+		data, _ := json.Marshal(th)
+		h.threads.rev++
+		h.threads.recs["t"] = memRecord{data, h.threads.rev}
 	}()
 	h.answer("a2", "q2")
 	if got := rejectedFor(h, "a2"); got != events.RejectAlreadyConsumed {
-		t.Errorf("an answer on a stale cached record: rejected %q, want %q", got, events.RejectAlreadyConsumed)
+		t.Errorf("an answer on a stale cached thread: rejected %q, want %q", got, events.RejectAlreadyConsumed)
 	}
-	h.paused.loads = 0
+	if n := len(h.pub.of(events.TypeRunResumed)); n != 1 {
+		t.Errorf("%d run.resumed, want 1 (the first pause's; the other replica resumed the second)", n)
+	}
+	h.threads.loads = 0
 	h.answer("a4", "q2")
-	if h.paused.loads != 1 {
-		t.Errorf("an answer the cached record would reject: %d Load, want 1 (decided again on a fresh read)", h.paused.loads)
+	if h.threads.loads != 1 || rejectedFor(h, "a4") != events.RejectAlreadyConsumed {
+		t.Errorf("an answer the cached thread would refuse: %d thread Load, rejected %q; want 1 (decided again on a fresh read), already_consumed",
+			h.threads.loads, rejectedFor(h, "a4"))
 	}
 }
 

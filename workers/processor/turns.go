@@ -60,69 +60,42 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		TraceParent: bus.TraceParent(ctx)}
 
 	// A message sent after the thread's turn paused supersedes it: its
-	// questions are withdrawn first (so no answer can resume the old turn
-	// once the thread goes on), then the queue goes on in stream order
-	// with this message at its end. A record whose answers are all in
-	// means the resume is under way, so the message queues; a record that
-	// expired means the old turn is over. If the thread pauses between
-	// the look and the write, look again.
+	// open questions are withdrawn in the write that records the message
+	// (so no answer can resume the old turn once the thread goes on), and
+	// the queue goes on in stream order with this message at its end. A
+	// turn whose answers are all in is resuming, so the message queues;
+	// one past its expiry is over. Only the thread's owner and those it
+	// was shared with may send to it, checked in the same write. A write
+	// function's refusal decided on a cached record is decided again on a
+	// fresh read (threads.Mutate).
 	var (
-		t       *Thread
-		po      pauseOutcome
 		refused bool
 		started string
 	)
-	for attempt := 0; ; attempt++ {
-		cur, rev, cached := loaded, loadedRev, loadedCached
-		loaded, loadedCached = nil, false
-		if cur == nil {
-			if cur, rev, err = p.threads.Load(ctx, thread); err != nil {
-				return p.failIncompatible(ctx, thread, err)
-			}
-		}
-		po = pauseOutcome{}
-		// Only the thread's owner and those it was shared with may send
-		// to it: checked before anything (a paused turn's questions) is
-		// touched, and again in the write.
-		// A cached record is read afresh before it refuses the message
-		// or withdraws a pause (it may be behind a share or a resume).
-		ownErr := checkOwnership(cur, who, in.Share)
-		act := classifyMessage(cur, e.ID(), d.StreamSeq)
-		if cached && (ownErr != nil || act == msgSupersede) {
-			continue
-		}
-		if ownErr != nil && !cur.Seen(e.ID()) {
-			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ownErr)
-		}
-		if act == msgSupersede {
-			if po, err = p.withdraw(ctx, cur, e.ID()); err != nil {
+	apply := func(t *Thread) error {
+		if !t.Seen(e.ID()) {
+			if err := applyOwnership(t, who, in.Share); err != nil {
 				return err
 			}
 		}
-		// From cur if it is still current (a conflict reads again).
-		t, err = p.threads.MutateAt(ctx, cur, rev, cached, func(t *Thread) error {
-			if !t.Seen(e.ID()) {
-				if err := applyOwnership(t, who, in.Share); err != nil {
-					return err
-				}
-			}
-			var err error
-			refused, started, err = applyMessage(t, queued, d.StreamSeq, po)
-			return err
-		})
-		if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
-			return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
-		}
-		if err == nil && started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
-			p.fault(faultAfterSupersede)
-		}
-		if errors.Is(err, errPauseChanged) && attempt < 10 {
-			continue
-		}
-		if err != nil {
-			return p.failIncompatible(ctx, thread, err)
-		}
-		break
+		var err error
+		refused, started, err = applyMessage(t, queued, d.StreamSeq, time.Now())
+		return err
+	}
+	var t *Thread
+	if loaded != nil {
+		t, err = p.threads.MutateAt(ctx, loaded, loadedRev, loadedCached, apply)
+	} else {
+		t, err = p.threads.Mutate(ctx, thread, apply)
+	}
+	if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
+		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+	}
+	if err != nil {
+		return p.failIncompatible(ctx, thread, err)
+	}
+	if started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
+		p.fault(faultAfterSupersede)
 	}
 	if refused {
 		return publishChat(ctx, p, thread, events.KindTurnRejected,
@@ -317,37 +290,8 @@ func (p *Processor) requestRun(ctx context.Context, t *Thread, startedBy string)
 	return nil
 }
 
-// errPauseChanged: the thread paused (or paused again) after it was read.
+// errPauseChanged: the thread's paused turn changed after it was read.
 var errPauseChanged = errors.New("the thread's pause changed")
-
-// withdraw settles the paused turn of t for the new message by: its open
-// questions are marked cancelled (a revision-checked update, so an answer
-// racing it either wins first or is refused); see planWithdraw.
-func (p *Processor) withdraw(ctx context.Context, t *Thread, by string) (pauseOutcome, error) {
-	var (
-		po    pauseOutcome
-		wrote bool
-	)
-	_, err := p.paused.Mutate(ctx, t.ID, func(rec *kvstate.PausedTurn) error {
-		po, wrote = planWithdraw(rec, t.TurnID, t.Pending, by, time.Now())
-		if !wrote {
-			return kvstate.ErrNoChange
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, kvstate.ErrNotFound), errors.Is(err, kvstate.ErrIncompatible), errors.Is(err, kvstate.ErrExpired):
-		// Gone, unreadable, or past expiresAt: the turn expired.
-		po, _ = planWithdraw(nil, t.TurnID, t.Pending, by, time.Now())
-		return po, nil
-	case err != nil:
-		return pauseOutcome{}, fmt.Errorf("withdrawing the questions of %s: %w", t.ID, err)
-	}
-	if wrote {
-		p.fault(faultAfterWithdraw)
-	}
-	return po, nil
-}
 
 // announceEnd tells integrators how the superseded paused turn ended.
 func (p *Processor) announceEnd(ctx context.Context, thread string, sup *Supersession) error {
@@ -434,25 +378,31 @@ func (p *Processor) requestNext(ctx context.Context, t *Thread) error {
 }
 
 func (p *Processor) onRunFailed(ctx context.Context, d *bus.Delivery, in events.RunFailed) error {
+	return p.endTurn(ctx, d, d.Event.Subject(), in.TurnID, in.Reason, in.Detail)
+}
+
+// endTurn fails the active turn turnID of thread with the run outcome d
+// (turn.failed with reason and detail, announced before it is recorded),
+// unless d is stale, and starts the next queued message.
+func (p *Processor) endTurn(ctx context.Context, d *bus.Delivery, thread, turnID, reason, detail string) error {
 	e := d.Event
-	thread := e.Subject()
 	t, _, err := p.threads.Load(ctx, thread)
 	if err != nil {
 		return err
 	}
-	switch act := classifyEnd(t, in.TurnID, e.ID(), d.StreamSeq); {
-	case in.TurnID == "" || act == outcomeStale:
-		p.log.InfoContext(ctx, "ignoring a stale failure (the turn is not active, or moved past it)", "subject", thread, "turn_id", in.TurnID)
+	switch act := classifyEnd(t, turnID, e.ID(), d.StreamSeq); {
+	case turnID == "" || act == outcomeStale:
+		p.log.InfoContext(ctx, "ignoring a stale failure (the turn is not active, or moved past it)", "subject", thread, "turn_id", turnID)
 		return nil
 	case act == outcomeRepeat:
 		return p.requestNext(ctx, t) // announced before it was recorded
 	}
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
-		events.DerivedID("turn.failed", in.TurnID), in.TurnID,
-		events.TurnFailed{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Reason: in.Reason, Detail: in.Detail}); err != nil {
+		events.DerivedID("turn.failed", turnID), turnID,
+		events.TurnFailed{TurnID: turnID, RequestEventID: startedBy(t, turnID), Reason: reason, Detail: detail}); err != nil {
 		return err
 	}
-	t, err = p.finishTurn(ctx, thread, in.TurnID, e.ID(), d.StreamSeq, nil)
+	t, err = p.finishTurn(ctx, thread, turnID, e.ID(), d.StreamSeq, nil)
 	if err != nil {
 		return err
 	}

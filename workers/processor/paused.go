@@ -1,0 +1,276 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
+	"github.com/parley-dev/parley/schema"
+)
+
+// The paused turn is part of the thread record (Thread.Paused): whether a
+// thread is paused, on which questions and what became of each is stored
+// once, and every transition (pause, answer, resume, withdraw, expire) is
+// one revision-checked write of the thread. What the thread record does
+// not hold is the paused run's snapshot, which may be large
+// (agent.MaxRunBytes): it is written once per pause, before the thread
+// records the pause, as the pause record in kvstate.BucketPaused under
+// "<thread>.<PARLEY_RUNS sequence>" with a per-key TTL until the pause
+// expires. The record's expiry marker is what ends the pause (onExpired).
+
+// Elicitation statuses.
+const (
+	StatusPending   = "pending"
+	StatusConsumed  = "consumed"
+	StatusCancelled = "cancelled"
+)
+
+// Elicitation is one question of a paused turn and what became of it.
+type Elicitation struct {
+	events.PendingElicitation
+	// Status is pending, consumed (answered) or cancelled.
+	Status string `json:"status"`
+	// Result is the accepted answer, once consumed.
+	Result *schema.ElicitResult `json:"result,omitempty"`
+	// AnsweredBy is who answered, as authenticated (the principal of the
+	// responded event's input subject, and the end user it spoke for when
+	// trusted to); AnsweredAt when.
+	AnsweredBy events.Identity `json:"answeredBy,omitzero"`
+	AnsweredAt time.Time       `json:"answeredAt,omitzero"`
+	// ResponseEventID is the elicitation.responded event that consumed it.
+	ResponseEventID string `json:"responseEventId,omitempty"`
+}
+
+// PausedTurn is a turn waiting for the user: Thread.Paused. It stays in
+// the thread after the pause is settled (answered, withdrawn, expired),
+// so a late or repeated answer gets the verdict the first one got, until
+// the thread's next pause replaces it.
+type PausedTurn struct {
+	TurnID    string    `json:"turnId"`
+	RunID     string    `json:"runId"`
+	Agent     string    `json:"agent"`
+	CreatedAt time.Time `json:"createdAt"`
+	// ExpiresAt is when the questions stop taking answers (the pause
+	// record's TTL ends then, to the second).
+	ExpiresAt    time.Time     `json:"expiresAt"`
+	Elicitations []Elicitation `json:"elicitations"`
+	// TraceParent is the W3C trace context the turn started in, so the
+	// resume joins the same trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	// Resumed is set once every elicitation is settled and the turn
+	// resumed (in the same write).
+	Resumed bool `json:"resumed,omitempty"`
+	// RunSeq is the PARLEY_RUNS stream sequence of the run.paused event.
+	RunSeq uint64 `json:"runSeq,omitempty"`
+	// WithdrawnBy is the turn.requested event whose message superseded the
+	// turn, and Withdrawn the questions it withdrew, so a redelivery of
+	// that message announces them even if the first attempt died before
+	// announcing.
+	WithdrawnBy string   `json:"withdrawnBy,omitempty"`
+	Withdrawn   []string `json:"withdrawn,omitempty"`
+	// Record is the key of the pause record in kvstate.BucketPaused (the
+	// snapshot; its expiry ends the pause): pauseKey(thread, RunSeq), or
+	// the thread ID for a pause an earlier version stored (adoptLegacy).
+	Record string `json:"record"`
+}
+
+// Find returns the elicitation with id, or nil.
+func (p *PausedTurn) Find(id string) *Elicitation {
+	for i := range p.Elicitations {
+		if p.Elicitations[i].ID == id {
+			return &p.Elicitations[i]
+		}
+	}
+	return nil
+}
+
+// Settled reports whether no elicitation is pending.
+func (p *PausedTurn) Settled() bool {
+	for _, e := range p.Elicitations {
+		if e.Status == StatusPending {
+			return false
+		}
+	}
+	return true
+}
+
+// PendingIDs lists the IDs still pending.
+func (p *PausedTurn) PendingIDs() []string {
+	var ids []string
+	for _, e := range p.Elicitations {
+		if e.Status == StatusPending {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
+}
+
+// pauseKey is the key of a pause record: "<thread>.<runSeq>" (thread IDs
+// have no dots), one key per pause, so a record is written once.
+func pauseKey(thread string, runSeq uint64) string {
+	return thread + "." + strconv.FormatUint(runSeq, 10)
+}
+
+// threadOfPauseKey returns the thread of a pause record's key (a key
+// without a dot is an earlier version's record, named by its thread).
+func threadOfPauseKey(key string) string {
+	thread, _, _ := strings.Cut(key, ".")
+	return thread
+}
+
+// pauseFormat is the format version of the pause records this code
+// writes; legacyPauseFormat is the earlier version's, whose record was the
+// whole paused turn (read by adoptLegacy). Any other fails closed with
+// kvstate.ErrIncompatible.
+const (
+	pauseFormat       = 2
+	legacyPauseFormat = 1
+)
+
+// pauseRecord is the record of one pause in kvstate.BucketPaused: what the
+// run needs to resume. Written once, never changed; it expires with the
+// pause.
+type pauseRecord struct {
+	Format    int             `json:"format"`
+	Thread    string          `json:"thread"`
+	TurnID    string          `json:"turnId"`
+	RunID     string          `json:"runId"`
+	RunSeq    uint64          `json:"runSeq,omitempty"`
+	ExpiresAt time.Time       `json:"expiresAt"`
+	Snapshot  json.RawMessage `json:"snapshot"`
+}
+
+// legacyPause is a pause record of legacyPauseFormat: the whole paused
+// turn, its questions' state included.
+type legacyPause struct {
+	pauseRecord
+	Elicitations []Elicitation `json:"elicitations"`
+	CreatedAt    time.Time     `json:"createdAt"`
+	Agent        string        `json:"agent"`
+	TraceParent  string        `json:"traceparent,omitempty"`
+	Resumed      bool          `json:"resumed,omitempty"`
+	WithdrawnBy  string        `json:"withdrawnBy,omitempty"`
+	Withdrawn    []string      `json:"withdrawn,omitempty"`
+}
+
+// pausedTurn is the paused turn a legacy record stores.
+func (l *legacyPause) pausedTurn() *PausedTurn {
+	return &PausedTurn{TurnID: l.TurnID, RunID: l.RunID, Agent: l.Agent, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
+		Elicitations: l.Elicitations, TraceParent: l.TraceParent, Resumed: l.Resumed, RunSeq: l.RunSeq,
+		WithdrawnBy: l.WithdrawnBy, Withdrawn: l.Withdrawn, Record: l.Thread}
+}
+
+// pauseBucket keeps pause records in kvstate.BucketPaused.
+type pauseBucket struct {
+	b *kvstate.Bucket[json.RawMessage]
+}
+
+// openPauses creates or updates the pause records' bucket (per-key TTL).
+func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (*pauseBucket, error) {
+	b, err := kvstate.OpenBucket[json.RawMessage](ctx, js, kvstate.BucketPaused, kvstate.BucketOptions{Storage: storage, Replicas: replicas, PerKeyTTL: true})
+	if err != nil {
+		return nil, err
+	}
+	return &pauseBucket{b: b}, nil
+}
+
+// Create stores rec under key with a TTL until rec.ExpiresAt, in one
+// write; a live record already under key (a redelivered pause: the same
+// content) counts as stored. kvstate.ErrExpired when ExpiresAt has passed
+// or the key's record expired already (a pause redelivered after its
+// TTL: a key is written once).
+func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = s.b.CreateNewUntil(ctx, key, data, rec.ExpiresAt)
+	if !errors.Is(err, kvstate.ErrConflict) {
+		return err
+	}
+	switch _, _, err := s.b.Get(ctx, key); {
+	case errors.Is(err, kvstate.ErrNotFound):
+		return fmt.Errorf("the pause record %s expired before the thread recorded the pause: %w", key, kvstate.ErrExpired)
+	case errors.Is(err, kvstate.ErrIncompatible):
+		return nil // stored; whoever reads it fails closed
+	default:
+		return err
+	}
+}
+
+// Load returns the raw record under key: kvstate.ErrNotFound when there is
+// none (expired).
+func (s *pauseBucket) Load(ctx context.Context, key string) (json.RawMessage, error) {
+	v, _, err := s.b.Get(ctx, key)
+	return v, err
+}
+
+// ConsumeExpired calls fn with the key of every pause record the server
+// expires (kvstate.Bucket.ConsumeExpired).
+func (s *pauseBucket) ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, key string) error) error {
+	return s.b.ConsumeExpired(ctx, durable, "parley processors: expiry markers of paused turns", fn)
+}
+
+// decodePause reads a pause record of either format; kvstate.ErrIncompatible
+// for any other. legacy is set for legacyPauseFormat.
+func decodePause(key string, raw json.RawMessage) (*pauseRecord, *legacyPause, error) {
+	var l legacyPause
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil, nil, fmt.Errorf("decoding the pause record %s: %w (%w)", key, err, kvstate.ErrIncompatible)
+	}
+	switch l.Format {
+	case pauseFormat:
+		return &l.pauseRecord, nil, nil
+	case legacyPauseFormat:
+		return &l.pauseRecord, &l, nil
+	}
+	return nil, nil, fmt.Errorf("the pause record %s has format %d, want %d: %w", key, l.Format, pauseFormat, kvstate.ErrIncompatible)
+}
+
+// pauseRecords is the processor's access to pause records: the store and a
+// cache of the records this replica wrote or read. A record is written
+// once under a key of its own and never changed, so a cached one is
+// always current while it lives.
+type pauseRecords struct {
+	store pauseStore
+	cache *revCache[pauseRecord] // nil: caching off
+}
+
+// save stores rec (pauseBucket.Create) and caches it.
+func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord) error {
+	rec.Format = pauseFormat
+	if err := r.store.Create(ctx, key, rec); err != nil {
+		return err
+	}
+	r.cache.put(key, rec, 1)
+	return nil
+}
+
+// load returns the record under key (cached, or read): kvstate.ErrNotFound
+// when it expired, kvstate.ErrIncompatible when it has a format this code
+// does not read. A cached record past its ExpiresAt is read again, so an
+// expiry is seen as the server decides it.
+func (r *pauseRecords) load(ctx context.Context, key string) (*pauseRecord, *legacyPause, error) {
+	if rec, _, ok := r.cache.get(key); ok && time.Now().Before(rec.ExpiresAt) {
+		return rec, nil, nil
+	}
+	raw, err := r.store.Load(ctx, key)
+	if err != nil {
+		r.cache.drop(key)
+		return nil, nil, err
+	}
+	rec, legacy, err := decodePause(key, raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.cache.put(key, rec, 1)
+	return rec, legacy, nil
+}
