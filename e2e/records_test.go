@@ -117,4 +117,3 @@ func pendingIDs(p map[string]any) []string {
 	}
 	return ids
 }
-

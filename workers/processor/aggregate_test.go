@@ -339,7 +339,6 @@ func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	}
 }
 
-
 // Issue 8 item 8: decline and cancel are always honoured; stray content is
 // dropped, a confirmation's decline keeps its instructions.
 func TestNormalizeAnswer(t *testing.T) {
