@@ -148,7 +148,8 @@ const MaxMessageText = 32 << 10
 // MaxTurnRequestBytes bounds the whole data of a turn.requested (text,
 // content blocks, _meta, share) in bytes: 40 KiB. The processor rejects a
 // larger one message_too_large before it reaches the thread record, whose
-// queue holds up to processor.MaxQueue of them within the 1 MiB KV value.
+// queue holds up to processor.MaxQueue of them and processor.MaxQueueBytes
+// in all.
 const MaxTurnRequestBytes = 40 << 10
 
 // MaxAnswerBytes bounds the whole data of an elicitation.responded in

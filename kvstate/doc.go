@@ -1,8 +1,9 @@
 // Package kvstate keeps parley's state in JetStream key-value buckets:
-// paused turns (bucket parley_paused, key = thread ID, per-key TTL, History
-// 1, LimitMarkerTTL so every watcher sees expiry), the bucket of threads
-// (parley_threads; the thread record itself is the processor's own type,
-// workers/processor/thread.go), agent run checkpoints
+// the processor's pause records (bucket parley_paused, key =
+// <thread>.<runs sequence>, per-key TTL, History 1, LimitMarkerTTL so a
+// durable consumer sees each expiry: Bucket.ConsumeExpired) and threads
+// (parley_threads) — both records are the processor's own types
+// (workers/processor/thread.go, paused.go) — agent run checkpoints
 // (parley_runs, key = run ID), tool results (parley_tool_results, key =
 // run and call) and decision records (parley_decisions, key =
 // <run>.<call>.<round>, see CallDecision). Buckets are created idempotently.

@@ -77,7 +77,7 @@ func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refuse
 	t.LastTurnSeq = max(t.LastTurnSeq, seq)
 	switch act {
 	case msgQueue:
-		if len(t.Queue) >= MaxQueue {
+		if len(t.Queue) >= MaxQueue || queueBytes(t.Queue...)+queueBytes(m) > MaxQueueBytes {
 			t.Refuse(m.EventID)
 			return true, "", nil // recorded as handled and refused, not queued
 		}

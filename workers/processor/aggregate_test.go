@@ -2,8 +2,10 @@ package processor
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -479,5 +481,29 @@ func TestApplyAnswer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The queue is bounded in bytes as well as in messages, so queue, history
+// and paused turn fit the KV value together.
+func TestQueueBoundedInBytes(t *testing.T) {
+	th := running()
+	big := func(id string) QueuedMessage {
+		m := msg(id)
+		m.Message.Text = strings.Repeat("x", events.MaxMessageText)
+		return m
+	}
+	fits := MaxQueueBytes / queueBytes(big("probe"))
+	for i := range fits {
+		if refused, _, err := applyMessage(th, big(fmt.Sprint("b", i)), uint64(2+i), time.Now()); err != nil || refused {
+			t.Fatalf("message %d of %d refused (%v)", i+1, fits, err)
+		}
+	}
+	refused, _, err := applyMessage(th, big("over"), uint64(2+fits), time.Now())
+	if err != nil || !refused || len(th.Queue) != fits || !slices.Contains(th.Refused, "over") {
+		t.Errorf("message past %d bytes: refused %v, %v, queue %d; want refused, queue %d", MaxQueueBytes, refused, err, len(th.Queue), fits)
+	}
+	if n := queueBytes(th.Queue...); n > MaxQueueBytes {
+		t.Errorf("queue holds %d bytes, over %d", n, MaxQueueBytes)
 	}
 }

@@ -64,6 +64,11 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		for _, pe := range in.Elicitations {
 			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
 		}
+		if n := pausedBytes(pt); n > MaxPausedBytes {
+			return p.endTurn(ctx, d, thread, in.TurnID, reasonRunTooLarge,
+				fmt.Sprintf("the %d questions of the pause need %d bytes with room for their answers, over the limit of %d",
+					len(pt.Elicitations), n, MaxPausedBytes))
+		}
 		// The record first: a thread that says paused always has its
 		// snapshot and its expiry. One stored for a pause the thread
 		// then does not take expires unused.
@@ -106,6 +111,10 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
 		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
 }
+
+// reasonRunTooLarge is the turn.failed reason of a pause too large to
+// record (the agent's own limit has the same name, agent.RejectRunTooLarge).
+const reasonRunTooLarge = "run_too_large"
 
 // adoptLegacy completes a thread an earlier version paused: its paused
 // turn was a record of its own in kvstate.BucketPaused under the thread

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -512,5 +513,30 @@ func TestLegacyPauseAdopted(t *testing.T) {
 	}
 	if d, _ := events.Data[events.ElicitationExpired](x[0]); !slices.Equal(d.ElicitationIDs, []string{"q2"}) {
 		t.Errorf("expired %v, want [q2]", d.ElicitationIDs)
+	}
+}
+
+// A pause whose questions (with room for their answers) would not fit the
+// thread record is not recorded: the turn fails run_too_large, the
+// thread goes on, and nothing is asked.
+func TestPauseTooLargeFailsTheTurn(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	var qs []string
+	for i := range MaxPausedBytes/events.MaxAnswerBytes + 1 {
+		qs = append(qs, fmt.Sprint("q", i))
+	}
+	h.pause("m1", "p1", 10, qs...)
+	f := h.pub.of(events.TypeTurnFailed)
+	if len(f) != 1 {
+		t.Fatalf("%d turn.failed, want 1", len(f))
+	}
+	if d, _ := events.Data[events.TurnFailed](f[0]); d.Reason != reasonRunTooLarge || !strings.Contains(d.Detail, "over the limit") {
+		t.Errorf("turn.failed %+v, want run_too_large naming the limit", d)
+	}
+	if n := len(h.pub.of(events.TypeElicitationRequested)); n != 0 || h.stored().State != ThreadIdle || h.stored().Paused != nil {
+		t.Errorf("%d questions asked, thread %s; want none asked, idle", n, h.stored().State)
 	}
 }

@@ -126,9 +126,37 @@ type Thread struct {
 // MaxHistory bounds Thread.History (oldest messages drop first).
 const MaxHistory = 50
 
-// MaxQueue bounds Thread.Queue: a message beyond it is rejected. With
-// message texts of at most 32 KiB the queue stays under 512 KiB.
+// MaxQueue bounds Thread.Queue: a message beyond it is rejected
+// (thread_busy).
 const MaxQueue = 16
+
+// MaxQueueBytes bounds the JSON of Thread.Queue's messages: a message that
+// would take the queue past it is rejected (thread_busy), so the queue
+// (256 KiB, plus one message a supersede may add), the history
+// (MaxHistoryBytes) and the paused turn (MaxPausedBytes) fit the 1 MiB KV
+// value together.
+const MaxQueueBytes = 256 << 10
+
+// MaxPausedBytes bounds Thread.Paused: the questions of one pause as the
+// agent asked them (JSON) plus room for an answer of events.MaxAnswerBytes
+// to each. A pause over it is not recorded: the turn fails run_too_large.
+const MaxPausedBytes = 448 << 10
+
+// queueBytes is the JSON size of msgs.
+func queueBytes(msgs ...QueuedMessage) int {
+	n := 0
+	for _, m := range msgs {
+		b, _ := json.Marshal(m)
+		n += len(b)
+	}
+	return n
+}
+
+// pausedBytes is what pt counts against MaxPausedBytes.
+func pausedBytes(pt *PausedTurn) int {
+	b, _ := json.Marshal(pt)
+	return len(b) + len(pt.Elicitations)*events.MaxAnswerBytes
+}
 
 // MaxHistoryBytes bounds the text of Thread.History: the oldest messages
 // drop first, so the thread record stays well under the KV value limit.

@@ -101,7 +101,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		return publishChat(ctx, p, thread, events.KindTurnRejected,
 			events.DerivedID("turn.rejected", e.ID()), "",
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
-				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages waiting; send again later", MaxQueue)}}})
+				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages (at most %d, %d KiB) waiting; send again later",
+					len(t.Queue), MaxQueue, MaxQueueBytes>>10)}}})
 	}
 	if started == "" {
 		// Queued, or a redelivery: repeat what the first attempt may not
