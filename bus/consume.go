@@ -162,6 +162,20 @@ type ConsumerSpec struct {
 	// DrainTimeout bounds how long Consume waits for in-flight handlers
 	// after ctx is cancelled. Optional. Default: 30s.
 	DrainTimeout time.Duration
+	// Raw says the stream's messages are not CloudEvents (a KV bucket's
+	// entries and expiry markers): nothing is decoded, and the handler
+	// reads Delivery.Msg (Delivery.Event is nil). Optional.
+	Raw bool
+	// HeadersOnly delivers each message's headers without its body
+	// (jetstream.ConsumerConfig.HeadersOnly; fixed when the consumer is
+	// created). Optional.
+	HeadersOnly bool
+	// DeliverNew starts a new consumer at the end of the stream instead
+	// of its start (jetstream.DeliverNewPolicy; fixed when the consumer
+	// is created). Optional.
+	DeliverNew bool
+	// Description is the consumer's description on the server. Optional.
+	Description string
 }
 
 func (s *ConsumerSpec) defaults() {
@@ -232,6 +246,11 @@ func (c *Client) EnsureConsumer(ctx context.Context, spec ConsumerSpec) (jetstre
 		MaxAckPending:  spec.MaxAckPending,
 		FilterSubjects: spec.FilterSubjects,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		HeadersOnly:    spec.HeadersOnly,
+		Description:    spec.Description,
+	}
+	if spec.DeliverNew {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
 	return EnsureConsumer(ctx, c.js, c.startupPolicy(ctx), spec.Stream, cfg)
 }
@@ -411,6 +430,10 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 			keyDestination.String(m.Subject()), keyConsumer.String(spec.Durable)))
 	defer span.End()
 
+	if spec.Raw {
+		c.settle(ctx, spec, d, md, h)
+		return
+	}
 	ev, err := events.Decode(events.Header(m.Headers()), m.Data())
 	if err != nil {
 		err = fmt.Errorf("undecodable event: %w", err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -351,45 +350,3 @@ func (b *Bucket[T]) WatchExpired(ctx context.Context, fn func(key string)) error
 	}
 }
 
-// ConsumeExpired calls fn with the key of every value the server expires
-// (per-key TTL; the bucket needs PerKeyTTL), through the durable consumer
-// durable on the bucket's stream (headers only, new messages only), until
-// ctx is cancelled. Unlike a watcher, a durable consumer remembers its
-// position: an expiry that happens while every consumer is down is
-// delivered when one starts. Replicas share the consumer; fn must still be
-// idempotent (delivery is at least once). Every write to the bucket is
-// delivered too (the expiry markers share the keys' subjects) and acked
-// at once. An fn error naks the marker for a retry a second later, up to
-// 10 deliveries.
-func (b *Bucket[T]) ConsumeExpired(ctx context.Context, durable, description string, fn func(ctx context.Context, key string) error) error {
-	stream := "KV_" + b.name
-	prefix := "$KV." + b.name + "."
-	cons, err := bus.EnsureConsumer(ctx, b.js, bus.StartupPolicy(ctx, bus.RetryPolicy{}), stream, jetstream.ConsumerConfig{
-		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second,
-		MaxDeliver: 10, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true,
-		FilterSubject: prefix + ">",
-		Description:   description,
-	})
-	if err != nil {
-		return err
-	}
-	base := context.WithoutCancel(ctx)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if m.Headers().Get(jetstream.MarkerReasonHeader) != "MaxAge" {
-			_ = m.Ack() // a write, delete or purge: not an expiry
-			return
-		}
-		if err := fn(base, strings.TrimPrefix(m.Subject(), prefix)); err != nil {
-			_ = m.NakWithDelay(time.Second)
-			return
-		}
-		_ = m.Ack()
-	}, jetstream.PullMaxMessages(64))
-	if err != nil {
-		return fmt.Errorf("consuming %s: %w", durable, err)
-	}
-	<-ctx.Done()
-	cc.Stop()
-	<-cc.Closed()
-	return nil
-}

@@ -20,6 +20,7 @@ import (
 	"github.com/parley-dev/parley/workers/agent"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/processor"
+	"github.com/parley-dev/parley/workers/toolexec"
 )
 
 // waitTimeout bounds every wait for an event.
@@ -77,6 +78,12 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 		return starter.Common{Logger: opts.Logger.With("worker", role), Bus: bus.Options{Storage: opts.Storage}, NoStreams: true,
 			Started: func(r string) { started <- r }}
 	}
+	// Each worker handles as many events at once as the bench offers
+	// threads (Options.Concurrency), as a deployment sized for that load
+	// sets --concurrency: with the default 8, 64 threads would queue
+	// behind 8 handlers per consumer, which measures the setting, not the
+	// design (the floors run every chain at once).
+	conc := max(opts.Concurrency, 8)
 	provider, err := model.NewScripted([]byte(benchRules))
 	if err != nil {
 		return nil, err
@@ -86,9 +93,10 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 		w    starter.Worker
 	}{
 		{starter.RoleGate, starter.Gate(common(starter.RoleGate), gate.DefaultConfig(), gate.Options{})},
-		{starter.RoleToolexec, starter.Toolexec(common(starter.RoleToolexec), starter.ToolexecConfig{Tools: benchTools()})},
-		{starter.RoleAgent, starter.Agent(common(starter.RoleAgent), provider, agent.Options{})},
-		{starter.RoleProcessor, starter.Processor(common(starter.RoleProcessor), processor.Options{})},
+		{starter.RoleToolexec, starter.Toolexec(common(starter.RoleToolexec), starter.ToolexecConfig{Tools: benchTools(),
+			Options: toolexec.Options{Concurrency: conc}})},
+		{starter.RoleAgent, starter.Agent(common(starter.RoleAgent), provider, agent.Options{Concurrency: conc})},
+		{starter.RoleProcessor, starter.Processor(common(starter.RoleProcessor), processor.Options{Concurrency: conc})},
 	} {
 		s.group.Go(starter.Connected(r.role, r.role, connect, r.w))
 	}

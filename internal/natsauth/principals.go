@@ -211,7 +211,7 @@ func (p Principal) Permissions() Permissions {
 			pub("parley.chat.>", "parley.agent.run.requested", "parley.agent.run.resumed")
 			pub(consumer(StreamInput, "processor")...)
 			pub(consumer(StreamRuns, "processor-runs")...)
-			// Expiry markers of paused turns (kvstate.ConsumeExpired).
+			// Expiry markers of pause records (processor.HandleExpiry, a raw bus consumer).
 			pub(consumer("KV_"+BucketPaused, "processor-expiry")...)
 			pub(streamRead(StreamChat, StreamInput)...)
 			pub(msgGet(StreamAgent, StreamDeadLetter)...)

@@ -15,11 +15,10 @@ import (
 
 // pauseStore keeps pause records (pauseBucket): each written once under
 // a key of its own, with a TTL; Load fails with kvstate.ErrNotFound once
-// the record expired, and ConsumeExpired reports each expiry's key.
+// the record expired (its expiry marker reaches HandleExpiry).
 type pauseStore interface {
 	Create(ctx context.Context, key string, rec *pauseRecord) error
 	Load(ctx context.Context, key string) (json.RawMessage, error)
-	ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, key string) error) error
 }
 
 // publisher stores events on their subjects (bus.Client).

@@ -213,12 +213,6 @@ func (s *pauseBucket) Load(ctx context.Context, key string) (json.RawMessage, er
 	return v, err
 }
 
-// ConsumeExpired calls fn with the key of every pause record the server
-// expires (kvstate.Bucket.ConsumeExpired).
-func (s *pauseBucket) ConsumeExpired(ctx context.Context, durable string, fn func(ctx context.Context, key string) error) error {
-	return s.b.ConsumeExpired(ctx, durable, "parley processors: expiry markers of paused turns", fn)
-}
-
 // decodePause reads a pause record of either format; kvstate.ErrIncompatible
 // for any other. legacy is set for legacyPauseFormat.
 func decodePause(key string, raw json.RawMessage) (*pauseRecord, *legacyPause, error) {

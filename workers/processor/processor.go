@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
@@ -161,17 +162,34 @@ func (p *Processor) Run(ctx context.Context) error {
 		}, p.HandleRun)
 	})
 	run(func(ctx context.Context) error {
-		return p.pauses.store.ConsumeExpired(ctx, "processor-expiry", func(ctx context.Context, key string) error {
-			err := p.onExpired(ctx, key)
-			if err != nil {
-				p.log.ErrorContext(ctx, "announcing expiry; retrying", "subject", threadOfPauseKey(key), "error", err)
-			}
-			return err
-		})
+		// Expiry markers of the pause records, headers only: a durable
+		// consumer, so an expiry that happens while every processor is
+		// down is handled when one starts. Every write to the bucket is
+		// delivered too (the markers share the keys' subjects).
+		return p.bus.Consume(ctx, bus.ConsumerSpec{
+			Stream: "KV_" + kvstate.BucketPaused, Durable: "processor-expiry", Concurrency: p.opts.Concurrency,
+			FilterSubjects: []string{"$KV." + kvstate.BucketPaused + ".>"},
+			Raw:            true, HeadersOnly: true, DeliverNew: true,
+			Description: "parley processors: expiry markers of paused turns",
+		}, p.HandleExpiry)
 	})
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// HandleExpiry handles a message of the pause records' bucket stream
+// (KV_parley_paused, headers only): an expiry marker (Nats-Marker-Reason
+// MaxAge) ends its pause (onExpired); a write or delete is acked as is.
+func (p *Processor) HandleExpiry(ctx context.Context, d *bus.Delivery) error {
+	if d.Msg.Headers().Get(jetstream.MarkerReasonHeader) != "MaxAge" {
+		return nil
+	}
+	key := strings.TrimPrefix(d.Subject, "$KV."+kvstate.BucketPaused+".")
+	if err := p.onExpired(ctx, key); err != nil {
+		return fmt.Errorf("ending the paused turn of %s: %w", threadOfPauseKey(key), err)
+	}
+	return nil
 }
 
 // runSubjectPrefix is the prefix of PARLEY_RUNS subjects.

@@ -118,11 +118,6 @@ func (m *memPauses) Load(_ context.Context, key string) (json.RawMessage, error)
 	return data, nil
 }
 
-func (m *memPauses) ConsumeExpired(ctx context.Context, _ string, _ func(context.Context, string) error) error {
-	<-ctx.Done()
-	return nil
-}
-
 // expire removes the record under key (its TTL passed), leaving the
 // key's expiry marker.
 func (m *memPauses) expire(key string) {
