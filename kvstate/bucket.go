@@ -349,4 +349,3 @@ func (b *Bucket[T]) WatchExpired(ctx context.Context, fn func(key string)) error
 		}
 	}
 }
-
