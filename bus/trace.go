@@ -71,7 +71,7 @@ func extract(ctx context.Context, h nats.Header) context.Context {
 
 // TraceParent returns ctx's span context as a W3C traceparent string ("" if
 // ctx carries no valid span), for storing a turn's starting trace (e.g. in
-// a paused record or the CloudEvents distributed-tracing extension).
+// a paused turn or the CloudEvents distributed-tracing extension).
 func TraceParent(ctx context.Context) string {
 	c := propagation.MapCarrier{}
 	propagation.TraceContext{}.Inject(ctx, c)

@@ -155,7 +155,7 @@ const MaxTurnRequestBytes = 40 << 10
 // MaxAnswerBytes bounds the whole data of an elicitation.responded in
 // bytes (16 KiB), and MaxAnswerField each string in its content (8 KiB,
 // e.g. a decline's instructions): the processor rejects a larger answer
-// invalid_content naming the field, before it reaches the paused record.
+// invalid_content naming the field, before it reaches the thread record.
 const (
 	MaxAnswerBytes = 16 << 10
 	MaxAnswerField = 8 << 10

@@ -33,8 +33,9 @@ type Options struct {
 	// embedded nats-server with JetStream on a temporary store directory.
 	// Against a shared server, run no other parley workers: the bench's
 	// workers join the durable consumers "processor", "agent" and
-	// "toolexec", and the held phase leaves Held paused records (TTL
-	// SeedTTL) in parley_paused.
+	// "toolexec", and the held phase leaves Held paused turns (thread
+	// records in parley_threads, pause records with TTL SeedTTL in
+	// parley_paused).
 	NATSURL string
 	// NATSOptions are added to every connection to NATSURL (credentials,
 	// TLS: `parley bench` passes its flags'). Optional.
@@ -52,7 +53,7 @@ type Options struct {
 	Held int
 	// BaselineHeld is the held count of the baseline. Optional. Default: 100.
 	BaselineHeld int
-	// SeedTTL is the TTL of the paused records the held phase seeds.
+	// SeedTTL is the TTL of the pause records the held phase seeds.
 	// Optional. Default: 1h.
 	SeedTTL time.Duration
 	// Logger receives the workers' logs. Optional. Default: discard.

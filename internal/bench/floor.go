@@ -286,10 +286,11 @@ func (f *floor) pad(n int) []byte {
 	return p
 }
 
-// consume runs h for each message of a durable pull consumer, on up to 8
-// goroutines (as parley's bus does), acking on success.
+// consume runs h for each message of a durable pull consumer, on as many
+// goroutines as parley's workers in the bench (workerConcurrency), acking
+// on success.
 func (f *floor) consume(ctx context.Context, js jetstream.JetStream, stream, durable string, filter []string, h func(context.Context, jetstream.Msg) error) error {
-	const conc = 8
+	conc := workerConcurrency(f.opts)
 	cons, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 6,
 		MaxAckPending: 1000, FilterSubjects: filter, DeliverPolicy: jetstream.DeliverAllPolicy,

@@ -188,7 +188,7 @@ func newSeeder(env *benchEnv, ttl time.Duration) (*seeder, error) {
 	return sd, err
 }
 
-// seed stores held turns from..to-1 (paused record and thread record).
+// seed stores held turns from..to-1 (pause record and thread record).
 func (sd *seeder) seed(ctx context.Context, t *template, from, to int) error {
 	pub := func(m *nats.Msg, opts ...jetstream.PublishOpt) error {
 		for {

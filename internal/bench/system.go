@@ -42,6 +42,14 @@ type target interface {
 	answer(ctx context.Context, thread, id string) error
 }
 
+// workerConcurrency is how many events each consumer of parley's workers,
+// and of both floors, handles at once: as many as the bench offers
+// threads (Options.Concurrency, at least 8), as a deployment sized for that
+// load sets --concurrency. With parley's default of 8, 64 threads queue
+// behind 8 handlers per consumer, which measures the setting rather than
+// the design.
+func workerConcurrency(opts *Options) int { return max(opts.Concurrency, 8) }
+
 // system is parley under test: the four workers on their own connections,
 // run by a starter.Group, and a driver acting as the integrator.
 type system struct {
@@ -78,12 +86,7 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 		return starter.Common{Logger: opts.Logger.With("worker", role), Bus: bus.Options{Storage: opts.Storage}, NoStreams: true,
 			Started: func(r string) { started <- r }}
 	}
-	// Each worker handles as many events at once as the bench offers
-	// threads (Options.Concurrency), as a deployment sized for that load
-	// sets --concurrency: with the default 8, 64 threads would queue
-	// behind 8 handlers per consumer, which measures the setting, not the
-	// design (the floors run every chain at once).
-	conc := max(opts.Concurrency, 8)
+	conc := workerConcurrency(opts)
 	provider, err := model.NewScripted([]byte(benchRules))
 	if err != nil {
 		return nil, err
@@ -392,7 +395,8 @@ func headerSize(h nats.Header) int {
 	return n
 }
 
-// kvGetEntry is what the held phase reads to find a real paused record.
+// kvGet reads the value under key in bucket (the held phase reads a real
+// paused turn's records with it).
 func kvGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]byte, error) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
