@@ -222,6 +222,19 @@ func applyEnd(t *Thread, turnID, id string, runSeq uint64, reply *schema.ChatMes
 	return nil
 }
 
+// applyAbandon ends the active turn turnID, while it is in state, without
+// an outcome of its run (it cannot go on: its pause record is unreadable,
+// or gone before the resume), and starts the next queued message; the
+// caller announces turn.failed.
+func applyAbandon(t *Thread, turnID, state string) error {
+	if t.TurnID != turnID || t.State != state {
+		return kvstate.ErrNoChange
+	}
+	t.State, t.PauseMark = ThreadIdle, 0
+	startNext(t)
+	return nil
+}
+
 // resumePaused marks the paused turn running again (its answers are all
 // in), remembering the answers used so a late redelivery of one, after
 // the turn's next pause replaces its questions, is not rejected.
@@ -367,10 +380,29 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 	if rec != nil {
 		el = rec.Find(in.ElicitationID)
 	}
+	waiting := el != nil && t.State == ThreadPaused && t.TurnID == rec.TurnID
 	switch {
 	case el == nil:
 		return answerVerdict{unknown: true, reason: events.RejectUnknownOrExpired,
 			detail: "no pending elicitation with this ID on the thread"}
+	case el.Status == StatusConsumed && el.ResponseEventID == id:
+		// The winning answer redelivered (its first handling may have
+		// died before the resume was published): finish, at any time.
+		var v answerVerdict
+		if el.Result != nil && el.Result.Action == schema.ActionCancel {
+			for _, o := range rec.Elicitations {
+				if o.Status == StatusCancelled {
+					v.withdrawn = append(v.withdrawn, o.ID)
+				}
+			}
+		}
+		if waiting && rec.Settled() {
+			// Consumed by an earlier version, which resumed in a write of
+			// its own: resume now.
+			resumePaused(t)
+			v.write = true
+		}
+		return v
 	case !now.Before(rec.ExpiresAt):
 		return answerVerdict{reason: events.RejectUnknownOrExpired, detail: "the paused turn expired"}
 	case el.Status == StatusCancelled:
@@ -389,25 +421,8 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; the question is still open"
 		return v
 	}
-	waiting := t.State == ThreadPaused && t.TurnID == rec.TurnID
 	if el.Status == StatusConsumed {
-		if el.ResponseEventID != id {
-			v.reason, v.detail = events.RejectAlreadyConsumed, "this elicitation was already answered"
-			return v
-		}
-		if el.Result != nil && el.Result.Action == schema.ActionCancel {
-			for _, o := range rec.Elicitations {
-				if o.Status == StatusCancelled {
-					v.withdrawn = append(v.withdrawn, o.ID)
-				}
-			}
-		}
-		if waiting && rec.Settled() {
-			// Consumed by an earlier version, which resumed in a write of
-			// its own: resume now.
-			resumePaused(t)
-			v.write = true
-		}
+		v.reason, v.detail = events.RejectAlreadyConsumed, "this elicitation was already answered"
 		return v
 	}
 	if !waiting {

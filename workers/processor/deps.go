@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +18,7 @@ import (
 // a key of its own, with a TTL; Load fails with kvstate.ErrNotFound once
 // the record expired (its expiry marker reaches HandleExpiry).
 type pauseStore interface {
-	Create(ctx context.Context, key string, rec *pauseRecord) error
+	Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error
 	Load(ctx context.Context, key string) (json.RawMessage, error)
 }
 

@@ -73,7 +73,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		// snapshot and its expiry. One stored for a pause the thread
 		// then does not take expires unused.
 		err = p.pauses.save(ctx, pt.Record, &pauseRecord{Thread: thread, TurnID: in.TurnID, RunID: in.RunID,
-			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot})
+			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot}, recordUntil(pt.ExpiresAt, p.opts.PauseTTL))
 		if errors.Is(err, kvstate.ErrExpired) {
 			// Redelivered after its record's TTL (a PauseTTL shorter than
 			// the redelivery): the questions can no longer be answered.
@@ -300,7 +300,10 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			if t.Paused != nil && t.Paused.Record != key {
 				return errPauseChanged
 			}
-			if t.Paused != nil && rec == nil && t.Paused.Find(in.ElicitationID) != nil {
+			if el := t.Paused.Find(in.ElicitationID); rec == nil && el != nil && el.ResponseEventID != e.ID() {
+				// The record expired: so did the pause (by the server's
+				// clock), and nothing could resume it. Only the winning
+				// answer's redelivery goes on (publishResume).
 				v = answerVerdict{reason: events.RejectUnknownOrExpired, detail: "the paused turn expired"}
 				return kvstate.ErrNoChange
 			}
@@ -412,12 +415,7 @@ func (p *Processor) failResume(ctx context.Context, thread, turnID, detail strin
 		return err
 	}
 	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		if t.TurnID != turnID || t.State != ThreadRunning {
-			return kvstate.ErrNoChange
-		}
-		t.State, t.PauseMark = ThreadIdle, 0
-		startNext(t)
-		return nil
+		return applyAbandon(t, turnID, ThreadRunning)
 	})
 	if err != nil {
 		return err
@@ -446,12 +444,7 @@ func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, 
 		if t.Paused != nil {
 			failed = t.Paused.TurnID
 		}
-		if t.State != ThreadPaused || t.TurnID != failed {
-			return kvstate.ErrNoChange
-		}
-		t.State, t.PauseMark = ThreadIdle, 0
-		startNext(t)
-		return nil
+		return applyAbandon(t, failed, ThreadPaused)
 	})
 	if err != nil {
 		return err

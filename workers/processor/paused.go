@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
@@ -82,8 +83,11 @@ type PausedTurn struct {
 	Record string `json:"record"`
 }
 
-// Find returns the elicitation with id, or nil.
+// Find returns the elicitation with id, or nil (also on a nil p).
 func (p *PausedTurn) Find(id string) *Elicitation {
+	if p == nil {
+		return nil
+	}
 	for i := range p.Elicitations {
 		if p.Elicitations[i].ID == id {
 			return &p.Elicitations[i]
@@ -182,17 +186,17 @@ func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.S
 	return &pauseBucket{b: b}, nil
 }
 
-// Create stores rec under key with a TTL until rec.ExpiresAt, in one
-// write; a live record already under key (a redelivered pause: the same
-// content) counts as stored. kvstate.ErrExpired when ExpiresAt has passed
-// or the key's record expired already (a pause redelivered after its
-// TTL: a key is written once).
-func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord) error {
+// Create stores rec under key with a TTL until until, in one write; a
+// live record already under key (a redelivered pause: the same content)
+// counts as stored. kvstate.ErrExpired when until has passed or the key's
+// record expired already (a pause redelivered after its TTL: a key is
+// written once).
+func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	_, err = s.b.CreateNewUntil(ctx, key, data, rec.ExpiresAt)
+	_, err = s.b.CreateNewUntil(ctx, key, data, until)
 	if !errors.Is(err, kvstate.ErrConflict) {
 		return err
 	}
@@ -229,6 +233,20 @@ func decodePause(key string, raw json.RawMessage) (*pauseRecord, *legacyPause, e
 	return nil, nil, fmt.Errorf("the pause record %s has format %d, want %d: %w", key, l.Format, pauseFormat, kvstate.ErrIncompatible)
 }
 
+// resumeGrace is how long a pause record outlives its pause's expiresAt
+// (at most the pause's TTL): an answer accepted in the pause's last
+// moments, whose resume a crash delayed until the redelivery (after
+// AckWait), still finds the run's snapshot. The pause ends for answers at
+// expiresAt; the record's expiry, which announces it, comes this much
+// later.
+const resumeGrace = 2 * bus.DefaultAckWait
+
+// recordUntil is when the record of a pause of ttl expiring at expiresAt
+// expires.
+func recordUntil(expiresAt time.Time, ttl time.Duration) time.Time {
+	return expiresAt.Add(min(resumeGrace, ttl))
+}
+
 // pauseRecords is the processor's access to pause records: the store and a
 // cache of the records this replica wrote or read. A record is written
 // once under a key of its own and never changed, so a cached one is
@@ -238,10 +256,10 @@ type pauseRecords struct {
 	cache *revCache[pauseRecord] // nil: caching off
 }
 
-// save stores rec (pauseBucket.Create) and caches it.
-func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord) error {
+// save stores rec until until (pauseBucket.Create) and caches it.
+func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
 	rec.Format = pauseFormat
-	if err := r.store.Create(ctx, key, rec); err != nil {
+	if err := r.store.Create(ctx, key, rec, until); err != nil {
 		return err
 	}
 	r.cache.put(key, rec, 1)

@@ -79,7 +79,7 @@ func (m *memThreads) Reset(_ context.Context, id string) error {
 
 // memPauses follows pauseBucket: a record is written once per key (a
 // second Create keeps the first), and is gone (kvstate.ErrNotFound) once
-// its ExpiresAt passed, as its TTL would have it.
+// expire is called (its TTL passed).
 type memPauses struct {
 	mu   sync.Mutex
 	recs map[string][]byte
@@ -87,11 +87,11 @@ type memPauses struct {
 	loads, creates int
 }
 
-func (m *memPauses) Create(_ context.Context, key string, rec *pauseRecord) error {
+func (m *memPauses) Create(_ context.Context, key string, rec *pauseRecord, until time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.creates++
-	if !time.Now().Before(rec.ExpiresAt) {
+	if !time.Now().Before(until) {
 		return kvstate.ErrExpired
 	}
 	switch data, ok := m.recs[key]; {
@@ -109,10 +109,6 @@ func (m *memPauses) Load(_ context.Context, key string) (json.RawMessage, error)
 	m.loads++
 	data, ok := m.recs[key]
 	if !ok || data == nil {
-		return nil, kvstate.ErrNotFound
-	}
-	var rec pauseRecord
-	if err := json.Unmarshal(data, &rec); err == nil && !time.Now().Before(rec.ExpiresAt) {
 		return nil, kvstate.ErrNotFound
 	}
 	return data, nil
@@ -534,4 +530,81 @@ func TestPauseTooLargeFailsTheTurn(t *testing.T) {
 	if n := len(h.pub.of(events.TypeElicitationRequested)); n != 0 || h.stored().State != ThreadIdle || h.stored().Paused != nil {
 		t.Errorf("%d questions asked, thread %s; want none asked, idle", n, h.stored().State)
 	}
+}
+
+// The winning answer's handler dies after the thread recorded it and
+// before run.resumed was published; the answer is redelivered after the
+// pause's expiresAt. While the pause record lives (its grace) the
+// redelivery resumes the turn; once it is gone too the turn cannot resume
+// and fails, and the thread goes on, instead of staying running.
+func TestWinnerRedeliveredAfterExpiry(t *testing.T) {
+	for _, recordGone := range []bool{false, true} {
+		t.Run(fmt.Sprint("recordGone=", recordGone), func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.message("m1", 1); err != nil {
+				t.Fatal(err)
+			}
+			h.inStream(2)
+			h.pause("m1", "p1", 10, "q1")
+			if err := h.message("m2", 2); err != nil { // queued behind the pause
+				t.Fatal(err)
+			}
+			h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeRunResumed }
+			if err := h.answerErr("a1", "q1"); err == nil {
+				t.Fatal("run.resumed was not published, yet the answer was acked")
+			}
+			h.pub.fail = nil
+			// Time passes: the pause's expiresAt, and maybe its record's TTL.
+			func() {
+				h.threads.mu.Lock()
+				defer h.threads.mu.Unlock()
+				th, _ := h.threads.load("t")
+				th.Paused.ExpiresAt = time.Now().Add(-time.Second)
+				data, _ := json.Marshal(th)
+				h.threads.rev++
+				h.threads.recs["t"] = memRecord{data, h.threads.rev}
+			}()
+			key := h.paused().Record
+			h.p.threads.forget("t")
+			h.p.pauses.cache.drop(key)
+			if recordGone {
+				h.pauses.expire(key)
+			}
+			if err := h.answerErr("a1", "q1"); err != nil {
+				t.Fatal(err)
+			}
+			resumed, failed := h.pub.of(events.TypeRunResumed), h.pub.of(events.TypeTurnFailed)
+			if rejectedFor(h, "a1") != "" {
+				t.Fatalf("the winning answer's redelivery was rejected %q", rejectedFor(h, "a1"))
+			}
+			if !recordGone {
+				if len(resumed) != 1 || len(failed) != 0 {
+					t.Fatalf("%d run.resumed, %d turn.failed; want the resume", len(resumed), len(failed))
+				}
+				return
+			}
+			if len(resumed) != 0 || len(failed) != 1 {
+				t.Fatalf("%d run.resumed, %d turn.failed; want the turn failed", len(resumed), len(failed))
+			}
+			if d, _ := events.Data[events.TurnFailed](failed[0]); d.Reason != events.RejectUnknownOrExpired || d.TurnID != turnOf("m1") {
+				t.Errorf("turn.failed %+v, want m1's turn, unknown_or_expired", d)
+			}
+			if got := h.runsStarted(); len(got) != 2 || got[1] != turnOf("m2") {
+				t.Errorf("runs started %v, want the queued m2's next", got)
+			}
+		})
+	}
+}
+
+// answerErr handles the accept of question by answer id and returns the
+// handler's error.
+func (h *harness) answerErr(id, question string) error {
+	h.t.Helper()
+	e, err := events.NewWithID(id, "/test", events.TypeElicitationResponded, "t", events.ElicitationResponded{
+		ElicitationID: question, Action: schema.ActionAccept})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatElicitationResponded),
+		StreamSeq: 100, NumDelivered: 1})
 }
