@@ -20,7 +20,7 @@ import (
 // gatewayFlags configure `parley gateway` (and the gateway of `parley dev`).
 type gatewayFlags struct {
 	Listen       string        `name:"listen" env:"PARLEY_GATEWAY_LISTEN" default:"127.0.0.1:8080" help:"HTTP address of the gateway."`
-	TokenFile    string        `name:"token-file" env:"PARLEY_GATEWAY_TOKEN_FILE" type:"existingfile" help:"Static development tokens: one 'token subject' pair a line."`
+	TokenFile    string        `name:"token-file" env:"PARLEY_GATEWAY_TOKEN_FILE" type:"existingfile" help:"Static development tokens: one 'token subject' pair a line (white space between; a token at least 16 characters; '#' lines skipped)."`
 	JWTIssuer    string        `name:"jwt-issuer" env:"PARLEY_JWT_ISSUER" help:"Required 'iss' of bearer JWTs."`
 	JWTAudience  string        `name:"jwt-audience" env:"PARLEY_JWT_AUDIENCE" help:"Required 'aud' of bearer JWTs."`
 	JWKSURL      string        `name:"jwks-url" env:"PARLEY_JWKS_URL" help:"JWKS URL of the keys that sign bearer JWTs."`

@@ -53,17 +53,17 @@ func (g *Globals) logger(w io.Writer) *slog.Logger {
 type cli struct {
 	Globals
 
-	Version kong.VersionFlag `name:"version" help:"Print parley's version (module version, commit, Go version, platform) and exit."`
+	Version kong.VersionFlag `name:"version" help:"Print parley's version (module version, commit when the build recorded it, Go version, platform) and exit."`
 
-	Demo      demoCmd     `cmd:"" help:"Run the three seed scenarios end to end on an embedded NATS server."`
-	Dev       devCmd      `cmd:"" help:"Run an embedded NATS server with JetStream and every worker."`
+	Demo      demoCmd     `cmd:"" help:"Run the three seed scenarios end to end on an embedded NATS server (exit 0 when all end as expected, 1 otherwise)."`
+	Dev       devCmd      `cmd:"" help:"Run an embedded NATS server with JetStream, every worker and the gateway with its web chat (data in --data-dir)."`
 	Processor workerCmd   `cmd:"" help:"Run the processor worker (turns, pauses, resumes)."`
 	Agent     agentCmd    `cmd:"" help:"Run the agent worker (the model and tool loop)."`
-	Toolexec  toolexecCmd `cmd:"" help:"Run the tool-executor worker (built-in tools)."`
+	Toolexec  toolexecCmd `cmd:"" help:"Run the tool-executor worker (built-in tools and the tools of MCP servers, --mcp-config)."`
 	Gate      gateCmd     `cmd:"" help:"Run the gate: the default pre-execute policy service."`
 	Send      sendCmd     `cmd:"" help:"Send a user message to a thread (publishes turn.requested)."`
 	Answer    answerCmd   `cmd:"" help:"Answer an elicitation (publishes elicitation.responded)."`
-	Events    eventsCmd   `cmd:"" help:"Print chat events."`
+	Events    eventsCmd   `cmd:"" help:"Print the stored chat events of one thread (--thread) or of all, then exit; --follow keeps printing new ones."`
 	Chat      chatCmd     `cmd:"" help:"Chat in the terminal: messages, forms and confirmations."`
 	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
 	Gateway   gatewayCmd  `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`

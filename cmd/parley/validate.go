@@ -31,7 +31,7 @@ type exitHelp struct{}
 // Help is kong's HelpProvider.
 func (exitHelp) Help() string { return validateExitHelp }
 
-const validateExitHelp = `FILE defaults to standard input ("-").
+const validateExitHelp = `<file> defaults to standard input ("-").
 
 Exit status: 0 valid; 1 invalid, with one "path: rule" line per violation on
 standard output; 2 usage error or unreadable input.`
