@@ -278,7 +278,7 @@ func (s *State) streamChecks(ctx context.Context, conns []*nats.Conn) []Check {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.listed.IsZero() || time.Since(s.listed) >= s.CacheFor || s.listErr != nil {
-		s.streams, s.listErr = listStreams(ctx, conns[0])
+		s.streams, s.listErr = listStreams(ctx, listingConn(conns))
 		s.listed = time.Now()
 	}
 	if s.listErr != nil {
@@ -293,6 +293,18 @@ func (s *State) streamChecks(ctx context.Context, conns []*nats.Conn) []Check {
 		out = append(out, c)
 	}
 	return out
+}
+
+// listingConn picks the connection to list streams on: one whose worker
+// uses streams (its principal may list them; a policy service's, such as
+// the gate's beside the workers in `parley dev`, may not).
+func listingConn(conns []*nats.Conn) *nats.Conn {
+	for _, nc := range conns {
+		if len(requiredStreams([]*nats.Conn{nc})) > 0 {
+			return nc
+		}
+	}
+	return conns[0]
 }
 
 func listStreams(ctx context.Context, nc *nats.Conn) ([]string, error) {

@@ -113,3 +113,32 @@ func TestReadiness(t *testing.T) {
 		t.Errorf("livez with a closed connection: %d %s", code, failing(r))
 	}
 }
+
+// The stream list is read on a connection whose worker uses streams: in
+// `parley dev` the gate's connection comes first and its principal may not
+// list streams (here: its server has none of them), and readiness must
+// not fail for that.
+func TestReadinessListsStreamsOnAWorkersConnection(t *testing.T) {
+	ctx := context.Background()
+	gateSrv := bustest.NewServer(t) // a server where HEALTH_L does not exist
+	gate := gateSrv.Connect(t)
+	srv := bustest.NewServer(t)
+	nc := srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "HEALTH_L", Subjects: []string{"health.l.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	health.RequireStream(js, "HEALTH_L")
+	s := health.New(time.Minute, "gate", "worker")
+	s.CacheFor = 0
+	s.AddConn(gate)
+	s.AddConn(nc)
+	health.Started(health.With(ctx, s), "gate", gate, false)
+	health.Started(health.With(ctx, s), "worker", nc, false)
+	if code, r := get(t, s.Handler(), "/readyz"); code != 200 {
+		t.Errorf("streams listed on the gate's connection: %d %s", code, failing(r))
+	}
+}
