@@ -1,0 +1,195 @@
+package processor
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Review of the thread aggregate (the paused turn in the thread record):
+// each test names the guarantee it attacks.
+
+// rawEvent is events.NewWithID with data encoded as a client that does
+// not HTML-escape would send it ('<' as one byte, not \u003c).
+func rawEvent(t *testing.T, id string, typ events.Type, data any) *event.Event {
+	t.Helper()
+	e, err := events.NewWithID(id, "/test", typ, "t", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.SetData(event.ApplicationJSON, bytes.TrimSpace(b.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// respond handles the answer id to question with content (accept), as
+// delivered for the n-th time, and returns the handler's error.
+func (h *harness) respond(id, question string, content map[string]any) error {
+	h.t.Helper()
+	e := rawEvent(h.t, id, events.TypeElicitationResponded, events.ElicitationResponded{
+		ElicitationID: question, Action: schema.ActionAccept, Content: content})
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatElicitationResponded),
+		StreamSeq: 100, NumDelivered: 1})
+}
+
+// rejectedIDs lists the responded event IDs an elicitation.rejected names.
+func (h *harness) rejectedIDs() []string {
+	var ids []string
+	for _, e := range h.pub.of(events.TypeElicitationRejected) {
+		d, _ := events.Data[events.ElicitationRejected](e)
+		ids = append(ids, d.RespondedEventID)
+	}
+	return ids
+}
+
+// A crash between the answer's write (consumed, resumed) and run.resumed,
+// redelivered once the pause's time is up: the accepted answer must not
+// be rejected, and the turn must not be left running with no run to
+// finish it (it resumes, or fails and frees the thread).
+func TestReviewWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
+	for _, how := range []string{"record expired", "past ExpiresAt, record still there"} {
+		t.Run(how, func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.message("m1", 1); err != nil {
+				t.Fatal(err)
+			}
+			h.pause("m1", "p1", 10, "q1")
+			h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeRunResumed }
+			if err := h.respond("a1", "q1", nil); err == nil {
+				t.Fatal("run.resumed failed, yet the answer was acked")
+			}
+			h.pub.fail = nil
+			if th := h.stored(); th.State != ThreadRunning || !th.Paused.Resumed {
+				t.Fatalf("after the answer: %s, resumed %v; want running, resumed", th.State, th.Paused.Resumed)
+			}
+			key := h.paused().Record
+			if how == "record expired" {
+				h.pauses.expire(key)
+				h.p.pauses.cache.drop(key) // redelivered to another replica, or after a restart
+				if err := h.p.onExpired(h.ctx, key); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// The answer was written in the pause's last moment; its
+				// redelivery comes after ExpiresAt.
+				h.threads.mu.Lock()
+				th, rev := h.threads.load("t")
+				th.Paused.ExpiresAt = time.Now().Add(-time.Second)
+				data, _ := json.Marshal(th)
+				h.threads.recs["t"] = memRecord{data, rev}
+				h.threads.mu.Unlock()
+				h.p.threads.forget("t")
+			}
+			if err := h.respond("a1", "q1", nil); err != nil { // the redelivery
+				t.Fatal(err)
+			}
+			if ids := h.rejectedIDs(); len(ids) != 0 {
+				t.Errorf("the accepted answer's redelivery was rejected: %v", ids)
+			}
+			resumed, failed := len(h.pub.of(events.TypeRunResumed)), len(h.pub.of(events.TypeTurnFailed))
+			if resumed+failed != 1 {
+				t.Errorf("%d run.resumed, %d turn.failed; want the turn resumed or failed, once", resumed, failed)
+			}
+			if th := h.stored(); failed == 1 && th.State != ThreadIdle {
+				t.Errorf("the turn failed, yet the thread is %s", th.State)
+			}
+			if th := h.stored(); resumed == 0 && th.State == ThreadRunning && th.TurnID == events.DerivedID("turn", "m1") {
+				t.Errorf("the thread is left running turn m1 with no run.resumed: stuck")
+			}
+		})
+	}
+}
+
+// The thread record must fit the KV value limit (1 MiB): the history's
+// bound is measured in raw text, but the record stores JSON, where each
+// '<', '>' and '&' (HTML-escaped by encoding/json) takes 6 bytes.
+func TestReviewHistoryFitsAsJSON(t *testing.T) {
+	h := newHarness(t)
+	text := strings.Repeat("<", events.MaxMessageText-100)
+	for i := range 12 {
+		id := "m" + string(rune('a'+i))
+		e := rawEvent(t, id, events.TypeTurnRequested, events.TurnRequested{
+			Message: schema.ChatMessage{Role: schema.RoleUser, Text: text}})
+		seq := uint64(i + 1)
+		h.inStream(seq)
+		if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatTurnRequested),
+			StreamSeq: seq, NumDelivered: 1}); err != nil {
+			t.Fatal(err)
+		}
+		turn := events.DerivedID("turn", id)
+		h.run(events.TypeRunCompleted, "c-"+id, uint64(10+i), events.RunCompleted{RunID: turn, TurnID: turn,
+			Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "ok"}})
+		if n := len(h.pub.of(events.TypeTurnRejected)); n > 0 {
+			t.Fatalf("message %d rejected", i+1)
+		}
+		if n := storedBytes(h); n > maxKVValue {
+			t.Fatalf("after %d messages the thread record is %d bytes, over the KV value limit of %d", i+1, n, maxKVValue)
+		}
+	}
+}
+
+// maxKVValue is the NATS server's default max_payload, which bounds a KV value.
+const maxKVValue = 1 << 20
+
+// storedBytes is the size of thread t's record as stored.
+func storedBytes(h *harness) int {
+	h.threads.mu.Lock()
+	defer h.threads.mu.Unlock()
+	return len(h.threads.recs["t"].data)
+}
+
+// A paused turn is admitted with room for one answer of
+// events.MaxAnswerBytes per question, as received; the record stores the
+// answer re-encoded, where each '<' of its content takes 6 bytes. Its
+// answers must keep the thread record under the KV value limit.
+func TestReviewPausedAnswersFitAsJSON(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	// As many questions as the paused turn's bound admits.
+	n := MaxPausedBytes/(events.MaxAnswerBytes+2<<10) - 1
+	var qs []string
+	for i := range n {
+		qs = append(qs, "q"+strings.Repeat("x", 3)+string(rune('A'+i)))
+	}
+	turn := events.DerivedID("turn", "m1")
+	in := events.RunPaused{RunID: turn, TurnID: turn, Agent: "default", Snapshot: json.RawMessage(`{}`)}
+	for _, q := range qs {
+		rs := schema.RequestedSchema{Type: "object", Properties: map[string]*schema.PropertySchema{
+			"a": {Type: "string"}, "b": {Type: "string"}}}
+		in.Elicitations = append(in.Elicitations, events.PendingElicitation{ID: q, Kind: events.KindForm,
+			Request: schema.ElicitRequestParams{Message: "?", RequestedSchema: rs}})
+	}
+	h.run(events.TypeRunPaused, "p1", 10, in)
+	if th := h.stored(); th.State != ThreadPaused {
+		t.Fatalf("the pause of %d questions was not recorded: %s (%d turn.failed)", n, th.State, len(h.pub.of(events.TypeTurnFailed)))
+	}
+	field := strings.Repeat("<", events.MaxAnswerField-64)
+	for i, q := range qs[:len(qs)-1] {
+		if err := h.respond("a"+q, q, map[string]any{"a": field, "b": field[:events.MaxAnswerBytes-events.MaxAnswerField-1024]}); err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if ids := h.rejectedIDs(); len(ids) > 0 {
+			t.Fatalf("answer %d rejected", i+1)
+		}
+		if got := storedBytes(h); got > maxKVValue {
+			t.Fatalf("after %d answers the thread record is %d bytes, over the KV value limit of %d", i+1, got, maxKVValue)
+		}
+	}
+}
