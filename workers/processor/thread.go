@@ -158,8 +158,10 @@ func pausedBytes(pt *PausedTurn) int {
 	return len(b) + len(pt.Elicitations)*events.MaxAnswerBytes
 }
 
-// MaxHistoryBytes bounds the text of Thread.History: the oldest messages
-// drop first, so the thread record stays well under the KV value limit.
+// MaxHistoryBytes bounds the JSON of Thread.History (historySize): the
+// oldest messages drop first, so the thread record stays well under the
+// KV value limit. The newest message is always kept (a user message is
+// at most events.MaxTurnRequestBytes before escaping).
 const MaxHistoryBytes = 256 << 10
 
 const maxHandled = 64
@@ -184,19 +186,13 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 	}
 }
 
-// historySize is what m counts against MaxHistoryBytes: its text and the
-// JSON of its content blocks and _meta.
+// historySize is what m counts against MaxHistoryBytes: its JSON as the
+// thread record stores it (text, content blocks and _meta, escapes
+// included: encoding/json writes '<', '>' and '&' as 6 bytes each, so a
+// bound on the raw text would let the record grow six times past it).
 func historySize(m schema.ChatMessage) int {
-	n := len(m.Text)
-	if len(m.Content) > 0 {
-		b, _ := json.Marshal(m.Content)
-		n += len(b)
-	}
-	if len(m.Meta) > 0 {
-		b, _ := json.Marshal(m.Meta)
-		n += len(b)
-	}
-	return n
+	b, _ := json.Marshal(m)
+	return len(b)
 }
 
 // pending returns the IDs of the questions the paused thread waits on (nil
