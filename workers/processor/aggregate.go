@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -313,6 +315,17 @@ func planWithdraw(t *Thread, by string, now time.Time) pauseOutcome {
 	return po
 }
 
+// answerGrowth is how many bytes consuming el with result (answer id from
+// who at now) adds to the thread record's JSON: what counts against the
+// answerRoom the paused turn reserved for it.
+func answerGrowth(el *Elicitation, result schema.ElicitResult, who events.Identity, id string, now time.Time) int {
+	before, _ := json.Marshal(el)
+	c := *el
+	c.Status, c.Result, c.AnsweredBy, c.AnsweredAt, c.ResponseEventID = StatusConsumed, &result, who, now.UTC(), id
+	after, _ := json.Marshal(&c)
+	return len(after) - len(before)
+}
+
 // normalizeAnswer applies the MCP action's rules before an answer is
 // checked: decline and cancel are always honoured, so content they may not
 // carry is dropped (and named in dropped) instead of refusing the answer
@@ -419,6 +432,12 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 			v.errors = []schema.Violation{{Path: "content", Rule: err.Error()}}
 		}
 		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; the question is still open"
+		return v
+	}
+	if n := answerGrowth(el, result, who, id, now); n > answerRoom {
+		v.errors = []schema.Violation{{Path: "content", Rule: fmt.Sprintf(
+			"%d bytes as the thread stores the answer (JSON, escapes included) is over the limit of %d", n, answerRoom)}}
+		v.reason, v.detail = events.RejectInvalidContent, "the answer is too large; the question is still open"
 		return v
 	}
 	if el.Status == StatusConsumed {

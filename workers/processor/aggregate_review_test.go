@@ -153,10 +153,12 @@ func storedBytes(h *harness) int {
 	return len(h.threads.recs["t"].data)
 }
 
-// A paused turn is admitted with room for one answer of
-// events.MaxAnswerBytes per question, as received; the record stores the
-// answer re-encoded, where each '<' of its content takes 6 bytes. Its
-// answers must keep the thread record under the KV value limit.
+// A paused turn is admitted with room for one answer per question; the
+// record stores each answer re-encoded, where each '<' of its content
+// takes 6 bytes. Whatever its answers, the thread record stays under the
+// KV value limit (an answer too large as stored is rejected
+// invalid_content and its question stays open), and an answer of
+// events.MaxAnswerBytes as received without escapes is accepted.
 func TestReviewPausedAnswersFitAsJSON(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
@@ -180,16 +182,33 @@ func TestReviewPausedAnswersFitAsJSON(t *testing.T) {
 	if th := h.stored(); th.State != ThreadPaused {
 		t.Fatalf("the pause of %d questions was not recorded: %s (%d turn.failed)", n, th.State, len(h.pub.of(events.TypeTurnFailed)))
 	}
-	field := strings.Repeat("<", events.MaxAnswerField-64)
+	content := func(c string) map[string]any {
+		field := strings.Repeat(c, events.MaxAnswerField-64)
+		return map[string]any{"a": field, "b": field[:events.MaxAnswerBytes-events.MaxAnswerField-1024]}
+	}
 	for i, q := range qs[:len(qs)-1] {
-		if err := h.respond("a"+q, q, map[string]any{"a": field, "b": field[:events.MaxAnswerBytes-events.MaxAnswerField-1024]}); err != nil {
+		if err := h.respond("a"+q, q, content("<")); err != nil {
 			t.Fatalf("answer %d: %v", i, err)
 		}
-		if ids := h.rejectedIDs(); len(ids) > 0 {
-			t.Fatalf("answer %d rejected", i+1)
+		if rj := h.pub.of(events.TypeElicitationRejected); len(rj) > 0 {
+			d, _ := events.Data[events.ElicitationRejected](rj[len(rj)-1])
+			if d.RespondedEventID == "a"+q && (d.Reason != events.RejectInvalidContent || h.paused().Find(q).Status != StatusPending) {
+				t.Fatalf("answer %d rejected %s, question %s; want invalid_content, the question still open", i+1, d.Reason, h.paused().Find(q).Status)
+			}
 		}
 		if got := storedBytes(h); got > maxKVValue {
 			t.Fatalf("after %d answers the thread record is %d bytes, over the KV value limit of %d", i+1, got, maxKVValue)
 		}
+	}
+	last := qs[len(qs)-1]
+	before := len(h.rejectedIDs())
+	if err := h.respond("a"+last, last, content("a")); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.rejectedIDs()) != before || h.paused().Find(last).Status != StatusConsumed {
+		t.Errorf("an answer of %d bytes as received, without escapes, was not accepted", events.MaxAnswerBytes-1024)
+	}
+	if got := storedBytes(h); got > maxKVValue {
+		t.Fatalf("the thread record is %d bytes, over the KV value limit of %d", got, maxKVValue)
 	}
 }

@@ -138,9 +138,16 @@ const MaxQueue = 16
 const MaxQueueBytes = 256 << 10
 
 // MaxPausedBytes bounds Thread.Paused: the questions of one pause as the
-// agent asked them (JSON) plus room for an answer of events.MaxAnswerBytes
-// to each. A pause over it is not recorded: the turn fails run_too_large.
+// agent asked them (JSON) plus answerRoom for the answer to each. A pause
+// over it is not recorded: the turn fails run_too_large.
 const MaxPausedBytes = 448 << 10
+
+// answerRoom is what the paused turn reserves for the answer to each of
+// its questions: an answer of events.MaxAnswerBytes as received, with who
+// answered, when and the event's ID. An answer that would add more to the
+// thread record as stored (JSON, where encoding/json writes each '<', '>'
+// and '&' in 6 bytes) is rejected invalid_content (applyAnswer).
+const answerRoom = events.MaxAnswerBytes + 1<<10
 
 // queueBytes is the JSON size of msgs.
 func queueBytes(msgs ...QueuedMessage) int {
@@ -155,7 +162,7 @@ func queueBytes(msgs ...QueuedMessage) int {
 // pausedBytes is what pt counts against MaxPausedBytes.
 func pausedBytes(pt *PausedTurn) int {
 	b, _ := json.Marshal(pt)
-	return len(b) + len(pt.Elicitations)*events.MaxAnswerBytes
+	return len(b) + len(pt.Elicitations)*answerRoom
 }
 
 // MaxHistoryBytes bounds the JSON of Thread.History (historySize): the
