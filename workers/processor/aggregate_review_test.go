@@ -3,6 +3,7 @@ package processor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -212,3 +213,65 @@ func TestReviewPausedAnswersFitAsJSON(t *testing.T) {
 		t.Fatalf("the thread record is %d bytes, over the KV value limit of %d", got, maxKVValue)
 	}
 }
+
+// sendRaw handles the user message id at stream sequence seq with text,
+// encoded without HTML escapes (as most clients send it).
+func (h *harness) sendRaw(id string, seq uint64, text string) {
+	h.t.Helper()
+	h.inStream(seq)
+	e := rawEvent(h.t, id, events.TypeTurnRequested, events.TurnRequested{
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: text}})
+	if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatTurnRequested),
+		StreamSeq: seq, NumDelivered: 1}); err != nil {
+		h.t.Fatalf("message %s: %v", id, err)
+	}
+}
+
+// The thread record's parts are bounded together (history, queue,
+// paused turn): a message that supersedes the paused turn joins the
+// queue while the paused turn is still in the record, so it must count
+// against the queue's bound like any other; else a full queue, a large
+// paused turn and one superseding message overflow the 1 MiB KV value.
+func TestReviewSupersedeKeepsRecordUnderLimit(t *testing.T) {
+	h := newHarness(t)
+	plain := strings.Repeat("a", events.MaxMessageText-256)
+	var seq, runSeq uint64
+	next := func() uint64 { seq++; return seq }
+	// The history at its bound.
+	for i := range 10 {
+		id := fmt.Sprint("h", i)
+		h.sendRaw(id, next(), plain)
+		turn := events.DerivedID("turn", id)
+		runSeq++
+		h.run(events.TypeRunCompleted, "c-"+id, runSeq, events.RunCompleted{RunID: turn, TurnID: turn,
+			Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "ok"}})
+	}
+	// A running turn with a full queue behind it.
+	h.sendRaw("m1", next(), "go")
+	for i := 0; ; i++ {
+		id := fmt.Sprint("w", i)
+		h.sendRaw(id, next(), plain)
+		if len(h.pub.of(events.TypeTurnRejected)) > 0 {
+			break // the queue is full
+		}
+	}
+	// The turn pauses on one large question, within MaxPausedBytes.
+	turn := events.DerivedID("turn", "m1")
+	q := confirmation("q1")
+	q.Request.Message = strings.Repeat("a", MaxPausedBytes-answerRoomForTest-8<<10)
+	runSeq++
+	h.run(events.TypeRunPaused, "p1", runSeq, events.RunPaused{RunID: turn, TurnID: turn, Agent: "default",
+		Snapshot: json.RawMessage(`{}`), Elicitations: []events.PendingElicitation{q}})
+	if th := h.stored(); th.State != ThreadPaused {
+		t.Fatalf("the pause was not recorded: %s", th.State)
+	}
+	t.Logf("before the supersede: %d bytes (history %d msgs, queue %d msgs)", storedBytes(h), len(h.stored().History), len(h.stored().Queue))
+	h.sendRaw("m2", next(), strings.Repeat("<", events.MaxMessageText-256))
+	if got := storedBytes(h); got > maxKVValue {
+		t.Fatalf("after the supersede the thread record is %d bytes, over the KV value limit of %d", got, maxKVValue)
+	}
+}
+
+// answerRoomForTest is the room a paused turn reserves per answer, at
+// least events.MaxAnswerBytes.
+const answerRoomForTest = events.MaxAnswerBytes + 1<<10
