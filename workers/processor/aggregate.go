@@ -67,6 +67,9 @@ func classifyMessage(t *Thread, id string, seq uint64) msgAction {
 func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refused bool, started string, err error) {
 	act := classifyMessage(t, m.EventID, seq)
 	var po pauseOutcome
+	if act == msgSupersede && supersedeOverflows(t, m) {
+		act = msgQueue // refused below: the queue is full in bytes, and the pause stays
+	}
 	if act == msgSupersede {
 		if po = planWithdraw(t, m.EventID, now); po.resuming {
 			act = msgQueue // every answer is in: the resume is under way
@@ -97,6 +100,17 @@ func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refuse
 		t.Superseded.Started = t.StartedBy
 	}
 	return false, t.StartedBy, nil
+}
+
+// supersedeOverflows reports whether the queue would pass MaxQueueBytes
+// once the message m superseded t's paused turn: m joins the queue's end
+// as its head starts (the paused turn stays in the record, settled, so
+// the queue's bound must hold here too).
+func supersedeOverflows(t *Thread, m QueuedMessage) bool {
+	if len(t.Queue) == 0 {
+		return false // m itself starts
+	}
+	return queueBytes(t.Queue[1:]...)+queueBytes(m) > MaxQueueBytes
 }
 
 // startedByMessage returns the event ID of the turn whose run.requested a

@@ -131,8 +131,9 @@ const MaxHistory = 50
 const MaxQueue = 16
 
 // MaxQueueBytes bounds the JSON of Thread.Queue's messages: a message that
-// would take the queue past it is rejected (thread_busy), so the queue
-// (256 KiB, plus one message a supersede may add), the history
+// would take the queue past it is rejected (thread_busy), also when it
+// would supersede a paused turn (the queue it joins then is the one
+// after its head starts), so the queue (256 KiB), the history
 // (MaxHistoryBytes) and the paused turn (MaxPausedBytes) fit the 1 MiB KV
 // value together.
 const MaxQueueBytes = 256 << 10
