@@ -275,3 +275,31 @@ func TestReviewSupersedeKeepsRecordUnderLimit(t *testing.T) {
 // answerRoomForTest is the room a paused turn reserves per answer, at
 // least events.MaxAnswerBytes.
 const answerRoomForTest = events.MaxAnswerBytes + 1<<10
+
+// Event IDs are kept in the thread record (Handled, Refused, StartedBy,
+// an answer's ResponseEventID) and nothing bounds their length: user
+// messages with long IDs take the record past the KV value limit. Either
+// such a message is rejected (naming the id) or the record stays under
+// the limit.
+func TestReviewLongEventIDsKeepRecordUnderLimit(t *testing.T) {
+	h := newHarness(t)
+	for i := range 20 {
+		id := fmt.Sprintf("%s-%d", strings.Repeat("x", 64<<10), i)
+		seq := uint64(i + 1)
+		h.sendRaw(id, seq, "hello")
+		turn := events.DerivedID("turn", id)
+		if h.stored().TurnID == turn && h.stored().State == ThreadRunning {
+			h.run(events.TypeRunCompleted, fmt.Sprint("c", i), seq, events.RunCompleted{RunID: turn, TurnID: turn,
+				Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "ok"}})
+		}
+		if got := storedBytes(h); got > maxKVValue {
+			t.Fatalf("after %d messages the thread record is %d bytes, over the KV value limit of %d", i+1, got, maxKVValue)
+		}
+	}
+	for _, e := range h.pub.of(events.TypeTurnRejected) {
+		d, _ := events.Data[events.TurnRejected](e)
+		if d.Reason != events.RejectInvalidEvent || len(d.Errors) == 0 || d.Errors[0].Path != "id" {
+			t.Errorf("a message with a long ID was rejected %s %+v; want invalid_event naming id", d.Reason, d.Errors)
+		}
+	}
+}
