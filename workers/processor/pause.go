@@ -228,6 +228,9 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	if err := events.ValidToken("subject", thread); err != nil {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
+	if v, ok := checkEventID(e.ID()); !ok {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "id: "+v.Rule, []schema.Violation{v})
+	}
 	switch {
 	case events.TypeOf(e) != events.TypeElicitationResponded:
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
