@@ -303,3 +303,42 @@ func TestReviewLongEventIDsKeepRecordUnderLimit(t *testing.T) {
 		}
 	}
 }
+
+// A crash between the expiry's thread write and elicitation.expired is
+// finished by the marker's redelivery, however late it comes (every
+// processor down for a while): the announcement must not be lost.
+func TestReviewExpiryAnnouncedOnLateRedelivery(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	key := h.paused().Record
+	h.pauses.expire(key)
+	h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeElicitationExpired }
+	if err := h.p.onExpired(h.ctx, key); err == nil {
+		t.Fatal("the announcement failed, yet the marker was acked")
+	}
+	h.pub.fail = nil
+	// The marker comes back two minutes later (the processors were down).
+	h.threads.mu.Lock()
+	th, rev := h.threads.load("t")
+	th.Expired.At = th.Expired.At.Add(-2 * time.Minute)
+	data, _ := json.Marshal(th)
+	h.threads.recs["t"] = memRecord{data, rev}
+	h.threads.mu.Unlock()
+	h.p.threads.forget("t")
+	if err := h.p.onExpired(h.ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.pub.of(events.TypeElicitationExpired)); n != 1 {
+		t.Fatalf("%d elicitation.expired after the late redelivery, want 1", n)
+	}
+	// The expiry of another record (an earlier pause's) announces nothing.
+	if err := h.p.onExpired(h.ctx, pauseKey("t", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.pub.of(events.TypeElicitationExpired)); n != 1 {
+		t.Fatalf("%d elicitation.expired after another record's expiry, want 1", n)
+	}
+}
