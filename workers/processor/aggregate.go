@@ -276,7 +276,7 @@ func applyExpiry(t *Thread, key string, now time.Time) error {
 		(t.Paused == nil || t.Paused.TurnID != t.TurnID) && key != t.ID:
 		return kvstate.ErrNoChange
 	}
-	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.pending(), At: now}
+	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.pending(), At: now, Record: key}
 	t.State, t.PauseMark = ThreadIdle, 0
 	startNext(t)
 	return nil

@@ -481,10 +481,11 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if err := p.requestNext(ctx, t); err != nil {
 		return err
 	}
-	// A replica that lost the race still announces (the event ID is the
-	// same), in case the winner crashed before publishing; an old expiry
-	// is not announced again.
-	if t.Expired == nil || time.Since(t.Expired.At) > time.Minute {
+	// A replica that lost the race, or a redelivery of the marker however
+	// late, still announces (the event ID is the same), in case the
+	// winner crashed before publishing; another record's marker does not
+	// announce the thread's last expiry again.
+	if x := t.Expired; x == nil || x.Record != key && (x.Record != "" || time.Since(x.At) > time.Minute) {
 		return nil
 	}
 	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", t.Expired.TurnID)

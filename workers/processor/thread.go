@@ -40,6 +40,11 @@ type Expiry struct {
 	TurnID         string    `json:"turnId"`
 	ElicitationIDs []string  `json:"elicitationIds"`
 	At             time.Time `json:"at"`
+	// Record is the key of the pause record whose expiry ended the turn:
+	// a redelivery of that record's marker announces the expiry again,
+	// however late; another record's marker does not ("" in a record an
+	// earlier version wrote: then only within a minute of At).
+	Record string `json:"record,omitempty"`
 }
 
 // Supersession is a paused turn ended by a new user message.
