@@ -342,3 +342,99 @@ func TestReviewExpiryAnnouncedOnLateRedelivery(t *testing.T) {
 		t.Fatalf("%d elicitation.expired after another record's expiry, want 1", n)
 	}
 }
+
+// Every part of the thread record at its bound at once still fits the KV
+// value limit (1 MiB): the history, queue and paused turn at their byte
+// bounds (with answers to every question), the remembered event IDs at
+// MaxEventIDBytes, and the owner and every share at the longest user name,
+// all of it with characters encoding/json escapes.
+func TestReviewThreadRecordAtEveryBound(t *testing.T) {
+	esc := func(n int) string { return strings.Repeat("<", n) }
+	who := events.Identity{Principal: strings.Repeat("p", 128), OnBehalfOf: esc(maxOnBehalfOf)}
+	// The longest event IDs admitted, of characters JSON escapes.
+	id := func(i int) string {
+		s := fmt.Sprint(i) + esc(MaxEventIDBytes)
+		for _, ok := checkEventID(s); !ok; _, ok = checkEventID(s) {
+			s = s[:len(s)-1]
+		}
+		return s
+	}
+	th := &Thread{Format: ThreadFormat, ID: strings.Repeat("t", 128), State: ThreadIdle, Owner: &who,
+		TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	for range events.MaxShares {
+		th.Shared = append(th.Shared, who)
+	}
+	// A running turn and a full queue behind it.
+	startTurn(th, QueuedMessage{EventID: id(0), Agent: "default", Message: schema.ChatMessage{Role: schema.RoleUser, Text: "go"}})
+	for i, text := 1, MaxQueueBytes/MaxQueue/6; len(th.Queue) < MaxQueue && text > 0; i++ {
+		m := QueuedMessage{EventID: id(i), Agent: strings.Repeat("a", 128), User: esc(maxOnBehalfOf),
+			TraceParent: th.TraceParent, Message: schema.ChatMessage{Role: schema.RoleUser, Text: esc(text)}}
+		if refused, _, _ := applyMessage(th, m, uint64(i), time.Now()); refused {
+			text -= 8 // fill the rest with smaller ones
+		}
+	}
+	for i := range MaxHistory {
+		th.Append(schema.ChatMessage{Role: schema.RoleUser, Text: esc((MaxHistoryBytes/MaxHistory - len(`{"role":"user","text":""}`)) / 6)})
+		_ = i
+	}
+	// The turn pauses on as large a pause as is admitted, and every
+	// question is answered with as much as is admitted.
+	const n = 20
+	pt := &PausedTurn{TurnID: th.TurnID, RunID: th.RunID, Agent: th.Agent, ExpiresAt: time.Now().Add(time.Hour),
+		RunSeq: 1, Record: pauseKey(th.ID, 1), TraceParent: th.TraceParent}
+	for i := range n {
+		rs := schema.RequestedSchema{Type: "object", Properties: map[string]*schema.PropertySchema{"a": {Type: "string"}, "b": {Type: "string"}}}
+		pt.Elicitations = append(pt.Elicitations, Elicitation{Status: StatusPending, PendingElicitation: events.PendingElicitation{
+			ID: fmt.Sprintf("%036d", i), Kind: events.KindForm, Request: schema.ElicitRequestParams{Message: "?", RequestedSchema: rs}}})
+	}
+	fill := (MaxPausedBytes - pausedBytes(pt)) / n / 6
+	for i := range pt.Elicitations {
+		pt.Elicitations[i].Request.Message = esc(fill)
+	}
+	if pausedBytes(pt) > MaxPausedBytes {
+		t.Fatalf("the paused turn is %d bytes with its room, over %d", pausedBytes(pt), MaxPausedBytes)
+	}
+	if err := applyPause(th, pt, id(100), 1); err != nil {
+		t.Fatal(err)
+	}
+	for i, el := range pt.Elicitations {
+		for size := answerRoomForTest; size > 0; size -= 64 {
+			plain := min(size, events.MaxAnswerField-64)
+			content := map[string]any{"a": strings.Repeat("a", plain), "b": esc(max(size-plain, 0) / 6)}
+			v := applyAnswer(th, id(200+i), events.ElicitationResponded{ElicitationID: el.ID, Action: schema.ActionAccept,
+				Content: content}, who, time.Now())
+			if v.consumed {
+				break
+			}
+		}
+	}
+	if !th.Paused.Settled() {
+		t.Fatal("not every question was answered")
+	}
+	for i := range 2 * maxHandled {
+		th.MarkHandled(id(300 + i))
+		th.Refuse(id(500 + i))
+	}
+	th.StartedBy = id(0)
+	var ids []string
+	for _, el := range pt.Elicitations {
+		ids = append(ids, el.ID)
+	}
+	th.Superseded = &Supersession{TurnID: th.TurnID, By: id(1), Started: id(2), Cancelled: ids}
+	th.Expired = &Expiry{TurnID: th.TurnID, ElicitationIDs: ids, At: time.Now(), Record: pt.Record}
+	th.UpdatedAt = time.Now()
+	data, err := json.Marshal(th)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hist, _ := json.Marshal(th.History)
+	queue, _ := json.Marshal(th.Queue)
+	paused, _ := json.Marshal(th.Paused)
+	t.Logf("record %d bytes: history %d, queue %d, paused %d, rest %d", len(data), len(hist), len(queue), len(paused),
+		len(data)-len(hist)-len(queue)-len(paused))
+	// The KV update's headers (Nats-Expected-Last-Subject-Sequence) count
+	// against the server's max_payload too.
+	if len(data) > maxKVValue-128 {
+		t.Errorf("the thread record at every bound is %d bytes, over the KV value limit of %d", len(data), maxKVValue)
+	}
+}
