@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -267,16 +268,22 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 }
 
 // MaxEventIDBytes bounds the id of an integrator's event (turn.requested,
-// elicitation.responded): the thread record keeps recent IDs (Handled,
+// elicitation.responded), as JSON (checkEventID): the thread record keeps recent IDs (Handled,
 // Refused, the answer's ResponseEventID), so their length must be bounded
 // for the record to fit the KV value limit. A longer id is rejected
 // invalid_event naming "id".
 const MaxEventIDBytes = 256
 
-// checkEventID checks id against MaxEventIDBytes.
+// checkEventID checks id against MaxEventIDBytes, as the thread record
+// stores it: JSON, where encoding/json writes '<', '>', '&' and control
+// characters in 6 bytes each.
 func checkEventID(id string) (schema.Violation, bool) {
 	if len(id) > MaxEventIDBytes {
 		return schema.Violation{Path: "id", Rule: fmt.Sprintf("%d bytes; at most %d", len(id), MaxEventIDBytes)}, false
+	}
+	b, _ := json.Marshal(id)
+	if n := len(b) - 2; n > MaxEventIDBytes {
+		return schema.Violation{Path: "id", Rule: fmt.Sprintf("%d bytes as JSON (escapes included); at most %d", n, MaxEventIDBytes)}, false
 	}
 	return schema.Violation{}, true
 }
