@@ -438,3 +438,30 @@ func TestReviewThreadRecordAtEveryBound(t *testing.T) {
 		t.Errorf("the thread record at every bound is %d bytes, over the KV value limit of %d", len(data), maxKVValue)
 	}
 }
+
+// The newest message is always kept in the history, whatever its size: an
+// assistant reply (run.completed, up to the NATS message size) is bounded
+// by nothing else, and the turn's settled paused turn stays in the record
+// beside it, so a long reply takes the thread record past the KV value
+// limit. The reply's start must stay in the history.
+func TestReviewLongReplyKeepsRecordUnderLimit(t *testing.T) {
+	h := newHarness(t)
+	h.sendRaw("m1", 1, "go")
+	turn := events.DerivedID("turn", "m1")
+	q := confirmation("q1")
+	q.Request.Message = strings.Repeat("a", MaxPausedBytes-answerRoomForTest-8<<10)
+	h.run(events.TypeRunPaused, "p1", 10, events.RunPaused{RunID: turn, TurnID: turn, Agent: "default",
+		Snapshot: json.RawMessage(`{}`), Elicitations: []events.PendingElicitation{q}})
+	if err := h.respond("a1", "q1", nil); err != nil {
+		t.Fatal(err)
+	}
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turn, TurnID: turn,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: strings.Repeat("<", 120<<10)}})
+	if got := storedBytes(h); got > maxKVValue {
+		t.Fatalf("after the reply the thread record is %d bytes, over the KV value limit of %d", got, maxKVValue)
+	}
+	th := h.stored()
+	if last := th.History[len(th.History)-1]; last.Role != schema.RoleAssistant || !strings.HasPrefix(last.Text, "<<<<") {
+		t.Errorf("the reply's start is not in the history: %.40q", last.Text)
+	}
+}
