@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -463,5 +464,16 @@ func TestReviewLongReplyKeepsRecordUnderLimit(t *testing.T) {
 	th := h.stored()
 	if last := th.History[len(th.History)-1]; last.Role != schema.RoleAssistant || !strings.HasPrefix(last.Text, "<<<<") {
 		t.Errorf("the reply's start is not in the history: %.40q", last.Text)
+	}
+}
+
+// A reply cut to fit the history is cut at a character boundary.
+func TestReviewCutKeepsCharacters(t *testing.T) {
+	var th Thread
+	th.Append(schema.ChatMessage{Role: schema.RoleAssistant, Text: strings.Repeat("é<", 100<<10)})
+	m := th.History[0]
+	if !utf8.ValidString(m.Text) || !strings.HasSuffix(m.Text, cutNote) || historySize(m) > MaxHistoryBytes ||
+		historySize(m) < MaxHistoryBytes-16 {
+		t.Errorf("cut to %d bytes (valid UTF-8 %v), want just under %d, ending with the note", historySize(m), utf8.ValidString(m.Text), MaxHistoryBytes)
 	}
 }

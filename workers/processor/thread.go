@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -173,8 +174,9 @@ func pausedBytes(pt *PausedTurn) int {
 
 // MaxHistoryBytes bounds the JSON of Thread.History (historySize): the
 // oldest messages drop first, so the thread record stays well under the
-// KV value limit. The newest message is always kept (a user message is
-// at most events.MaxTurnRequestBytes before escaping).
+// KV value limit. The newest message is always kept, its text cut to fit
+// when it alone is over (cutToHistory; an assistant's reply is bounded by
+// nothing else).
 const MaxHistoryBytes = 256 << 10
 
 const maxHandled = 64
@@ -197,6 +199,42 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 	if drop > 0 {
 		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
 	}
+	if n := len(t.History); n > 0 && size > MaxHistoryBytes {
+		t.History[n-1] = cutToHistory(t.History[n-1])
+	}
+}
+
+// cutNote ends a message's text cut to fit MaxHistoryBytes.
+const cutNote = "\n[cut: the rest of this message did not fit the thread's history]"
+
+// cutToHistory cuts m's text (at a character boundary, ending with
+// cutNote) so that m alone fits MaxHistoryBytes: the newest message is
+// always kept, and an assistant's reply is bounded by nothing else.
+func cutToHistory(m schema.ChatMessage) schema.ChatMessage {
+	if historySize(m) <= MaxHistoryBytes {
+		return m
+	}
+	text := m.Text
+	fits := func(keep int) bool {
+		m.Text = text[:keep] + cutNote
+		return historySize(m) <= MaxHistoryBytes
+	}
+	// The longest prefix that fits (escapes make a byte of text take up
+	// to 6 in the JSON), at a character boundary.
+	lo, hi := 0, len(text)
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	for lo > 0 && lo < len(text) && !utf8.RuneStart(text[lo]) {
+		lo--
+	}
+	m.Text = text[:lo] + cutNote
+	return m
 }
 
 // historySize is what m counts against MaxHistoryBytes: its JSON as the
