@@ -24,8 +24,9 @@ import (
 // not hold is the paused run's snapshot, which may be large
 // (agent.MaxRunBytes): it is written once per pause, before the thread
 // records the pause, as the pause record in kvstate.BucketPaused under
-// "<thread>.<PARLEY_RUNS sequence>" with a per-key TTL until the pause
-// expires. The record's expiry marker is what ends the pause (onExpired).
+// "<thread>.<PARLEY_RUNS sequence>" with a per-key TTL until resumeGrace
+// after the pause expires. The record's expiry marker is what ends the
+// pause for the thread (onExpired); answers stop at the pause's ExpiresAt.
 
 // Elicitation statuses.
 const (
@@ -59,8 +60,8 @@ type PausedTurn struct {
 	RunID     string    `json:"runId"`
 	Agent     string    `json:"agent"`
 	CreatedAt time.Time `json:"createdAt"`
-	// ExpiresAt is when the questions stop taking answers (the pause
-	// record's TTL ends then, to the second).
+	// ExpiresAt is when the questions stop taking answers; the pause
+	// record's TTL ends resumeGrace later (recordUntil), to the second.
 	ExpiresAt    time.Time     `json:"expiresAt"`
 	Elicitations []Elicitation `json:"elicitations"`
 	// TraceParent is the W3C trace context the turn started in, so the
