@@ -477,3 +477,27 @@ func TestReviewCutKeepsCharacters(t *testing.T) {
 		t.Errorf("cut to %d bytes (valid UTF-8 %v), want just under %d, ending with the note", historySize(m), utf8.ValidString(m.Text), MaxHistoryBytes)
 	}
 }
+
+// A run.paused whose first handling died after storing the pause record
+// and before the thread's write is redelivered later: the record (written
+// once) keeps the first attempt's expiry, so the thread must record that
+// one too, not a later one the record's TTL does not cover.
+func TestReviewRedeliveredPauseKeepsRecordExpiry(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	turn := events.DerivedID("turn", "m1")
+	key := pauseKey("t", 10)
+	first := time.Now().Add(-10 * time.Minute).Add(h.p.opts.PauseTTL).UTC().Truncate(time.Second)
+	if err := h.p.pauses.save(h.ctx, key, &pauseRecord{Thread: "t", TurnID: turn, RunID: turn, RunSeq: 10, ExpiresAt: first,
+		Snapshot: json.RawMessage(`{}`)}, recordUntil(first, h.p.opts.PauseTTL)); err != nil {
+		t.Fatal(err)
+	}
+	h.p.pauses.cache.drop(key) // the replica that stored it died
+	h.pause("m1", "p1", 10, "q1")
+	pt := h.paused()
+	if pt == nil || !pt.ExpiresAt.Equal(first) {
+		t.Fatalf("the thread says the pause expires at %v; its record, written once, at %v", pt.ExpiresAt, first)
+	}
+}
