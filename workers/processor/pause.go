@@ -72,8 +72,12 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		// The record first: a thread that says paused always has its
 		// snapshot and its expiry. One stored for a pause the thread
 		// then does not take expires unused.
-		err = p.pauses.save(ctx, pt.Record, &pauseRecord{Thread: thread, TurnID: in.TurnID, RunID: in.RunID,
-			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot}, recordUntil(pt.ExpiresAt, p.opts.PauseTTL))
+		// A record an earlier attempt stored keeps its expiry, which the
+		// thread then records too.
+		prec := &pauseRecord{Thread: thread, TurnID: in.TurnID, RunID: in.RunID,
+			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot}
+		err = p.pauses.save(ctx, pt.Record, prec, recordUntil(pt.ExpiresAt, p.opts.PauseTTL))
+		pt.ExpiresAt = prec.ExpiresAt
 		if errors.Is(err, kvstate.ErrExpired) {
 			// Redelivered after its record's TTL (a PauseTTL shorter than
 			// the redelivery): the questions can no longer be answered.

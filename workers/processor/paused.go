@@ -188,10 +188,11 @@ func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.S
 }
 
 // Create stores rec under key with a TTL until until, in one write; a
-// live record already under key (a redelivered pause: the same content)
-// counts as stored. kvstate.ErrExpired when until has passed or the key's
-// record expired already (a pause redelivered after its TTL: a key is
-// written once).
+// live record already under key (a redelivered pause: the same content,
+// from an earlier attempt) counts as stored, and rec's ExpiresAt becomes
+// the stored one's (the record's TTL was set by it). kvstate.ErrExpired
+// when until has passed or the key's record expired already (a pause
+// redelivered after its TTL: a key is written once).
 func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -201,13 +202,24 @@ func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, 
 	if !errors.Is(err, kvstate.ErrConflict) {
 		return err
 	}
-	switch _, _, err := s.b.Get(ctx, key); {
+	switch raw, _, err := s.b.Get(ctx, key); {
+	case err == nil:
+		keepStoredExpiry(key, raw, rec)
+		return nil
 	case errors.Is(err, kvstate.ErrNotFound):
 		return fmt.Errorf("the pause record %s expired before the thread recorded the pause: %w", key, kvstate.ErrExpired)
 	case errors.Is(err, kvstate.ErrIncompatible):
 		return nil // stored; whoever reads it fails closed
 	default:
 		return err
+	}
+}
+
+// keepStoredExpiry sets rec's ExpiresAt to that of the record raw already
+// stored under key, when this version reads it.
+func keepStoredExpiry(key string, raw json.RawMessage, rec *pauseRecord) {
+	if stored, _, err := decodePause(key, raw); err == nil && !stored.ExpiresAt.IsZero() {
+		rec.ExpiresAt = stored.ExpiresAt
 	}
 }
 
