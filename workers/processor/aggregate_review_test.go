@@ -501,3 +501,31 @@ func TestReviewRedeliveredPauseKeepsRecordExpiry(t *testing.T) {
 		t.Fatalf("the thread says the pause expires at %v; its record, written once, at %v", pt.ExpiresAt, first)
 	}
 }
+
+// An earlier version consumed the last answer of a pause in the paused
+// record's write and resumed in a thread write of its own; it died
+// between them (an upgrade). A message sent then must not silently
+// supersede a turn whose answers are all in: the answer's redelivery
+// resumes it, and the message runs after it.
+func TestReviewLegacySettledPauseNotDroppedBySupersede(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	h.legacy(func(l *legacyPause) {
+		l.Elicitations[0].Status = StatusConsumed
+		l.Elicitations[0].Result = &schema.ElicitResult{Action: schema.ActionAccept}
+		l.Elicitations[0].ResponseEventID = "a1"
+	})
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.answer("a1", "q1") // the redelivery of the winning answer
+	resumed := len(h.pub.of(events.TypeRunResumed))
+	announced := len(h.pub.of(events.TypeElicitationCancelled)) + len(h.pub.of(events.TypeTurnFailed))
+	if resumed != 1 && announced == 0 {
+		t.Fatalf("the answered turn neither resumed nor ended with an announcement: %d run.resumed, runs started %v",
+			resumed, h.runsStarted())
+	}
+}
