@@ -316,7 +316,10 @@ func planWithdraw(t *Thread, by string, now time.Time) pauseOutcome {
 	}
 	ids := rec.PendingIDs()
 	if len(ids) == 0 {
-		po.resuming = rec.Resumed
+		// Every answer is in: the resume is under way (or, when an
+		// earlier version consumed the last answer without resuming in
+		// the same write, the answer's redelivery resumes it).
+		po.resuming = true
 		return po
 	}
 	for i := range rec.Elicitations {
