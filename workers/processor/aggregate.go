@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -65,6 +67,9 @@ func classifyMessage(t *Thread, id string, seq uint64) msgAction {
 func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refused bool, started string, err error) {
 	act := classifyMessage(t, m.EventID, seq)
 	var po pauseOutcome
+	if act == msgSupersede && supersedeOverflows(t, m) {
+		act = msgQueue // refused below: the queue is full in bytes, and the pause stays
+	}
 	if act == msgSupersede {
 		if po = planWithdraw(t, m.EventID, now); po.resuming {
 			act = msgQueue // every answer is in: the resume is under way
@@ -95,6 +100,17 @@ func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refuse
 		t.Superseded.Started = t.StartedBy
 	}
 	return false, t.StartedBy, nil
+}
+
+// supersedeOverflows reports whether the queue would pass MaxQueueBytes
+// once the message m superseded t's paused turn: m joins the queue's end
+// as its head starts (the paused turn stays in the record, settled, so
+// the queue's bound must hold here too).
+func supersedeOverflows(t *Thread, m QueuedMessage) bool {
+	if len(t.Queue) == 0 {
+		return false // m itself starts
+	}
+	return queueBytes(t.Queue[1:]...)+queueBytes(m) > MaxQueueBytes
 }
 
 // startedByMessage returns the event ID of the turn whose run.requested a
@@ -260,7 +276,7 @@ func applyExpiry(t *Thread, key string, now time.Time) error {
 		(t.Paused == nil || t.Paused.TurnID != t.TurnID) && key != t.ID:
 		return kvstate.ErrNoChange
 	}
-	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.pending(), At: now}
+	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.pending(), At: now, Record: key}
 	t.State, t.PauseMark = ThreadIdle, 0
 	startNext(t)
 	return nil
@@ -300,7 +316,10 @@ func planWithdraw(t *Thread, by string, now time.Time) pauseOutcome {
 	}
 	ids := rec.PendingIDs()
 	if len(ids) == 0 {
-		po.resuming = rec.Resumed
+		// Every answer is in: the resume is under way (or, when an
+		// earlier version consumed the last answer without resuming in
+		// the same write, the answer's redelivery resumes it).
+		po.resuming = true
 		return po
 	}
 	for i := range rec.Elicitations {
@@ -311,6 +330,17 @@ func planWithdraw(t *Thread, by string, now time.Time) pauseOutcome {
 	rec.WithdrawnBy, rec.Withdrawn = by, ids
 	po.cancelled = ids
 	return po
+}
+
+// answerGrowth is how many bytes consuming el with result (answer id from
+// who at now) adds to the thread record's JSON: what counts against the
+// answerRoom the paused turn reserved for it.
+func answerGrowth(el *Elicitation, result schema.ElicitResult, who events.Identity, id string, now time.Time) int {
+	before, _ := json.Marshal(el)
+	c := *el
+	c.Status, c.Result, c.AnsweredBy, c.AnsweredAt, c.ResponseEventID = StatusConsumed, &result, who, now.UTC(), id
+	after, _ := json.Marshal(&c)
+	return len(after) - len(before)
 }
 
 // normalizeAnswer applies the MCP action's rules before an answer is
@@ -419,6 +449,12 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 			v.errors = []schema.Violation{{Path: "content", Rule: err.Error()}}
 		}
 		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; the question is still open"
+		return v
+	}
+	if n := answerGrowth(el, result, who, id, now); n > answerRoom {
+		v.errors = []schema.Violation{{Path: "content", Rule: fmt.Sprintf(
+			"%d bytes as the thread stores the answer (JSON, escapes included) is over the limit of %d", n, answerRoom)}}
+		v.reason, v.detail = events.RejectInvalidContent, "the answer is too large; the question is still open"
 		return v
 	}
 	if el.Status == StatusConsumed {

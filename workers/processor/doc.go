@@ -12,10 +12,11 @@
 // KV: parley_threads (thread ID; the record is Thread, in thread.go, read by
 // no other package; it holds the paused turn, so every transition is one
 // revision-checked write), parley_paused (a pause record per pause,
-// "<thread>.<runs sequence>", per-key TTL until the pause expires: the run's
-// snapshot, written once; paused.go). Threads are cached by KV revision
-// (threads.go): a write from the cache is revision-checked, and any
-// decision a stale record could make differently is taken again on a
-// fresh read, so any number of replicas may run. Pause records are never
-// rewritten, so a cached one is current while it lives.
+// "<thread>.<runs sequence>", per-key TTL until a grace after the pause
+// expires: the run's snapshot, written once; paused.go). Threads are
+// cached by KV revision (threads.go): a write from the cache is
+// revision-checked, and any decision a stale record could make
+// differently is taken again on a fresh read, so any number of replicas
+// may run. Pause records are never rewritten, so a cached one is current
+// while it lives.
 package processor

@@ -72,8 +72,12 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		// The record first: a thread that says paused always has its
 		// snapshot and its expiry. One stored for a pause the thread
 		// then does not take expires unused.
-		err = p.pauses.save(ctx, pt.Record, &pauseRecord{Thread: thread, TurnID: in.TurnID, RunID: in.RunID,
-			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot}, recordUntil(pt.ExpiresAt, p.opts.PauseTTL))
+		// A record an earlier attempt stored keeps its expiry, which the
+		// thread then records too.
+		prec := &pauseRecord{Thread: thread, TurnID: in.TurnID, RunID: in.RunID,
+			RunSeq: d.StreamSeq, ExpiresAt: pt.ExpiresAt, Snapshot: in.Snapshot}
+		err = p.pauses.save(ctx, pt.Record, prec, recordUntil(pt.ExpiresAt, p.opts.PauseTTL))
+		pt.ExpiresAt = prec.ExpiresAt
 		if errors.Is(err, kvstate.ErrExpired) {
 			// Redelivered after its record's TTL (a PauseTTL shorter than
 			// the redelivery): the questions can no longer be answered.
@@ -227,6 +231,9 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	}
 	if err := events.ValidToken("subject", thread); err != nil {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+	}
+	if v, ok := checkEventID(e.ID()); !ok {
+		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "id: "+v.Rule, []schema.Violation{v})
 	}
 	switch {
 	case events.TypeOf(e) != events.TypeElicitationResponded:
@@ -478,10 +485,11 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if err := p.requestNext(ctx, t); err != nil {
 		return err
 	}
-	// A replica that lost the race still announces (the event ID is the
-	// same), in case the winner crashed before publishing; an old expiry
-	// is not announced again.
-	if t.Expired == nil || time.Since(t.Expired.At) > time.Minute {
+	// A replica that lost the race, or a redelivery of the marker however
+	// late, still announces (the event ID is the same), in case the
+	// winner crashed before publishing; another record's marker does not
+	// announce the thread's last expiry again.
+	if x := t.Expired; x == nil || x.Record != key && (x.Record != "" || time.Since(x.At) > time.Minute) {
 		return nil
 	}
 	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", t.Expired.TurnID)

@@ -24,8 +24,9 @@ import (
 // not hold is the paused run's snapshot, which may be large
 // (agent.MaxRunBytes): it is written once per pause, before the thread
 // records the pause, as the pause record in kvstate.BucketPaused under
-// "<thread>.<PARLEY_RUNS sequence>" with a per-key TTL until the pause
-// expires. The record's expiry marker is what ends the pause (onExpired).
+// "<thread>.<PARLEY_RUNS sequence>" with a per-key TTL until resumeGrace
+// after the pause expires. The record's expiry marker is what ends the
+// pause for the thread (onExpired); answers stop at the pause's ExpiresAt.
 
 // Elicitation statuses.
 const (
@@ -59,8 +60,8 @@ type PausedTurn struct {
 	RunID     string    `json:"runId"`
 	Agent     string    `json:"agent"`
 	CreatedAt time.Time `json:"createdAt"`
-	// ExpiresAt is when the questions stop taking answers (the pause
-	// record's TTL ends then, to the second).
+	// ExpiresAt is when the questions stop taking answers; the pause
+	// record's TTL ends resumeGrace later (recordUntil), to the second.
 	ExpiresAt    time.Time     `json:"expiresAt"`
 	Elicitations []Elicitation `json:"elicitations"`
 	// TraceParent is the W3C trace context the turn started in, so the
@@ -187,10 +188,11 @@ func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.S
 }
 
 // Create stores rec under key with a TTL until until, in one write; a
-// live record already under key (a redelivered pause: the same content)
-// counts as stored. kvstate.ErrExpired when until has passed or the key's
-// record expired already (a pause redelivered after its TTL: a key is
-// written once).
+// live record already under key (a redelivered pause: the same content,
+// from an earlier attempt) counts as stored, and rec's ExpiresAt becomes
+// the stored one's (the record's TTL was set by it). kvstate.ErrExpired
+// when until has passed or the key's record expired already (a pause
+// redelivered after its TTL: a key is written once).
 func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -200,13 +202,24 @@ func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, 
 	if !errors.Is(err, kvstate.ErrConflict) {
 		return err
 	}
-	switch _, _, err := s.b.Get(ctx, key); {
+	switch raw, _, err := s.b.Get(ctx, key); {
+	case err == nil:
+		keepStoredExpiry(key, raw, rec)
+		return nil
 	case errors.Is(err, kvstate.ErrNotFound):
 		return fmt.Errorf("the pause record %s expired before the thread recorded the pause: %w", key, kvstate.ErrExpired)
 	case errors.Is(err, kvstate.ErrIncompatible):
 		return nil // stored; whoever reads it fails closed
 	default:
 		return err
+	}
+}
+
+// keepStoredExpiry sets rec's ExpiresAt to that of the record raw already
+// stored under key, when this version reads it.
+func keepStoredExpiry(key string, raw json.RawMessage, rec *pauseRecord) {
+	if stored, _, err := decodePause(key, raw); err == nil && !stored.ExpiresAt.IsZero() {
+		rec.ExpiresAt = stored.ExpiresAt
 	}
 }
 

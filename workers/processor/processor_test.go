@@ -99,6 +99,8 @@ func (m *memPauses) Create(_ context.Context, key string, rec *pauseRecord, unti
 		m.recs[key], _ = json.Marshal(rec)
 	case data == nil:
 		return kvstate.ErrExpired // a key is written once
+	default:
+		keepStoredExpiry(key, data, rec)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,6 +41,11 @@ type Expiry struct {
 	TurnID         string    `json:"turnId"`
 	ElicitationIDs []string  `json:"elicitationIds"`
 	At             time.Time `json:"at"`
+	// Record is the key of the pause record whose expiry ended the turn:
+	// a redelivery of that record's marker announces the expiry again,
+	// however late; another record's marker does not ("" in a record an
+	// earlier version wrote: then only within a minute of At).
+	Record string `json:"record,omitempty"`
 }
 
 // Supersession is a paused turn ended by a new user message.
@@ -131,16 +137,24 @@ const MaxHistory = 50
 const MaxQueue = 16
 
 // MaxQueueBytes bounds the JSON of Thread.Queue's messages: a message that
-// would take the queue past it is rejected (thread_busy), so the queue
-// (256 KiB, plus one message a supersede may add), the history
+// would take the queue past it is rejected (thread_busy), also when it
+// would supersede a paused turn (the queue it joins then is the one
+// after its head starts), so the queue (256 KiB), the history
 // (MaxHistoryBytes) and the paused turn (MaxPausedBytes) fit the 1 MiB KV
 // value together.
 const MaxQueueBytes = 256 << 10
 
 // MaxPausedBytes bounds Thread.Paused: the questions of one pause as the
-// agent asked them (JSON) plus room for an answer of events.MaxAnswerBytes
-// to each. A pause over it is not recorded: the turn fails run_too_large.
+// agent asked them (JSON) plus answerRoom for the answer to each. A pause
+// over it is not recorded: the turn fails run_too_large.
 const MaxPausedBytes = 448 << 10
+
+// answerRoom is what the paused turn reserves for the answer to each of
+// its questions: an answer of events.MaxAnswerBytes as received, with who
+// answered, when and the event's ID. An answer that would add more to the
+// thread record as stored (JSON, where encoding/json writes each '<', '>'
+// and '&' in 6 bytes) is rejected invalid_content (applyAnswer).
+const answerRoom = events.MaxAnswerBytes + 1<<10
 
 // queueBytes is the JSON size of msgs.
 func queueBytes(msgs ...QueuedMessage) int {
@@ -155,11 +169,14 @@ func queueBytes(msgs ...QueuedMessage) int {
 // pausedBytes is what pt counts against MaxPausedBytes.
 func pausedBytes(pt *PausedTurn) int {
 	b, _ := json.Marshal(pt)
-	return len(b) + len(pt.Elicitations)*events.MaxAnswerBytes
+	return len(b) + len(pt.Elicitations)*answerRoom
 }
 
-// MaxHistoryBytes bounds the text of Thread.History: the oldest messages
-// drop first, so the thread record stays well under the KV value limit.
+// MaxHistoryBytes bounds the JSON of Thread.History (historySize): the
+// oldest messages drop first, so the thread record stays well under the
+// KV value limit. The newest message is always kept, its text cut to fit
+// when it alone is over (cutToHistory; an assistant's reply is bounded by
+// nothing else).
 const MaxHistoryBytes = 256 << 10
 
 const maxHandled = 64
@@ -182,21 +199,51 @@ func (t *Thread) Append(msgs ...schema.ChatMessage) {
 	if drop > 0 {
 		t.History = append([]schema.ChatMessage(nil), t.History[drop:]...)
 	}
+	if n := len(t.History); n > 0 && size > MaxHistoryBytes {
+		t.History[n-1] = cutToHistory(t.History[n-1])
+	}
 }
 
-// historySize is what m counts against MaxHistoryBytes: its text and the
-// JSON of its content blocks and _meta.
+// cutNote ends a message's text cut to fit MaxHistoryBytes.
+const cutNote = "\n[cut: the rest of this message did not fit the thread's history]"
+
+// cutToHistory cuts m's text (at a character boundary, ending with
+// cutNote) so that m alone fits MaxHistoryBytes: the newest message is
+// always kept, and an assistant's reply is bounded by nothing else.
+func cutToHistory(m schema.ChatMessage) schema.ChatMessage {
+	if historySize(m) <= MaxHistoryBytes {
+		return m
+	}
+	text := m.Text
+	fits := func(keep int) bool {
+		m.Text = text[:keep] + cutNote
+		return historySize(m) <= MaxHistoryBytes
+	}
+	// The longest prefix that fits (escapes make a byte of text take up
+	// to 6 in the JSON), at a character boundary.
+	lo, hi := 0, len(text)
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	for lo > 0 && lo < len(text) && !utf8.RuneStart(text[lo]) {
+		lo--
+	}
+	m.Text = text[:lo] + cutNote
+	return m
+}
+
+// historySize is what m counts against MaxHistoryBytes: its JSON as the
+// thread record stores it (text, content blocks and _meta, escapes
+// included: encoding/json writes '<', '>' and '&' as 6 bytes each, so a
+// bound on the raw text would let the record grow six times past it).
 func historySize(m schema.ChatMessage) int {
-	n := len(m.Text)
-	if len(m.Content) > 0 {
-		b, _ := json.Marshal(m.Content)
-		n += len(b)
-	}
-	if len(m.Meta) > 0 {
-		b, _ := json.Marshal(m.Meta)
-		n += len(b)
-	}
-	return n
+	b, _ := json.Marshal(m)
+	return len(b)
 }
 
 // pending returns the IDs of the questions the paused thread waits on (nil

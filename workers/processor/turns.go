@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -224,6 +225,9 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if e.Subject() != thread {
 		vs = append(vs, schema.Violation{Path: "subject", Rule: fmt.Sprintf("must equal the thread of the NATS subject (%q)", thread)})
 	}
+	if v, ok := checkEventID(e.ID()); !ok {
+		vs = append(vs, v)
+	}
 	// The whole event data (text, content blocks, _meta, share), so no
 	// part of a message can overflow the thread record.
 	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
@@ -261,6 +265,27 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 		vs = append(vs, schema.Violation{Path: "type", Rule: fmt.Sprintf("must be %q on a turn.requested subject", events.TypeTurnRequested)})
 	}
 	return in, vs
+}
+
+// MaxEventIDBytes bounds the id of an integrator's event (turn.requested,
+// elicitation.responded), as JSON (checkEventID): the thread record keeps recent IDs (Handled,
+// Refused, the answer's ResponseEventID), so their length must be bounded
+// for the record to fit the KV value limit. A longer id is rejected
+// invalid_event naming "id".
+const MaxEventIDBytes = 256
+
+// checkEventID checks id against MaxEventIDBytes, as the thread record
+// stores it: JSON, where encoding/json writes '<', '>', '&' and control
+// characters in 6 bytes each.
+func checkEventID(id string) (schema.Violation, bool) {
+	if len(id) > MaxEventIDBytes {
+		return schema.Violation{Path: "id", Rule: fmt.Sprintf("%d bytes; at most %d", len(id), MaxEventIDBytes)}, false
+	}
+	b, _ := json.Marshal(id)
+	if n := len(b) - 2; n > MaxEventIDBytes {
+		return schema.Violation{Path: "id", Rule: fmt.Sprintf("%d bytes as JSON (escapes included); at most %d", n, MaxEventIDBytes)}, false
+	}
+	return schema.Violation{}, true
 }
 
 // requestRun publishes run.requested for the thread's active turn if the
