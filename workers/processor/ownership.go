@@ -69,7 +69,7 @@ func (p *Processor) identify(principal string, e *event.Event, claim, claimField
 	}
 	if !slices.Contains(p.opts.TrustedPrincipals, principal) {
 		return who, forbidden("principal %q is not trusted to speak for users, so %s cannot be honoured "+
-			"(the processor's --trusted-principals lists those that are); send it without", principal, claimField)
+			"(the processor's --trusted-principals lists those that are); send the event without it", principal, claimField)
 	}
 	who.OnBehalfOf = claim
 	return who, nil
