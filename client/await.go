@@ -95,11 +95,20 @@ type NoVerdictError struct {
 }
 
 func (e *NoVerdictError) Error() string {
-	s := fmt.Sprintf("event %s is stored, but no verdict came within %s", e.EventID, e.Waited.Round(100*time.Millisecond))
+	s := fmt.Sprintf("event %s is stored, but no verdict came within %s", e.EventID, roundWait(e.Waited))
 	if e.State != "" {
 		s += ": " + e.State
 	}
 	return s
+}
+
+// roundWait rounds d for a message: to 100 ms, or to the millisecond
+// under a second (a short --wait must not read "within 0s").
+func roundWait(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(100 * time.Millisecond)
 }
 
 // Is makes NoVerdictError match ErrNoVerdict.

@@ -74,7 +74,7 @@ type UnconfirmedError struct {
 
 func (e *UnconfirmedError) Error() string {
 	return fmt.Sprintf("event %s on %s not confirmed by JetStream after %d tries in %s: %s",
-		e.EventID, e.Subject, e.Attempts, e.Elapsed.Round(100*time.Millisecond), Explain(e.Err))
+		e.EventID, e.Subject, e.Attempts, roundWait(e.Elapsed), Explain(e.Err))
 }
 
 // Unwrap returns ErrNotConfirmed and the last error.

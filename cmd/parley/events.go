@@ -25,7 +25,7 @@ type eventsCmd struct {
 // Validate checks the arguments (kong calls it after parsing).
 func (c *eventsCmd) Validate() error {
 	if c.Thread != "" {
-		return events.ValidToken("thread", c.Thread)
+		return events.ValidToken("--thread", c.Thread)
 	}
 	return nil
 }

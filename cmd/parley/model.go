@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -76,6 +77,9 @@ func (m modelFlags) provider(key string) (*openai.Provider, error) {
 	agents, err := openai.LoadAgents(m.Agents)
 	if err != nil {
 		return nil, err
+	}
+	if m.Model == "" && len(agents.Agents) == 0 {
+		return nil, errors.New("--model: required with --model-url (or PARLEY_MODEL; or a model for each agent in the --agents file)")
 	}
 	retries := m.ModelRetries
 	if retries == 0 {

@@ -140,11 +140,11 @@ func (c *sendCmd) Help() string {
 // Validate checks the arguments (kong calls it after parsing; an error is
 // a usage error, exit status 2).
 func (c *sendCmd) Validate() error {
-	if err := events.ValidToken("thread", c.Thread); err != nil {
+	if err := events.ValidToken("--thread", c.Thread); err != nil {
 		return err
 	}
 	if c.AgentN != "" {
-		if err := events.ValidToken("agent", c.AgentN); err != nil {
+		if err := events.ValidToken("--agent", c.AgentN); err != nil {
 			return err
 		}
 	}
@@ -191,7 +191,7 @@ func (c *answerCmd) Help() string {
 
 // Validate checks the arguments (kong calls it after parsing).
 func (c *answerCmd) Validate() error {
-	if err := events.ValidToken("thread", c.Thread); err != nil {
+	if err := events.ValidToken("--thread", c.Thread); err != nil {
 		return err
 	}
 	if strings.TrimSpace(c.Elicitation) == "" {
