@@ -24,3 +24,20 @@ func TestSendWithoutCredentialsSaysWhere(t *testing.T) {
 		}
 	}
 }
+
+// A worker refused by the server says whose credentials to pass and
+// where they are, and does not wait for NATS (a newcomer got a bare
+// "Authorization Violation").
+func TestWorkerWithoutCredentialsSaysWhich(t *testing.T) {
+	url := startDevCmd(t, t.TempDir())
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"agent", "--nats", url, "--startup-timeout", "30s"}, strings.NewReader(""), &stdout, &stderr)
+	if code == 0 {
+		t.Fatalf("exit 0 without credentials")
+	}
+	for _, want := range []string{"Authorization Violation", "agent principal", "--nats-nkey", "agent.nk"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr %q does not say %q", stderr.String(), want)
+		}
+	}
+}

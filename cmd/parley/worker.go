@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -289,7 +290,21 @@ func connectWorkerAs(ctx context.Context, url, name string, c natsauth.Credentia
 		nc, err = natsauth.Connect(url, name, c, log)
 		return err
 	})
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, fmt.Errorf("%w\n%s", err, credentialsHint(c))
+	}
 	return nc, err
+}
+
+// credentialsHint says which credentials a worker refused by the server
+// (Authorization Violation) should pass.
+func credentialsHint(c natsauth.Credentials) string {
+	seed := natsauth.SeedFile(c.Principal)
+	if !c.Authenticated() {
+		return fmt.Sprintf("no credentials were given: pass the %s principal's with --nats-nkey (%s, as 'parley auth init' or 'parley dev' writes it, e.g. %s) or --nats-creds",
+			c.Principal, seed, filepath.Join(devAuthDir(devDataDir()), seed))
+	}
+	return fmt.Sprintf("the server refused the credentials given for principal %s: check --nats-nkey/--nats-creds (%s) against the server's authorization", c.Principal, seed)
 }
 
 type workerCmd struct {
