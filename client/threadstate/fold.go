@@ -138,6 +138,10 @@ type Change struct {
 	// Ended is set when the event ended a turn or a message (completed,
 	// failed, rejected, expired, every question withdrawn).
 	Ended bool
+	// Stale is set on a progress notification that is not of the running
+	// turn (it came after its turn paused or ended): a renderer of the
+	// thread's state drops it.
+	Stale bool
 }
 
 // Fold is a thread's state, built by Apply from its events in stream
@@ -405,9 +409,14 @@ func (f *Fold) apply(ch *Change) {
 		if err != nil {
 			return
 		}
-		if !f.paused {
-			f.Progress = &p
+		// Progress is advisory and may be stored after its turn's end (a
+		// replica's late timer): it counts only for the running turn.
+		turn, _ := e.Extensions()[events.ExtTurnID].(string)
+		if f.Status() != Running || f.paused || turn != "" && turn != f.TurnID {
+			ch.Stale = true
+			return
 		}
+		f.Progress = &p
 	}
 }
 

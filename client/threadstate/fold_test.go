@@ -190,6 +190,33 @@ func TestProgress(t *testing.T) {
 	}
 }
 
+// A progress notification stored after its turn ended (an agent
+// replica's late timer) is stale: it is not the running turn's progress,
+// neither when the thread is idle nor when the next turn runs.
+func TestProgressAfterItsTurn(t *testing.T) {
+	var f Fold
+	t1, t2 := events.DerivedID("turn", "m1"), events.DerivedID("turn", "m2")
+	prog := func(id, turn string) *event.Event {
+		return mk(t, id, events.TypeProgress, schema.Progress{Progress: 1, Message: id}, events.ExtTurnID, turn)()
+	}
+	f.Apply(1, mk(t, "m1", events.TypeTurnRequested, msg("a"))())
+	if ch := f.Apply(2, prog("g1", t1)); ch.Stale || f.Progress == nil {
+		t.Fatalf("the running turn's progress: stale %v, progress %+v", ch.Stale, f.Progress)
+	}
+	f.Apply(3, mk(t, "m2", events.TypeTurnRequested, msg("b"))())
+	f.Apply(4, mk(t, "k1", events.TypeTurnCompleted, events.TurnCompleted{TurnID: t1, RequestEventID: "m1"})())
+	if ch := f.Apply(5, prog("g2", t1)); !ch.Stale || f.Progress != nil {
+		t.Errorf("the ended turn's progress while the next runs: stale %v, progress %+v", ch.Stale, f.Progress)
+	}
+	if ch := f.Apply(6, prog("g3", t2)); ch.Stale || f.Progress == nil || f.Progress.Message != "g3" {
+		t.Errorf("the next turn's progress: stale %v, progress %+v", ch.Stale, f.Progress)
+	}
+	f.Apply(7, mk(t, "k2", events.TypeTurnCompleted, events.TurnCompleted{TurnID: t2, RequestEventID: "m2"})())
+	if ch := f.Apply(8, prog("g4", t2)); !ch.Stale || f.Progress != nil || f.Status() != Idle {
+		t.Errorf("progress after the last turn: stale %v, progress %+v, status %v", ch.Stale, f.Progress, f.Status())
+	}
+}
+
 // The values that grow with a thread's events are bounded.
 func TestBounds(t *testing.T) {
 	var f Fold

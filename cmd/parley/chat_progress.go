@@ -39,7 +39,7 @@ func (s *chatSession) showing(ch threadstate.Change, text string) bool {
 	if _, ok := ch.Data.(schema.Progress); !ok {
 		return true
 	}
-	if !s.waiting() || text == s.progress.status || strings.TrimSpace(strings.TrimPrefix(text, "  …")) == "" {
+	if ch.Stale || !s.waiting() || text == s.progress.status || strings.TrimSpace(strings.TrimPrefix(text, "  …")) == "" {
 		return false
 	}
 	s.progress.status = text

@@ -48,13 +48,17 @@ func (p *pendingProgress) announce(ctx context.Context, runID string, delay time
 	pctx := context.WithoutCancel(ctx)
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
+		// publish (an asynchronous publish: it only queues the message
+		// on the connection) runs under the lock, so a run's end, which
+		// ends its pending progress before publishing the run's own
+		// event, waits until the progress is queued: the progress is
+		// stored before that event, never after the turn ended.
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		if p.m[runID] != t {
-			p.mu.Unlock()
 			return
 		}
 		delete(p.m, runID)
-		p.mu.Unlock()
 		publish(pctx)
 	})
 	p.m[runID] = t
@@ -62,7 +66,9 @@ func (p *pendingProgress) announce(ctx context.Context, runID string, delay time
 }
 
 // end drops the pending progress of runID: the run completed, failed or
-// paused (its own event says so) before the phase lasted the delay.
+// paused (its own event says so) before the phase lasted the delay. A
+// progress being published as end is called is queued on the connection
+// before end returns.
 func (p *pendingProgress) end(runID string) {
 	p.mu.Lock()
 	if t := p.m[runID]; t != nil {
