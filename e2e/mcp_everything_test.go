@@ -18,6 +18,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/gate"
 	"github.com/parley-dev/parley/workers/toolexec"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
 	"github.com/parley-dev/parley/workers/toolexec/mcpclient"
 )
 
@@ -397,5 +398,46 @@ func TestEverythingElicitationOverBus(t *testing.T) {
 		if i == 0 && (!strings.Contains(got, `"Guitar"`) || !strings.Contains(got, `"number": 2.5`) || strings.Contains(got, "500")) {
 			t.Fatalf("accepted content did not reach the server as sent: %q", got)
 		}
+	}
+}
+
+// Closing the connection to server-everything while its call waits for a
+// person's answer does not wait out the stdio transport's 5 s before
+// SIGTERM: the waiting question is cancelled and the call ends first (the
+// server does not exit on a closed stdin while its request is unanswered;
+// `parley dev` took 5 s more to stop).
+func TestEverythingCloseWithQuestionWaiting(t *testing.T) {
+	js := npmPackage(t, everythingJS)
+	cfg, err := mcpclient.ParseConfig([]byte(fmt.Sprintf(`{"servers":{"everything":{"command":"node","args":[%q,"stdio"],"trusted":true}}}`, js)), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers, err := mcpclient.StartAll(t.Context(), cfg, mcpclient.Options{Logger: testLogger(t), Version: "test", ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := servers[0]
+	var tl builtin.Tool
+	for _, x := range srv.Tools() {
+		if x.Definition().Name == "trigger-elicitation-request" {
+			tl = x
+		}
+	}
+	if tl == nil {
+		_ = srv.Close()
+		t.Fatal("server-everything has no trigger-elicitation-request")
+	}
+	ctx := toolexec.WithCall(t.Context(), events.ToolCallRequested{RunID: "r", Thread: "th", Call: schema.ToolCall{ID: "c", Name: "everything__trigger-elicitation-request"}})
+	r, err := tl.Call(ctx, builtin.Request{CallID: "c"})
+	if err != nil || r.InputRequired == nil {
+		_ = srv.Close()
+		t.Fatalf("the call did not wait for a person: %v %+v", err, r)
+	}
+	start := time.Now()
+	_ = srv.Close()
+	// The transport's grace before SIGTERM is 5 s; a clean close takes a
+	// fraction of a second.
+	if d := time.Since(start); d >= 4*time.Second {
+		t.Errorf("Close took %v: the server was left waiting for its question's answer", d)
 	}
 }

@@ -231,10 +231,20 @@ func (s *Server) Tools() []builtin.Tool {
 // Changed receives a value when the tool list was re-read.
 func (s *Server) Changed() <-chan struct{} { return s.changed }
 
-// Close disconnects (a command gets its stdin closed, then SIGTERM) and
-// stops reconnecting.
+// closeGrace bounds how long Close waits for the server's calls to end
+// once its questions waiting for a person are cancelled: a server whose
+// call still waits for its question's answer does not exit when its stdin
+// closes, and the command transport then waits 5 s before SIGTERM.
+const closeGrace = time.Second
+
+// Close cancels the server's questions waiting for a person (action
+// cancel), waits up to closeGrace for its calls to end, then disconnects
+// (a command gets its stdin closed, then SIGTERM) and stops reconnecting.
 func (s *Server) Close() error {
 	s.cancel()
+	for deadline := time.Now().Add(closeGrace); s.Running() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	s.mu.Lock()
 	cs := s.session
 	s.mu.Unlock()
