@@ -167,7 +167,7 @@ func mustEvent(t *testing.T, typ events.Type, data any) *event.Event {
 }
 
 func TestDescribe(t *testing.T) {
-	maxLen := 10
+	maxLen, total := 10, 5.0
 	tests := []struct {
 		ev   *event.Event
 		want []string
@@ -193,6 +193,8 @@ func TestDescribe(t *testing.T) {
 			[]string{"e1 already_consumed"}},
 		{mustEvent(t, events.TypeTurnPaused, events.TurnPaused{TurnID: "tu1", Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Allow?\n\nReally."}}),
 			[]string{"assistant: Allow?\n\n    Really."}},
+		{mustEvent(t, events.TypeProgress, schema.Progress{Progress: 2, Total: &total, Message: "Copying"}),
+			[]string{"2/5 Copying"}},
 	}
 	for _, tt := range tests {
 		got := describe(tt.ev)
@@ -206,6 +208,15 @@ func TestDescribe(t *testing.T) {
 				t.Errorf("describe(%s): trailing space in %q", tt.ev.Type(), line)
 			}
 		}
+	}
+}
+
+// Progress without a total is an ordinal (parley's agent counts steps
+// and phases in it): only its status shows, not the number.
+func TestDescribeProgressOrdinal(t *testing.T) {
+	got := describe(mustEvent(t, events.TypeProgress, schema.Progress{Progress: 16400, Message: "Calling the model"}))
+	if !strings.HasSuffix(got, " Calling the model") || strings.Contains(got, "16400") {
+		t.Errorf("describe(progress) = %q; want the status without the ordinal", got)
 	}
 }
 

@@ -127,16 +127,22 @@ func statusOf(p schema.Progress) string {
 	return p.Message
 }
 
-// progressLine renders a progress notification: "n[/total] status".
+// progressLine renders a progress notification: "n/total status" when
+// it has a total; else its status alone, since progress without a total
+// is only an ordinal (MCP: it increases, nothing more; parley's agent
+// counts steps and phases in it) and means nothing to a person. With
+// neither a total nor a status, the number is all there is.
 func progressLine(p schema.Progress) string {
-	s := fmtNum(p.Progress)
-	if p.Total != nil {
-		s += "/" + fmtNum(*p.Total)
+	st := statusOf(p)
+	switch {
+	case p.Total != nil && st != "":
+		return fmtNum(p.Progress) + "/" + fmtNum(*p.Total) + " " + st
+	case p.Total != nil:
+		return fmtNum(p.Progress) + "/" + fmtNum(*p.Total)
+	case st != "":
+		return st
 	}
-	if st := statusOf(p); st != "" {
-		s += " " + st
-	}
-	return s
+	return fmtNum(p.Progress)
 }
 
 // maxBlocks is how many content blocks of a message the chat shows.
