@@ -1,0 +1,133 @@
+package processor
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Crash and race attacks on the paused-turn state machine (session 12):
+// each test names the guarantee it attacks and the bad moment it dies at.
+
+// workQueue is PARLEY_INPUT as awaitPredecessors reads it: a work queue,
+// so it holds the turn.requested messages of thread t that no processor
+// acknowledged yet (handled or not). The subject filter is not checked:
+// the tests use one thread.
+type workQueue struct {
+	mu      sync.Mutex
+	pending []uint64
+}
+
+func (q *workQueue) add(seqs ...uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = append(q.pending, seqs...)
+	slices.Sort(q.pending)
+}
+
+// ack removes seq (its handler returned nil).
+func (q *workQueue) ack(seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = slices.DeleteFunc(q.pending, func(s uint64) bool { return s == seq })
+}
+
+// GetMsg returns the first message at or after seq (jetstream's
+// subject-filtered get).
+func (q *workQueue) GetMsg(_ context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, s := range q.pending {
+		if s >= seq {
+			return &jetstream.RawStreamMsg{Sequence: s}, nil
+		}
+	}
+	return nil, jetstream.ErrMsgNotFound
+}
+
+func (q *workQueue) GetLastMsgForSubject(context.Context, string) (*jetstream.RawStreamMsg, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) == 0 {
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return &jetstream.RawStreamMsg{Sequence: q.pending[len(q.pending)-1]}, nil
+}
+
+// withWorkQueue makes the harness's processor read PARLEY_INPUT from a
+// workQueue, with a short OrderWait.
+func withWorkQueue(h *harness) *workQueue {
+	q := &workQueue{}
+	h.p.input = q
+	h.p.opts.OrderWait = 100 * time.Millisecond
+	return q
+}
+
+// deliver hands the turn.requested id with text at stream sequence seq to
+// the processor and returns the handler's verdict (nil: acked).
+func (h *harness) deliver(id string, seq uint64, text string) error {
+	h.t.Helper()
+	e, err := events.NewWithID(id, "/test", events.TypeTurnRequested, "t", events.TurnRequested{
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: text}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatTurnRequested),
+		StreamSeq: seq, NumDelivered: 1})
+}
+
+// FIFO: three messages sent back to back to an idle thread, m2, m3 and an
+// invalid m4 (no text). The processor that received m2 dies before
+// recording it (its redelivery comes after AckWait); m4 is rejected at
+// once. m3 must still wait for m2: m4's rejection records its sequence
+// as dealt with, but m2, before it, is not.
+func TestCrashFIFOAcrossRejectedMessage(t *testing.T) {
+	h := newHarness(t)
+	q := withWorkQueue(h)
+	q.add(2, 3, 4)
+	// m4 is handled first, then m3 (m2's processor died holding m2), and
+	// m2's redelivery last; a message released to be retried later
+	// (RetryLater: it waits for an earlier one) comes back in the next
+	// round.
+	todo := []struct {
+		id   string
+		seq  uint64
+		text string
+	}{{"m4", 4, " "}, {"m3", 3, "third"}, {"m2", 2, "second"}}
+	for round := 0; len(todo) > 0; round++ {
+		if round == 5 {
+			t.Fatalf("messages %v never acked", todo)
+		}
+		var again = todo[:0:0]
+		for _, m := range todo {
+			if err := h.deliver(m.id, m.seq, m.text); err != nil {
+				again = append(again, m)
+				continue
+			}
+			q.ack(m.seq)
+		}
+		todo = again
+	}
+	rejected := map[string]bool{}
+	for _, e := range h.pub.of(events.TypeTurnRejected) {
+		d, _ := events.Data[events.TurnRejected](e)
+		rejected[d.RequestEventID] = true
+	}
+	if len(rejected) != 1 || !rejected["m4"] {
+		t.Errorf("turn.rejected for %v, want only the empty m4", rejected)
+	}
+	if got, want := h.runsStarted(), []string{turnOf("m2")}; !slices.Equal(got, want) {
+		t.Fatalf("runs started %v, want only m2's %s (m3 queues behind it): m3 overtook m2", got, want)
+	}
+	if got := queueIDs(h.stored()); !slices.Equal(got, []string{"m3"}) {
+		t.Errorf("queue %v, want [m3]", got)
+	}
+}
