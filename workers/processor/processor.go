@@ -373,7 +373,10 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
 			return err
 		}
-		return p.recordSeq(ctx, thread, d.StreamSeq)
+		if events.ValidToken("thread", thread) != nil {
+			return nil // no thread record for an invalid thread ID
+		}
+		return p.recordSeqInOrder(ctx, thread, d)
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)

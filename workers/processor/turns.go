@@ -46,7 +46,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		if events.ValidToken("subject", thread) != nil {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeq(ctx, thread, d.StreamSeq)
+		return p.recordSeqInOrder(ctx, thread, d)
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
@@ -155,6 +155,19 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 	return err
 }
 
+// recordSeqInOrder is recordSeq for a turn.requested refused before it
+// reached the thread (invalid, undecodable), once every earlier message
+// of the thread is recorded (awaitPredecessors): LastTurnSeq says that
+// every message up to it was dealt with, so recording a later message
+// while an earlier one is still unrecorded (its processor died holding
+// it) would let the messages between them overtake the earlier one.
+func (p *Processor) recordSeqInOrder(ctx context.Context, thread string, d *bus.Delivery) error {
+	if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
+		return err
+	}
+	return p.recordSeq(ctx, thread, d.StreamSeq)
+}
+
 // awaitPredecessors holds a user message until every earlier
 // turn.requested of its thread (by PARLEY_INPUT sequence, whichever
 // principal sent it) is recorded, so that
@@ -186,7 +199,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if err != nil {
 			return nil, 0, false, nil // handled (and reported) by the caller
 		}
-		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
+		if d.Event != nil && t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
 		gctx, cancel := bus.WithRequestTimeout(ctx)
@@ -207,7 +220,9 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			// Free the slot (the earlier message may need it) and come back.
 			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
-		_ = d.Msg.InProgress()
+		if d.Msg != nil {
+			_ = d.Msg.InProgress()
+		}
 		select {
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
