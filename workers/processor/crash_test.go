@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
@@ -129,5 +130,58 @@ func TestCrashFIFOAcrossRejectedMessage(t *testing.T) {
 	}
 	if got := queueIDs(h.stored()); !slices.Equal(got, []string{"m3"}) {
 		t.Errorf("queue %v, want [m3]", got)
+	}
+}
+
+// indexOf returns the position in h.pub.sent of the first event of type
+// typ with turn ID turn (the turnid extension, or run.requested's data),
+// or -1.
+func (h *harness) indexOf(typ events.Type, turn string) int {
+	h.pub.mu.Lock()
+	defer h.pub.mu.Unlock()
+	for i, e := range h.pub.sent {
+		if events.TypeOf(e) != typ {
+			continue
+		}
+		if v, _ := e.Extensions()[events.ExtTurnID].(string); v == turn {
+			return i
+		}
+	}
+	return -1
+}
+
+// A turn ends before the next turn of its thread starts: m2 queued behind
+// m1's paused turn; the pause expires, and the processor handling the
+// expiry marker dies (or fails to publish) after the thread write. The
+// queued m2 must not start before m1's end (elicitation.expired) is
+// announced: else m2's turn runs, and may complete, while m1's end comes
+// only with the marker's redelivery (after AckWait), after it — the
+// thread's turns end out of order.
+func TestCrashExpiryAnnouncedBeforeNextTurnStarts(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.inStream(2)
+	h.pause("m1", "p1", 10, "q1")
+	if err := h.message("m2", 2); err != nil { // queued behind the pause
+		t.Fatal(err)
+	}
+	key := h.paused().Record
+	h.pauses.expire(key)
+	h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeElicitationExpired }
+	if err := h.p.onExpired(h.ctx, key); err == nil {
+		t.Fatal("the announcement failed, yet the marker was acked")
+	}
+	h.pub.fail = nil
+	if i := h.indexOf(events.TypeRunRequested, turnOf("m2")); i >= 0 {
+		t.Errorf("m2's turn started (run.requested) before m1's expiry was announced")
+	}
+	if err := h.p.onExpired(h.ctx, key); err != nil { // the marker's redelivery
+		t.Fatal(err)
+	}
+	x, r := h.indexOf(events.TypeElicitationExpired, turnOf("m1")), h.indexOf(events.TypeRunRequested, turnOf("m2"))
+	if x < 0 || r < 0 || r < x {
+		t.Fatalf("elicitation.expired of m1 at %d, run.requested of m2 at %d; want both, the expiry first", x, r)
 	}
 }
