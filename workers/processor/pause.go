@@ -482,20 +482,21 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.requestNext(ctx, t); err != nil {
-		return err
-	}
 	// A replica that lost the race, or a redelivery of the marker however
 	// late, still announces (the event ID is the same), in case the
 	// winner crashed before publishing; another record's marker does not
-	// announce the thread's last expiry again.
-	if x := t.Expired; x == nil || x.Record != key && (x.Record != "" || time.Since(x.At) > time.Minute) {
-		return nil
+	// announce the thread's last expiry again. The expired turn's end is
+	// announced before the next turn starts, so a crash in between cannot
+	// let the next turn end first.
+	if x := t.Expired; x != nil && (x.Record == key || x.Record == "" && time.Since(x.At) <= time.Minute) {
+		p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", x.TurnID)
+		if err := publishChat(ctx, p, thread, events.KindElicitationExpired,
+			events.DerivedID("elicitation.expired", x.TurnID), x.TurnID,
+			events.ElicitationExpired{TurnID: x.TurnID, ElicitationIDs: x.ElicitationIDs}); err != nil {
+			return err
+		}
 	}
-	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", t.Expired.TurnID)
-	return publishChat(ctx, p, thread, events.KindElicitationExpired,
-		events.DerivedID("elicitation.expired", t.Expired.TurnID), t.Expired.TurnID,
-		events.ElicitationExpired{TurnID: t.Expired.TurnID, ElicitationIDs: t.Expired.ElicitationIDs})
+	return p.requestNext(ctx, t)
 }
 
 // answerSize checks an answer's size: the whole data (n bytes) against
