@@ -185,3 +185,59 @@ func TestCrashExpiryAnnouncedBeforeNextTurnStarts(t *testing.T) {
 		t.Fatalf("elicitation.expired of m1 at %d, run.requested of m2 at %d; want both, the expiry first", x, r)
 	}
 }
+
+// stallAfterCreate is a pause store whose Create, once, runs then after
+// storing the record: what happens while the processor that stored it is
+// stalled before its thread write.
+type stallAfterCreate struct {
+	pauseStore
+	then func(key string)
+}
+
+func (s *stallAfterCreate) Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
+	if err := s.pauseStore.Create(ctx, key, rec, until); err != nil {
+		return err
+	}
+	if f := s.then; f != nil {
+		s.then = nil
+		f(key)
+	}
+	return nil
+}
+
+// No lost turn: the processor recording a pause stores the pause record,
+// then stalls (GC, SIGSTOP, a slow KV write) past the record's TTL but
+// less than AckWait, so the run.paused is not redelivered. The record's
+// expiry marker is handled meanwhile by another replica, while the thread
+// still runs: it changes nothing. Then the stalled processor writes the
+// thread paused on that record. Nothing will expire it any more (its
+// marker is gone), no answer can be taken (its record is gone): unless
+// the pause is ended, the turn never ends.
+func TestCrashPauseRecordedAfterItsRecordExpired(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.PauseTTL = time.Second // the record lives 2 s: expiresAt + a grace of PauseTTL
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.p.pauses.store = &stallAfterCreate{pauseStore: h.pauses, then: func(key string) {
+		time.Sleep(2100 * time.Millisecond) // the stall, past the record's TTL
+		h.pauses.expire(key)
+		if err := h.p.onExpired(h.ctx, key); err != nil { // the marker, on another replica
+			t.Error(err)
+		}
+	}}
+	h.pause("m1", "p1", 10, "q1")
+	th := h.stored()
+	x := h.indexOf(events.TypeElicitationExpired, turnOf("m1"))
+	if th.State == ThreadPaused || x < 0 {
+		t.Fatalf("thread %s on turn %s, elicitation.expired at %d; want m1's pause ended (expired) and announced",
+			th.State, th.TurnID, x)
+	}
+	// Another message runs.
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.runsStarted(); len(got) != 2 || got[1] != turnOf("m2") {
+		t.Errorf("runs started %v, want m2's after m1's", got)
+	}
+}
