@@ -237,7 +237,9 @@ func TestCrashPauseRecordedAfterItsRecordExpired(t *testing.T) {
 	if err := h.message("m2", 2); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.runsStarted(); len(got) != 2 || got[1] != turnOf("m2") {
+	// (The marker handled on the running thread republished m1's
+	// run.requested, same ID: one stored.)
+	if got := slices.Compact(h.runsStarted()); len(got) != 2 || got[1] != turnOf("m2") {
 		t.Errorf("runs started %v, want m2's after m1's", got)
 	}
 }

@@ -111,9 +111,36 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		}
 	}
 	msg := restate(in.Elicitations)
-	return publishChat(ctx, p, thread, events.KindTurnPaused,
+	if err := publishChat(ctx, p, thread, events.KindTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
-		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
+		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids}); err != nil {
+		return err
+	}
+	return p.expireUnmarked(ctx, t, d.StreamSeq)
+}
+
+// expireUnmarked ends the pause the thread t just recorded (or found
+// recorded) for the run.paused at runSeq when its pause record is gone
+// already: the record is stored before the thread records the pause, and
+// a processor stalled in between past the record's TTL writes the thread
+// paused after the record's expiry marker was handled (on a thread still
+// running, so it changed nothing). No marker would end that pause, and
+// no answer could resume it. A record lives at least until the pause's
+// expiresAt (recordUntil), so before that nothing is read.
+func (p *Processor) expireUnmarked(ctx context.Context, t *Thread, runSeq uint64) error {
+	pt := t.Paused
+	if t.State != ThreadPaused || pt == nil || pt.TurnID != t.TurnID || pt.RunSeq != runSeq || time.Now().Before(pt.ExpiresAt) {
+		return nil
+	}
+	switch _, err := p.pauses.store.Load(ctx, pt.Record); {
+	case errors.Is(err, kvstate.ErrNotFound):
+		p.log.WarnContext(ctx, "the pause record expired before the thread recorded the pause; ending the pause", "subject", t.ID,
+			"turn_id", pt.TurnID, "record", pt.Record)
+		return p.onExpired(ctx, pt.Record)
+	case err != nil && !errors.Is(err, kvstate.ErrIncompatible):
+		return fmt.Errorf("reading the pause record %s: %w", pt.Record, err)
+	}
+	return nil // alive: its expiry marker ends the pause
 }
 
 // reasonRunTooLarge is the turn.failed reason of a pause too large to
