@@ -243,3 +243,37 @@ func TestCrashPauseRecordedAfterItsRecordExpired(t *testing.T) {
 		t.Errorf("runs started %v, want m2's after m1's", got)
 	}
 }
+
+// A turn never ends twice: m1's turn paused, was answered and completed.
+// Its pause record is one this version cannot read (written by a newer
+// version before a rollback, say). A late copy of the answer (a double
+// click delivered after the turn completed) must not fail the completed
+// turn: only a turn waiting on the record fails closed.
+func TestCrashIncompatibleRecordOfSettledPause(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	h.answer("a1", "q1")
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turnOf("m1"), TurnID: turnOf("m1"),
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	key := h.paused().Record
+	h.pauses.mu.Lock()
+	h.pauses.recs[key] = []byte(`{"format":3,"thread":"t"}`)
+	h.pauses.mu.Unlock()
+	h.p.pauses.cache.drop(key)
+	if err := h.answerErr("a1-again", "q1"); err != nil {
+		t.Fatal(err)
+	}
+	if f := h.pub.of(events.TypeTurnFailed); len(f) != 0 {
+		d, _ := events.Data[events.TurnFailed](f[0])
+		t.Fatalf("turn.failed %+v after turn.completed of the same turn", d)
+	}
+	if r := rejectedFor(h, "a1-again"); r == "" {
+		t.Errorf("the late answer was not rejected")
+	}
+	if th := h.stored(); th.State != ThreadIdle {
+		t.Errorf("thread %s, want idle", th.State)
+	}
+}
