@@ -313,17 +313,34 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	for attempt := 0; ; attempt++ {
 		// The pause record (the run's snapshot) is read before the answer
 		// is consumed: one this version cannot read fails the turn
-		// consuming nothing, and one that expired (by the server's
-		// clock) takes no answer.
+		// waiting on it, consuming nothing, and one that expired (by the
+		// server's clock) takes no answer.
 		var key string
 		if t.Paused != nil {
 			key = t.Paused.Record
 		}
 		rec = nil
+		unreadable := false
 		if key != "" {
 			switch rec, _, err = p.pauses.load(ctx, key); {
 			case errors.Is(err, kvstate.ErrIncompatible):
-				return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
+				// Decided on a fresh read: only a turn still waiting on
+				// the record fails; a settled pause's (the turn went on,
+				// or ended) only has no snapshot to resume with.
+				cause := err
+				if t, _, err = p.threads.Load(ctx, thread); err != nil {
+					return p.failIncompatible(ctx, thread, err)
+				}
+				if t.Paused == nil || t.Paused.Record != key {
+					if attempt < 10 {
+						continue
+					}
+					return fmt.Errorf("answering %s: %w", in.ElicitationID, errPauseChanged)
+				}
+				if t.State == ThreadPaused && t.Paused.TurnID == t.TurnID {
+					return p.incompatiblePause(ctx, t, e.ID(), in.ElicitationID, cause)
+				}
+				rec, unreadable = nil, true
 			case errors.Is(err, kvstate.ErrNotFound):
 				rec = nil
 			case err != nil:
@@ -334,7 +351,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			if t.Paused != nil && t.Paused.Record != key {
 				return errPauseChanged
 			}
-			if el := t.Paused.Find(in.ElicitationID); rec == nil && el != nil && el.ResponseEventID != e.ID() {
+			if el := t.Paused.Find(in.ElicitationID); rec == nil && !unreadable && el != nil && el.ResponseEventID != e.ID() {
 				// The record expired: so did the pause (by the server's
 				// clock), and nothing could resume it. Only the winning
 				// answer's redelivery goes on (publishResume).
@@ -466,27 +483,27 @@ func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitation
 }
 
 // incompatiblePause fails closed: the answer is rejected state_incompatible,
-// the turn fails, and the thread goes on with its queue (or becomes idle).
-func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, elicitationID string, cause error) error {
+// the paused turn of t (freshly read, paused on the unreadable record)
+// fails, and the thread goes on with its queue (or becomes idle). The
+// turn's end is announced before the write that ends it, as every turn
+// end, so a crash in between repeats it on the answer's redelivery; a
+// thread no longer waiting then is not failed again.
+func (p *Processor) incompatiblePause(ctx context.Context, t *Thread, respondedID, elicitationID string, cause error) error {
+	thread, failed := t.ID, t.Paused.TurnID
 	if err := p.reject(ctx, thread, respondedID, elicitationID, events.RejectStateIncompatible,
 		cause.Error(), nil); err != nil {
-		return err
-	}
-	var failed string // the paused turn
-	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		failed = t.TurnID
-		if t.Paused != nil {
-			failed = t.Paused.TurnID
-		}
-		return applyAbandon(t, failed, ThreadPaused)
-	})
-	if err != nil {
 		return err
 	}
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID("turn.failed.incompatible", thread, failed), failed,
 		events.TurnFailed{TurnID: failed, Reason: events.RejectStateIncompatible,
 			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"}); err != nil {
+		return err
+	}
+	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+		return applyAbandon(t, failed, ThreadPaused)
+	})
+	if err != nil {
 		return err
 	}
 	return p.requestNext(ctx, t)
