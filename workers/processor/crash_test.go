@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -275,5 +276,62 @@ func TestCrashIncompatibleRecordOfSettledPause(t *testing.T) {
 	}
 	if th := h.stored(); th.State != ThreadIdle {
 		t.Errorf("thread %s, want idle", th.State)
+	}
+}
+
+// redeliver hands the turn.requested id at seq to the processor again, as
+// the server redelivers it (its first handler died before acking).
+func (h *harness) redeliver(id string, seq uint64) error {
+	h.t.Helper()
+	e, err := events.NewWithID(id, "/test", events.TypeTurnRequested, "t", events.TurnRequested{
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "message " + id}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatTurnRequested),
+		StreamSeq: seq, NumDelivered: 2})
+}
+
+// No duplicate turn, and an accepted message is never also rejected: the
+// processor that started m1's turn dies before acking m1. Before m1's
+// redelivery (AckWait later) the thread records more than maxHandled
+// other event IDs: a burst of messages (queued, then refused
+// thread_busy), and, in the second case, m1's turn completing first. The
+// redelivered m1 must be recognised as handled, not queued again (its
+// turn would run twice) nor refused (it runs).
+func TestCrashMessageRedeliveredAfterManyEvents(t *testing.T) {
+	for _, completed := range []bool{false, true} {
+		t.Run(fmt.Sprint("completed=", completed), func(t *testing.T) {
+			h := newHarness(t)
+			if err := h.message("m1", 1); err != nil {
+				t.Fatal(err)
+			}
+			seq := uint64(1)
+			if completed {
+				h.run(events.TypeRunCompleted, "c1", 10, events.RunCompleted{RunID: turnOf("m1"), TurnID: turnOf("m1"),
+					Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+				seq++
+				if err := h.message(fmt.Sprint("m", seq), seq); err != nil { // runs now
+					t.Fatal(err)
+				}
+			}
+			for range maxHandled {
+				seq++
+				if err := h.message(fmt.Sprint("m", seq), seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := h.stored()
+			if err := h.redeliver("m1", 1); err != nil {
+				t.Fatal(err)
+			}
+			if r := turnRejectedFor(h, "m1"); r != "" {
+				t.Errorf("m1, whose turn runs (or ran), was also rejected %s", r)
+			}
+			after := h.stored()
+			if slices.Contains(queueIDs(after), "m1") || after.TurnID != before.TurnID {
+				t.Errorf("after m1's redelivery: active turn %s, queue %v; want m1 not taken again", after.TurnID, queueIDs(after))
+			}
+		})
 	}
 }
