@@ -70,10 +70,20 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	// function's refusal decided on a cached record is decided again on a
 	// fresh read (threads.Mutate).
 	var (
-		refused bool
-		started string
+		refused   bool
+		started   string
+		forgotten bool
 	)
 	apply := func(t *Thread) error {
+		// A redelivery of a message the thread recorded already (every
+		// message up to LastTurnSeq was dealt with: awaitPredecessors)
+		// whose ID the record no longer keeps: taken again, its turn
+		// would run twice, or be refused although it ran.
+		forgotten = d.NumDelivered > 1 && t.LastTurnSeq >= d.StreamSeq &&
+			classifyMessage(t, e.ID(), d.StreamSeq) != msgDuplicate
+		if forgotten {
+			return kvstate.ErrNoChange
+		}
 		if !t.Seen(e.ID()) {
 			if err := applyOwnership(t, who, in.Share); err != nil {
 				return err
@@ -94,6 +104,11 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	if err != nil {
 		return p.failIncompatible(ctx, thread, err)
+	}
+	if forgotten {
+		p.log.WarnContext(ctx, "ignoring a redelivered message the thread recorded already (its ID aged out of the record)",
+			"subject", thread, "event_id", e.ID(), "stream_seq", d.StreamSeq, "last_turn_seq", t.LastTurnSeq)
+		return nil
 	}
 	if started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
 		p.fault(faultAfterSupersede)
