@@ -86,6 +86,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		if err != nil {
 			return fmt.Errorf("storing the pause record: %w", err)
 		}
+		p.fault(faultAfterPauseRecord)
 		if t, err = p.threads.MutateAt(ctx, t, trev, cached, func(t *Thread) error {
 			return applyPause(t, pt, e.ID(), mark)
 		}); err != nil {
@@ -388,6 +389,9 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", who.String())
 		metrics.Answered(ctx, string(in.Action))
+		if t.Paused != nil && t.Paused.Resumed && t.State == ThreadRunning {
+			p.fault(faultAfterResume)
+		}
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
