@@ -336,19 +336,59 @@ func TestCrashMessageRedeliveredAfterManyEvents(t *testing.T) {
 	}
 }
 
+// ttlPauses is a pause store that keeps each record's TTL (until) and
+// expires, on passTime, every record whose TTL ends before a moment
+// ahead of the clock: time passing without the test sleeping for it.
+type ttlPauses struct {
+	*memPauses
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func withTTLPauses(h *harness) *ttlPauses {
+	s := &ttlPauses{memPauses: h.pauses, until: map[string]time.Time{}}
+	h.p.pauses.store = s
+	return s
+}
+
+func (s *ttlPauses) Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
+	if err := s.memPauses.Create(ctx, key, rec, until); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.until[key]; !ok {
+		s.until[key] = until
+	}
+	return nil
+}
+
+// passTime expires the records whose TTL ends within d from now.
+func (s *ttlPauses) passTime(h *harness, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, until := range s.until {
+		if until.Before(time.Now().Add(d)) {
+			s.memPauses.expire(key)
+			h.p.pauses.cache.drop(key)
+			delete(s.until, key)
+		}
+	}
+}
+
 // A turn ends once, and one turn of a thread runs at a time: the winning
 // answer resumes m1's turn and run.resumed is published; its processor
 // dies before acking the answer. With a short --pause-ttl the pause
-// record's grace is the TTL itself, shorter than AckWait, so the
-// answer's redelivery finds the record gone. The resume happened (the
-// agent runs the turn), yet the redelivery fails the turn
-// (unknown_or_expired) and starts the queued m2 beside it; m1's
-// run.completed is then stale and dropped, and its effects belong to a
+// record's grace was the TTL itself, shorter than AckWait, so the
+// answer's redelivery (AckWait later) found the record gone: the resume
+// happened (the agent runs the turn), yet the redelivery failed the turn
+// (unknown_or_expired) and started the queued m2 beside it; m1's
+// run.completed was then stale and dropped, and its effects belonged to a
 // turn announced as failed.
 func TestCrashResumePublishedThenRecordExpired(t *testing.T) {
-	t.Skip("finding: a resume published before a crash is failed on the answer's redelivery once the record expired (grace = --pause-ttl < AckWait); the processor cannot tell whether run.resumed was published")
 	h := newHarness(t)
 	h.p.opts.PauseTTL = time.Second
+	store := withTTLPauses(h)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -361,12 +401,9 @@ func TestCrashResumePublishedThenRecordExpired(t *testing.T) {
 	if n := len(h.pub.of(events.TypeRunResumed)); n != 1 {
 		t.Fatalf("%d run.resumed, want 1", n)
 	}
-	key := h.paused().Record
-	time.Sleep(1100 * time.Millisecond) // past expiresAt; the record's TTL passes too
-	h.pauses.expire(key)
+	store.passTime(h, bus.DefaultAckWait+time.Second) // the redelivery comes AckWait later
 	h.p.threads.forget("t")
-	h.p.pauses.cache.drop(key)
-	if err := h.answerErr("a1", "q1"); err != nil { // the redelivery, AckWait later
+	if err := h.answerErr("a1", "q1"); err != nil { // the redelivery
 		t.Fatal(err)
 	}
 	if f := h.pub.of(events.TypeTurnFailed); len(f) != 0 {
