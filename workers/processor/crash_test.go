@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -363,6 +366,16 @@ func (s *ttlPauses) Create(ctx context.Context, key string, rec *pauseRecord, un
 	return nil
 }
 
+func (s *ttlPauses) Extend(ctx context.Context, key string, until time.Time) error {
+	if err := s.memPauses.Extend(ctx, key, until); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.until[key] = until
+	return nil
+}
+
 // passTime expires the records whose TTL ends within d from now.
 func (s *ttlPauses) passTime(h *harness, d time.Duration) {
 	s.mu.Lock()
@@ -412,5 +425,49 @@ func TestCrashResumePublishedThenRecordExpired(t *testing.T) {
 	}
 	if got := h.runsStarted(); slices.Contains(got, turnOf("m2")) {
 		t.Errorf("m2's turn started while m1's resumed run goes on")
+	}
+}
+
+// On a real server: a pause record extended for a resume outlives its
+// first TTL, unchanged, and still expires (a rewrite never drops the TTL).
+func TestCrashPauseRecordExtended(t *testing.T) {
+	_, js := bustest.NewServer(t).JetStream(t)
+	b, err := openPauses(t.Context(), js, jetstream.MemoryStorage, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &pauseRecord{Format: pauseFormat, Thread: "t", TurnID: "turn", RunID: "turn", RunSeq: 3,
+		ExpiresAt: time.Now().Add(time.Second), Snapshot: []byte(`{"step":1}`)}
+	key := pauseKey("t", 3)
+	if err := b.Create(t.Context(), key, rec, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := b.Load(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Extend(t.Context(), key, time.Now().Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // past the first TTL (1 s, whole seconds)
+	after, err := b.Load(t.Context(), key)
+	if err != nil {
+		t.Fatalf("the extended record is gone after its first TTL: %v", err)
+	}
+	if string(after) != string(before) {
+		t.Errorf("the extension changed the record: %s, was %s", after, before)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := b.Load(t.Context(), key); errors.Is(err, kvstate.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the extended record never expired")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := b.Extend(t.Context(), key, time.Now().Add(3*time.Second)); !errors.Is(err, kvstate.ErrNotFound) {
+		t.Errorf("extending an expired record: %v, want ErrNotFound", err)
 	}
 }

@@ -389,9 +389,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", who.String())
 		metrics.Answered(ctx, string(in.Action))
-		if t.Paused != nil && t.Paused.Resumed && t.State == ThreadRunning {
-			p.fault(faultAfterResume)
-		}
+	}
+	if err := p.keepForResume(ctx, t, rec); err != nil {
+		return err
+	}
+	if v.consumed && resuming(t) {
+		p.fault(faultAfterResume)
 	}
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
@@ -403,6 +406,36 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return err
 	}
 	return p.publishResume(ctx, t, rec)
+}
+
+// resuming reports whether t's paused turn resumed and still runs: its
+// run.resumed is (to be) published.
+func resuming(t *Thread) bool {
+	pt := t.Paused
+	return pt != nil && pt.Resumed && t.TurnID == pt.TurnID && t.State == ThreadRunning
+}
+
+// keepForResume makes the pause record rec of t's resumed paused turn
+// outlive the resume by resumeGrace when it would expire sooner (a
+// --pause-ttl shorter than resumeGrace: the record's grace is the TTL
+// then), before run.resumed is published with its snapshot. If the
+// answer's processor dies after that publish and before its ack, the
+// redelivery (AckWait later) finds the record and publishes the resume
+// again (a duplicate), instead of failing a turn whose resume the agent
+// runs and starting the next one beside it. A redelivery that finds the
+// record gone can rely on the resume not having been published.
+func (p *Processor) keepForResume(ctx context.Context, t *Thread, rec *pauseRecord) error {
+	if rec == nil || !resuming(t) {
+		return nil
+	}
+	until := time.Now().Add(resumeGrace)
+	if !recordUntil(t.Paused.ExpiresAt, p.opts.PauseTTL).Before(until) {
+		return nil
+	}
+	if err := p.pauses.store.Extend(ctx, t.Paused.Record, until); err != nil && !errors.Is(err, kvstate.ErrNotFound) {
+		return fmt.Errorf("extending the pause record %s for the resume: %w", t.Paused.Record, err)
+	}
+	return nil
 }
 
 // announceWithdrawn publishes elicitation.cancelled for the questions a
