@@ -471,3 +471,33 @@ func TestCrashPauseRecordExtended(t *testing.T) {
 		t.Errorf("extending an expired record: %v, want ErrNotFound", err)
 	}
 }
+
+// No lost turn, whatever was dead-lettered: m2 and m3 are in the stream;
+// m2's handling is stuck (its processor keeps dying), m3 waits for it and
+// is dead-lettered in the end (turn.failed dead_lettered). m3's dead
+// letter must not record the thread's messages as dealt with past m2,
+// still unrecorded: m2's redelivery must then start its turn, not be
+// taken for a redelivery of a message the thread recorded already.
+func TestCrashDeadLetteredMessageDoesNotSkipEarlierOne(t *testing.T) {
+	h := newHarness(t)
+	q := withWorkQueue(h)
+	q.add(2, 3)
+	e3, err := events.NewWithID("m3", "/test", events.TypeTurnRequested, "t", events.TurnRequested{
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "third"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d3 := &bus.Delivery{Event: e3, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatTurnRequested),
+		StreamSeq: 3, NumDelivered: bus.MaxServerDeliver}
+	if err := h.p.compensate(h.ctx, d3, errors.New("waited too long for m2")); err != nil {
+		t.Fatal(err)
+	}
+	q.ack(3) // terminated
+	if err := h.redeliver("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	q.ack(2)
+	if got := h.runsStarted(); !slices.Equal(got, []string{turnOf("m2")}) {
+		t.Fatalf("runs started %v, want m2's: m2 was dropped as already recorded", got)
+	}
+}
