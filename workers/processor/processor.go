@@ -292,8 +292,9 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail}); err != nil {
 			return err
 		}
-		// Later messages of the thread wait for this one: let them go.
-		return p.recordSeq(ctx, thread, d.StreamSeq)
+		// Later messages of the thread wait for this one: let them go
+		// (recordSeqIfNext).
+		return p.recordSeqIfNext(ctx, thread, d.StreamSeq)
 	case suffix == events.ChatElicitationResponded:
 		var elicitationID string
 		if d.Event != nil {

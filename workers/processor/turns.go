@@ -183,6 +183,34 @@ func (p *Processor) recordSeqInOrder(ctx context.Context, thread string, d *bus.
 	return p.recordSeq(ctx, thread, d.StreamSeq)
 }
 
+// recordSeqIfNext is recordSeq for a dead-lettered turn.requested, which
+// cannot wait for earlier messages (a message dead-lettered for waiting
+// too long would wait for ever): it records the sequence only when no
+// earlier message of the thread is still in PARLEY_INPUT unrecorded, so
+// the thread's last sequence never passes one (a redelivery at or below
+// it is taken for a repeat: onTurnRequested). Otherwise nothing is
+// recorded: once the dead letter is terminated it leaves the stream, and
+// later messages wait for the earlier one only.
+func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint64) error {
+	t, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if t.LastTurnSeq >= seq {
+		return nil
+	}
+	gctx, cancel := bus.WithRequestTimeout(ctx)
+	next, err := p.input.GetMsg(gctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(events.InputThreadSubjects(thread, events.ChatTurnRequested)))
+	cancel()
+	switch {
+	case err == nil && next.Sequence < seq:
+		return nil // an earlier message is not recorded yet
+	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+	}
+	return p.recordSeq(ctx, thread, seq)
+}
+
 // awaitPredecessors holds a user message until every earlier
 // turn.requested of its thread (by PARLEY_INPUT sequence, whichever
 // principal sent it) is recorded, so that
