@@ -501,3 +501,41 @@ func TestCrashDeadLetteredMessageDoesNotSkipEarlierOne(t *testing.T) {
 		t.Fatalf("runs started %v, want m2's: m2 was dropped as already recorded", got)
 	}
 }
+
+// flakyThreads fails the next Load once with a transient error (a KV read
+// that timed out).
+type flakyThreads struct {
+	threadRecords
+	fail bool
+}
+
+func (f *flakyThreads) Load(ctx context.Context, id string) (*Thread, uint64, error) {
+	if f.fail {
+		f.fail = false
+		return nil, 0, errors.New("reading parley_threads/t: context deadline exceeded")
+	}
+	return f.threadRecords.Load(ctx, id)
+}
+
+// FIFO: m3 arrives while m2, before it, is still unrecorded; the read of
+// the thread with which m3 checks its predecessors fails (a KV timeout).
+// m3 must not be taken unchecked: it is retried, and queues behind m2.
+func TestCrashFIFOWhenPredecessorCheckFails(t *testing.T) {
+	h := newHarness(t)
+	q := withWorkQueue(h)
+	flaky := &flakyThreads{threadRecords: h.threads}
+	h.p.threads = newThreads(flaky, false)
+	h.p.threads.adopt = h.p.adoptLegacy
+	q.add(2, 3)
+	flaky.fail = true
+	if err := h.deliver("m3", 3, "third"); err == nil {
+		q.ack(3)
+	}
+	if err := h.deliver("m2", 2, "second"); err != nil {
+		t.Fatal(err)
+	}
+	q.ack(2)
+	if got := h.runsStarted(); !slices.Equal(got, []string{turnOf("m2")}) {
+		t.Fatalf("runs started %v, want m2's: m3 overtook m2", got)
+	}
+}
