@@ -220,8 +220,10 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 // heartbeating the message, for up to OrderWait; then it returns an error
 // so the message is retried later.
 // When the message may go on, it returns the thread as last read, its
-// revision and whether it came from the cache (nil when that read failed:
-// the caller reads again and reports). A cached record only ever lets the
+// revision and whether it came from the cache (nil when the record is
+// one this version cannot read: the caller reads again and reports);
+// any other failed read is returned, so the message is retried, never
+// taken unchecked. A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
 func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
@@ -239,8 +241,13 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		} else {
 			t, rev, cached, err = p.threads.view(ctx, thread)
 		}
-		if err != nil {
+		if errors.Is(err, kvstate.ErrIncompatible) {
 			return nil, 0, false, nil // handled (and reported) by the caller
+		}
+		if err != nil {
+			// Not checked: the message must not go on unchecked (it
+			// could overtake an earlier one); it is retried.
+			return nil, 0, false, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
 		}
 		if d.Event != nil && t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
