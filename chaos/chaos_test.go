@@ -97,6 +97,10 @@ const (
 
 var slots = []string{"kickoff", "review", "launch"}
 
+// faultPoints are the processor's injected exits (processor.EnvFaultExit),
+// each taken once by whichever replica gets there first.
+var faultPoints = []string{"after-supersede", "after-pause-record", "after-resume"}
+
 // Answer modes.
 const (
 	modeSingle     = "single"
@@ -265,10 +269,13 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := append(os.Environ(), "PARLEY_PAUSE_TTL="+pauseTTL, "PARLEY_LOG_LEVEL=info")
-	// One processor exit (whichever replica gets there first) between
-	// storing a superseded turn's withdrawn questions and announcing them.
+	// One processor exit (whichever replica gets there first) at each
+	// fault point: between storing a superseded turn's withdrawn questions
+	// and announcing them; between storing a pause record and recording
+	// the pause in the thread; between resuming a turn in the thread
+	// record and publishing run.resumed.
 	c.faultOnce = filepath.Join(tmp, "fault-once")
-	processorEnv := append(slices.Clone(env), processor.EnvFaultExit+"=after-supersede",
+	processorEnv := append(slices.Clone(env), processor.EnvFaultExit+"="+strings.Join(faultPoints, ","),
 		processor.EnvFaultOnce+"="+c.faultOnce)
 	common := []string{"--nats", c.srv.url(), "--log-format", "json", "--storage", "file"}
 	roleArgs := map[string][]string{
@@ -1137,7 +1144,7 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 	row("worker exits not caused by the test", fmt.Sprintf("%d", len(crashes)))
 	row("nats-server restarts", fmt.Sprintf("%d (down %v)", c.natsRestarts, c.natsDowntime.Round(time.Millisecond)))
 	row("processor replicas stalled 20 s (SIGSTOP/SIGCONT), > AckWait "+bus.DefaultAckWait.String(), fmt.Sprint(c.stalls))
-	row("processor exits injected between storing and announcing a withdrawal", strconv.Itoa(faultExits))
+	row("processor exits injected ("+strings.Join(faultPoints, ", ")+")", strconv.Itoa(faultExits))
 	row("publish retries (test side)", strconv.Itoa(c.publishErrors))
 	row("turn time p50 / p99, all (send → turn.completed)", pcts(latAll))
 	row("  list turns (no pause)", pcts(latList))
@@ -1151,8 +1158,17 @@ func (c *chaosRun) check(loadTime time.Duration) (problemThreads []string) {
 		problems = append(problems, fmt.Sprintf("threads stuck (a burst did not end within %v; %d later turns not sent): %v",
 			*flagWait, c.unsent, c.stuck))
 	}
-	if c.faultOnce != "" && supersededOK >= 1 && faultExits < 1 {
-		problems = append(problems, "the injected processor exit between storing and announcing a withdrawal did not happen")
+	if c.faultOnce != "" {
+		// Every fault point is reached by the workload (a supersede, a
+		// pause, a resume) and fires once (its file marks that).
+		for _, fp := range faultPoints {
+			if fp == "after-supersede" && supersededOK < 1 {
+				continue
+			}
+			if _, err := os.Stat(c.faultOnce + "." + fp); err != nil {
+				problems = append(problems, fmt.Sprintf("the injected processor exit %s did not happen", fp))
+			}
+		}
 	}
 	if r.undecoded > 0 {
 		problems = append(problems, fmt.Sprintf("%d messages in PARLEY_CHAT are not CloudEvents", r.undecoded))

@@ -41,10 +41,14 @@
 // is frozen (SIGSTOP) for 20 s, longer than the consumers' AckWait (15 s),
 // so its messages are redelivered to the other replica and handled again
 // when it wakes (late run outcomes must be ignored); and the processors
-// run with PARLEY_FAULT_EXIT=after-supersede, which makes one of them
-// exit, once, between storing a superseded turn's withdrawn questions (in
-// the thread record) and announcing them (the redelivered message must
-// announce them).
+// run with PARLEY_FAULT_EXIT=after-supersede,after-pause-record,after-resume,
+// which makes one of them exit, once per point, between storing a
+// superseded turn's withdrawn questions (in the thread record) and
+// announcing them (the redelivered message must announce them), between
+// storing a pause record and recording the pause in the thread (the
+// redelivered run.paused must record it, with the stored record's
+// expiry), and between resuming a turn in the thread record and
+// publishing run.resumed (the redelivered answer must publish it).
 //
 //	go test ./chaos -run TestChaos -v -count=1
 //	go test ./chaos -run TestChaos -v -count=1 -chaos.turns 1000 -chaos.duration 3m

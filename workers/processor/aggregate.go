@@ -44,7 +44,7 @@ const (
 // the queue is full (then it is refused, and the pause stays). Only a
 // message sent after the pause supersedes it.
 func classifyMessage(t *Thread, id string, seq uint64) msgAction {
-	if t.Seen(id) {
+	if t.Seen(id) || holds(t, id) {
 		return msgDuplicate
 	}
 	switch t.State {
@@ -57,6 +57,17 @@ func classifyMessage(t *Thread, id string, seq uint64) msgAction {
 		return msgSupersede
 	}
 	return msgStart
+}
+
+// holds reports whether the thread record still names the message id
+// where it put it: the active turn's, queued, the superseding message, or
+// refused. Handled keeps only the last maxHandled event IDs, and a burst
+// of messages (or a turn's many answers) evicts an ID while its message
+// may still be redelivered; these do not age out while they matter.
+func holds(t *Thread, id string) bool {
+	return t.StartedBy == id || t.Superseded != nil && t.Superseded.By == id ||
+		slices.Contains(t.Refused, id) ||
+		slices.ContainsFunc(t.Queue, func(m QueuedMessage) bool { return m.EventID == id })
 }
 
 // applyMessage applies the user message m (stream sequence seq) to t at

@@ -20,6 +20,9 @@ import (
 type pauseStore interface {
 	Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error
 	Load(ctx context.Context, key string) (json.RawMessage, error)
+	// Extend rewrites the record under key, unchanged, with a TTL until
+	// until (pauseBucket.Extend); kvstate.ErrNotFound when it expired.
+	Extend(ctx context.Context, key string, until time.Time) error
 }
 
 // publisher stores events on their subjects (bus.Client).

@@ -15,14 +15,21 @@ const (
 	// EnvFaultExit lists fault points (comma-separated) at which the
 	// process exits with status 70: "after-supersede" (the thread record
 	// that supersedes a paused turn and withdraws its questions is
-	// written; elicitation.cancelled is not published yet).
+	// written; elicitation.cancelled is not published yet),
+	// "after-pause-record" (a pause's record is stored; the thread does
+	// not record the pause yet), "after-resume" (the answer that settles
+	// a paused turn's last question is consumed and the turn resumed in
+	// the thread record; neither the echo nor run.resumed is published
+	// yet).
 	EnvFaultExit = "PARLEY_FAULT_EXIT"
 	// EnvFaultOnce, when set, is a path prefix: the first exit at a point
 	// creates the file <prefix>.<point>, and while it exists that point
 	// does not fire again (so a restarted replica does not crash-loop).
 	EnvFaultOnce = "PARLEY_FAULT_ONCE"
 
-	faultAfterSupersede = "after-supersede"
+	faultAfterSupersede   = "after-supersede"
+	faultAfterPauseRecord = "after-pause-record"
+	faultAfterResume      = "after-resume"
 )
 
 type faults struct {

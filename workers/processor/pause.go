@@ -86,6 +86,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		if err != nil {
 			return fmt.Errorf("storing the pause record: %w", err)
 		}
+		p.fault(faultAfterPauseRecord)
 		if t, err = p.threads.MutateAt(ctx, t, trev, cached, func(t *Thread) error {
 			return applyPause(t, pt, e.ID(), mark)
 		}); err != nil {
@@ -111,9 +112,36 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		}
 	}
 	msg := restate(in.Elicitations)
-	return publishChat(ctx, p, thread, events.KindTurnPaused,
+	if err := publishChat(ctx, p, thread, events.KindTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
-		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids})
+		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids}); err != nil {
+		return err
+	}
+	return p.expireUnmarked(ctx, t, d.StreamSeq)
+}
+
+// expireUnmarked ends the pause the thread t just recorded (or found
+// recorded) for the run.paused at runSeq when its pause record is gone
+// already: the record is stored before the thread records the pause, and
+// a processor stalled in between past the record's TTL writes the thread
+// paused after the record's expiry marker was handled (on a thread still
+// running, so it changed nothing). No marker would end that pause, and
+// no answer could resume it. A record lives at least until the pause's
+// expiresAt (recordUntil), so before that nothing is read.
+func (p *Processor) expireUnmarked(ctx context.Context, t *Thread, runSeq uint64) error {
+	pt := t.Paused
+	if t.State != ThreadPaused || pt == nil || pt.TurnID != t.TurnID || pt.RunSeq != runSeq || time.Now().Before(pt.ExpiresAt) {
+		return nil
+	}
+	switch _, err := p.pauses.store.Load(ctx, pt.Record); {
+	case errors.Is(err, kvstate.ErrNotFound):
+		p.log.WarnContext(ctx, "the pause record expired before the thread recorded the pause; ending the pause", "subject", t.ID,
+			"turn_id", pt.TurnID, "record", pt.Record)
+		return p.onExpired(ctx, pt.Record)
+	case err != nil && !errors.Is(err, kvstate.ErrIncompatible):
+		return fmt.Errorf("reading the pause record %s: %w", pt.Record, err)
+	}
+	return nil // alive: its expiry marker ends the pause
 }
 
 // reasonRunTooLarge is the turn.failed reason of a pause too large to
@@ -286,17 +314,34 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	for attempt := 0; ; attempt++ {
 		// The pause record (the run's snapshot) is read before the answer
 		// is consumed: one this version cannot read fails the turn
-		// consuming nothing, and one that expired (by the server's
-		// clock) takes no answer.
+		// waiting on it, consuming nothing, and one that expired (by the
+		// server's clock) takes no answer.
 		var key string
 		if t.Paused != nil {
 			key = t.Paused.Record
 		}
 		rec = nil
+		unreadable := false
 		if key != "" {
 			switch rec, _, err = p.pauses.load(ctx, key); {
 			case errors.Is(err, kvstate.ErrIncompatible):
-				return p.incompatiblePause(ctx, thread, e.ID(), in.ElicitationID, err)
+				// Decided on a fresh read: only a turn still waiting on
+				// the record fails; a settled pause's (the turn went on,
+				// or ended) only has no snapshot to resume with.
+				cause := err
+				if t, _, err = p.threads.Load(ctx, thread); err != nil {
+					return p.failIncompatible(ctx, thread, err)
+				}
+				if t.Paused == nil || t.Paused.Record != key {
+					if attempt < 10 {
+						continue
+					}
+					return fmt.Errorf("answering %s: %w", in.ElicitationID, errPauseChanged)
+				}
+				if t.State == ThreadPaused && t.Paused.TurnID == t.TurnID {
+					return p.incompatiblePause(ctx, t, e.ID(), in.ElicitationID, cause)
+				}
+				rec, unreadable = nil, true
 			case errors.Is(err, kvstate.ErrNotFound):
 				rec = nil
 			case err != nil:
@@ -307,7 +352,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			if t.Paused != nil && t.Paused.Record != key {
 				return errPauseChanged
 			}
-			if el := t.Paused.Find(in.ElicitationID); rec == nil && el != nil && el.ResponseEventID != e.ID() {
+			if el := t.Paused.Find(in.ElicitationID); rec == nil && !unreadable && el != nil && el.ResponseEventID != e.ID() {
 				// The record expired: so did the pause (by the server's
 				// clock), and nothing could resume it. Only the winning
 				// answer's redelivery goes on (publishResume).
@@ -345,6 +390,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			"action", in.Action, "answered_by", who.String())
 		metrics.Answered(ctx, string(in.Action))
 	}
+	if err := p.keepForResume(ctx, t, rec); err != nil {
+		return err
+	}
+	if v.consumed && resuming(t) {
+		p.fault(faultAfterResume)
+	}
 	// Consumed now, or the winning answer redelivered: finish what it
 	// started (each step is idempotent), the echo first, so readers of
 	// PARLEY_CHAT see the answer accepted before the resumed turn's events.
@@ -355,6 +406,36 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return err
 	}
 	return p.publishResume(ctx, t, rec)
+}
+
+// resuming reports whether t's paused turn resumed and still runs: its
+// run.resumed is (to be) published.
+func resuming(t *Thread) bool {
+	pt := t.Paused
+	return pt != nil && pt.Resumed && t.TurnID == pt.TurnID && t.State == ThreadRunning
+}
+
+// keepForResume makes the pause record rec of t's resumed paused turn
+// outlive the resume by resumeGrace when it would expire sooner (a
+// --pause-ttl shorter than resumeGrace: the record's grace is the TTL
+// then), before run.resumed is published with its snapshot. If the
+// answer's processor dies after that publish and before its ack, the
+// redelivery (AckWait later) finds the record and publishes the resume
+// again (a duplicate), instead of failing a turn whose resume the agent
+// runs and starting the next one beside it. A redelivery that finds the
+// record gone can rely on the resume not having been published.
+func (p *Processor) keepForResume(ctx context.Context, t *Thread, rec *pauseRecord) error {
+	if rec == nil || !resuming(t) {
+		return nil
+	}
+	until := time.Now().Add(resumeGrace)
+	if !recordUntil(t.Paused.ExpiresAt, p.opts.PauseTTL).Before(until) {
+		return nil
+	}
+	if err := p.pauses.store.Extend(ctx, t.Paused.Record, until); err != nil && !errors.Is(err, kvstate.ErrNotFound) {
+		return fmt.Errorf("extending the pause record %s for the resume: %w", t.Paused.Record, err)
+	}
+	return nil
 }
 
 // announceWithdrawn publishes elicitation.cancelled for the questions a
@@ -439,27 +520,27 @@ func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitation
 }
 
 // incompatiblePause fails closed: the answer is rejected state_incompatible,
-// the turn fails, and the thread goes on with its queue (or becomes idle).
-func (p *Processor) incompatiblePause(ctx context.Context, thread, respondedID, elicitationID string, cause error) error {
+// the paused turn of t (freshly read, paused on the unreadable record)
+// fails, and the thread goes on with its queue (or becomes idle). The
+// turn's end is announced before the write that ends it, as every turn
+// end, so a crash in between repeats it on the answer's redelivery; a
+// thread no longer waiting then is not failed again.
+func (p *Processor) incompatiblePause(ctx context.Context, t *Thread, respondedID, elicitationID string, cause error) error {
+	thread, failed := t.ID, t.Paused.TurnID
 	if err := p.reject(ctx, thread, respondedID, elicitationID, events.RejectStateIncompatible,
 		cause.Error(), nil); err != nil {
-		return err
-	}
-	var failed string // the paused turn
-	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		failed = t.TurnID
-		if t.Paused != nil {
-			failed = t.Paused.TurnID
-		}
-		return applyAbandon(t, failed, ThreadPaused)
-	})
-	if err != nil {
 		return err
 	}
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID("turn.failed.incompatible", thread, failed), failed,
 		events.TurnFailed{TurnID: failed, Reason: events.RejectStateIncompatible,
 			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"}); err != nil {
+		return err
+	}
+	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+		return applyAbandon(t, failed, ThreadPaused)
+	})
+	if err != nil {
 		return err
 	}
 	return p.requestNext(ctx, t)
@@ -482,20 +563,21 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.requestNext(ctx, t); err != nil {
-		return err
-	}
 	// A replica that lost the race, or a redelivery of the marker however
 	// late, still announces (the event ID is the same), in case the
 	// winner crashed before publishing; another record's marker does not
-	// announce the thread's last expiry again.
-	if x := t.Expired; x == nil || x.Record != key && (x.Record != "" || time.Since(x.At) > time.Minute) {
-		return nil
+	// announce the thread's last expiry again. The expired turn's end is
+	// announced before the next turn starts, so a crash in between cannot
+	// let the next turn end first.
+	if x := t.Expired; x != nil && (x.Record == key || x.Record == "" && time.Since(x.At) <= time.Minute) {
+		p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", x.TurnID)
+		if err := publishChat(ctx, p, thread, events.KindElicitationExpired,
+			events.DerivedID("elicitation.expired", x.TurnID), x.TurnID,
+			events.ElicitationExpired{TurnID: x.TurnID, ElicitationIDs: x.ElicitationIDs}); err != nil {
+			return err
+		}
 	}
-	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", t.Expired.TurnID)
-	return publishChat(ctx, p, thread, events.KindElicitationExpired,
-		events.DerivedID("elicitation.expired", t.Expired.TurnID), t.Expired.TurnID,
-		events.ElicitationExpired{TurnID: t.Expired.TurnID, ElicitationIDs: t.Expired.ElicitationIDs})
+	return p.requestNext(ctx, t)
 }
 
 // answerSize checks an answer's size: the whole data (n bytes) against

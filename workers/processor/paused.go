@@ -215,6 +215,30 @@ func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, 
 	}
 }
 
+// Extend rewrites the record under key, unchanged (its content is written
+// once), with a TTL until until: the record of a resumed pause outlives a
+// short pause's grace by resumeGrace, so the resuming answer's
+// redelivery after a crash still finds the run's snapshot
+// (Processor.keepForResume). kvstate.ErrNotFound when the record
+// expired. A record rewritten meanwhile (by another replica's extension)
+// is left as it is.
+func (s *pauseBucket) Extend(ctx context.Context, key string, until time.Time) error {
+	raw, rev, err := s.b.Get(ctx, key)
+	if err != nil && !errors.Is(err, kvstate.ErrIncompatible) {
+		return err
+	}
+	_, err = s.b.UpdateUntil(ctx, key, raw, rev, until)
+	if errors.Is(err, kvstate.ErrConflict) {
+		// Rewritten meanwhile (another replica's extension), or expired
+		// (its marker is the key's last entry).
+		_, _, err = s.b.Get(ctx, key)
+		if errors.Is(err, kvstate.ErrIncompatible) {
+			return nil
+		}
+	}
+	return err
+}
+
 // keepStoredExpiry sets rec's ExpiresAt to that of the record raw already
 // stored under key, when this version reads it.
 func keepStoredExpiry(key string, raw json.RawMessage, rec *pauseRecord) {
@@ -261,9 +285,10 @@ func recordUntil(expiresAt time.Time, ttl time.Duration) time.Time {
 }
 
 // pauseRecords is the processor's access to pause records: the store and a
-// cache of the records this replica wrote or read. A record is written
-// once under a key of its own and never changed, so a cached one is
-// always current while it lives.
+// cache of the records this replica wrote or read. A record's content is
+// written once under a key of its own and never changed (an extension
+// rewrites it unchanged, with a later TTL), so a cached one is always
+// current while it lives.
 type pauseRecords struct {
 	store pauseStore
 	cache *revCache[pauseRecord] // nil: caching off

@@ -292,8 +292,9 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 			events.TurnFailed{RequestEventID: eventID, Reason: "dead_lettered", Detail: detail}); err != nil {
 			return err
 		}
-		// Later messages of the thread wait for this one: let them go.
-		return p.recordSeq(ctx, thread, d.StreamSeq)
+		// Later messages of the thread wait for this one: let them go
+		// (recordSeqIfNext).
+		return p.recordSeqIfNext(ctx, thread, d.StreamSeq)
 	case suffix == events.ChatElicitationResponded:
 		var elicitationID string
 		if d.Event != nil {
@@ -373,7 +374,10 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
 			return err
 		}
-		return p.recordSeq(ctx, thread, d.StreamSeq)
+		if events.ValidToken("thread", thread) != nil {
+			return nil // no thread record for an invalid thread ID
+		}
+		return p.recordSeqInOrder(ctx, thread, d)
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)

@@ -116,6 +116,16 @@ func (m *memPauses) Load(_ context.Context, key string) (json.RawMessage, error)
 	return data, nil
 }
 
+// Extend keeps a live record (the fake has no TTLs: see expire).
+func (m *memPauses) Extend(_ context.Context, key string, _ time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if data, ok := m.recs[key]; !ok || data == nil {
+		return kvstate.ErrNotFound
+	}
+	return nil
+}
+
 // expire removes the record under key (its TTL passed), leaving the
 // key's expiry marker.
 func (m *memPauses) expire(key string) {

@@ -46,7 +46,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		if events.ValidToken("subject", thread) != nil {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeq(ctx, thread, d.StreamSeq)
+		return p.recordSeqInOrder(ctx, thread, d)
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
@@ -70,10 +70,20 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	// function's refusal decided on a cached record is decided again on a
 	// fresh read (threads.Mutate).
 	var (
-		refused bool
-		started string
+		refused   bool
+		started   string
+		forgotten bool
 	)
 	apply := func(t *Thread) error {
+		// A redelivery of a message the thread recorded already (every
+		// message up to LastTurnSeq was dealt with: awaitPredecessors)
+		// whose ID the record no longer keeps: taken again, its turn
+		// would run twice, or be refused although it ran.
+		forgotten = d.NumDelivered > 1 && t.LastTurnSeq >= d.StreamSeq &&
+			classifyMessage(t, e.ID(), d.StreamSeq) != msgDuplicate
+		if forgotten {
+			return kvstate.ErrNoChange
+		}
 		if !t.Seen(e.ID()) {
 			if err := applyOwnership(t, who, in.Share); err != nil {
 				return err
@@ -94,6 +104,11 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	if err != nil {
 		return p.failIncompatible(ctx, thread, err)
+	}
+	if forgotten {
+		p.log.WarnContext(ctx, "ignoring a redelivered message the thread recorded already (its ID aged out of the record)",
+			"subject", thread, "event_id", e.ID(), "stream_seq", d.StreamSeq, "last_turn_seq", t.LastTurnSeq)
+		return nil
 	}
 	if started != "" && t.Superseded != nil && t.Superseded.By == e.ID() {
 		p.fault(faultAfterSupersede)
@@ -155,6 +170,47 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 	return err
 }
 
+// recordSeqInOrder is recordSeq for a turn.requested refused before it
+// reached the thread (invalid, undecodable), once every earlier message
+// of the thread is recorded (awaitPredecessors): LastTurnSeq says that
+// every message up to it was dealt with, so recording a later message
+// while an earlier one is still unrecorded (its processor died holding
+// it) would let the messages between them overtake the earlier one.
+func (p *Processor) recordSeqInOrder(ctx context.Context, thread string, d *bus.Delivery) error {
+	if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
+		return err
+	}
+	return p.recordSeq(ctx, thread, d.StreamSeq)
+}
+
+// recordSeqIfNext is recordSeq for a dead-lettered turn.requested, which
+// cannot wait for earlier messages (a message dead-lettered for waiting
+// too long would wait for ever): it records the sequence only when no
+// earlier message of the thread is still in PARLEY_INPUT unrecorded, so
+// the thread's last sequence never passes one (a redelivery at or below
+// it is taken for a repeat: onTurnRequested). Otherwise nothing is
+// recorded: once the dead letter is terminated it leaves the stream, and
+// later messages wait for the earlier one only.
+func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint64) error {
+	t, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return err
+	}
+	if t.LastTurnSeq >= seq {
+		return nil
+	}
+	gctx, cancel := bus.WithRequestTimeout(ctx)
+	next, err := p.input.GetMsg(gctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(events.InputThreadSubjects(thread, events.ChatTurnRequested)))
+	cancel()
+	switch {
+	case err == nil && next.Sequence < seq:
+		return nil // an earlier message is not recorded yet
+	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+	}
+	return p.recordSeq(ctx, thread, seq)
+}
+
 // awaitPredecessors holds a user message until every earlier
 // turn.requested of its thread (by PARLEY_INPUT sequence, whichever
 // principal sent it) is recorded, so that
@@ -164,8 +220,10 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // heartbeating the message, for up to OrderWait; then it returns an error
 // so the message is retried later.
 // When the message may go on, it returns the thread as last read, its
-// revision and whether it came from the cache (nil when that read failed:
-// the caller reads again and reports). A cached record only ever lets the
+// revision and whether it came from the cache (nil when the record is
+// one this version cannot read: the caller reads again and reports);
+// any other failed read is returned, so the message is retried, never
+// taken unchecked. A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
 func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
@@ -183,10 +241,15 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		} else {
 			t, rev, cached, err = p.threads.view(ctx, thread)
 		}
-		if err != nil {
+		if errors.Is(err, kvstate.ErrIncompatible) {
 			return nil, 0, false, nil // handled (and reported) by the caller
 		}
-		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
+		if err != nil {
+			// Not checked: the message must not go on unchecked (it
+			// could overtake an earlier one); it is retried.
+			return nil, 0, false, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+		}
+		if d.Event != nil && t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
 		gctx, cancel := bus.WithRequestTimeout(ctx)
@@ -207,7 +270,9 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			// Free the slot (the earlier message may need it) and come back.
 			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
-		_ = d.Msg.InProgress()
+		if d.Msg != nil {
+			_ = d.Msg.InProgress()
+		}
 		select {
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
