@@ -131,6 +131,7 @@ func startTurn(t *Thread, m QueuedMessage) {
 	t.Agent = m.Agent
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
+	t.TurnGrants = m.Grants
 	t.PauseMark = 0
 	// The blocks go with the text: context references reach the model.
 	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content})
@@ -200,6 +201,7 @@ func applyPause(t *Thread, pt *PausedTurn, id string, mark uint64) error {
 	t.MarkHandled(id)
 	cp := *pt
 	cp.Elicitations = slices.Clone(pt.Elicitations)
+	cp.Grants = t.TurnGrants
 	t.State, t.Paused = ThreadPaused, &cp
 	t.RunSeq = pt.RunSeq
 	t.PauseMark = max(mark, t.LastTurnSeq)

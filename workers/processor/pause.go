@@ -60,7 +60,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		now := time.Now().UTC()
 		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: now,
 			ExpiresAt: now.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
-			Record: pauseKey(thread, d.StreamSeq)}
+			Record: pauseKey(thread, d.StreamSeq), Grants: t.TurnGrants}
 		for _, pe := range in.Elicitations {
 			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
 		}
@@ -306,6 +306,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		t, err = p.threads.Mutate(ctx, thread, func(t *Thread) error {
 			if t.Paused != nil && t.Paused.Record != key {
 				return errPauseChanged
+			}
+			if t.Paused.Find(in.ElicitationID) != nil {
+				if err := mayAnswer(t, who); err != nil {
+					v = answerVerdict{reason: events.RejectForbidden, detail: err.Error()}
+					return kvstate.ErrNoChange
+				}
 			}
 			if el := t.Paused.Find(in.ElicitationID); rec == nil && el != nil && el.ResponseEventID != e.ID() {
 				// The record expired: so did the pause (by the server's

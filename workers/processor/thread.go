@@ -34,6 +34,11 @@ type QueuedMessage struct {
 	Agent       string             `json:"agent"`
 	User        string             `json:"user,omitempty"`
 	Message     schema.ChatMessage `json:"message"`
+	// Grants is how many of the thread's grants (Thread.Shared, which
+	// only grows) were made when the message was recorded: the parties
+	// that may answer the questions of its turn besides the owner (nil
+	// in a message an earlier version queued: every grant).
+	Grants *int `json:"grants,omitempty"`
 }
 
 // Expiry names a paused turn that expired and its questions.
@@ -106,9 +111,12 @@ type Thread struct {
 	Shared []events.Identity `json:"shared,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the
 	// active turn.
-	StartedBy string               `json:"startedBy,omitempty"`
-	History   []schema.ChatMessage `json:"history,omitempty"`
-	Queue     []QueuedMessage      `json:"queue,omitempty"`
+	StartedBy string `json:"startedBy,omitempty"`
+	// TurnGrants is the active turn's message's QueuedMessage.Grants,
+	// which its pauses record (PausedTurn.Grants).
+	TurnGrants *int                 `json:"turnGrants,omitempty"`
+	History    []schema.ChatMessage `json:"history,omitempty"`
+	Queue      []QueuedMessage      `json:"queue,omitempty"`
 	// Paused is the thread's last paused turn, its questions and what
 	// became of them (paused.go): the active turn's while State is
 	// paused; kept, settled, until the next pause replaces it.

@@ -79,6 +79,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 				return err
 			}
 		}
+		// The grants made before the message was sent (its own
+		// included): who may answer its turn's questions.
+		grants := len(t.Shared)
+		queued.Grants = &grants
 		var err error
 		refused, started, err = applyMessage(t, queued, d.StreamSeq, time.Now())
 		return err
