@@ -1,9 +1,17 @@
 package processor
 
 import (
+	"context"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
 )
 
 // Session 12 attack: a share covers the questions of the owner's messages
@@ -79,5 +87,88 @@ func TestShareInRefusedMessageDoesNotOpenEarlierQuestion(t *testing.T) {
 	}
 	if el := h.paused().Find("q1"); el.Status != StatusPending {
 		t.Fatalf("q1 = %s answered by %v; want still pending", el.Status, el.AnsweredBy)
+	}
+}
+
+// workQueue is PARLEY_INPUT as awaitPredecessors reads it: the
+// turn.requested messages of thread t not yet acknowledged.
+type workQueue struct {
+	memChat
+	mu      sync.Mutex
+	present map[uint64]bool
+}
+
+func (w *workQueue) GetMsg(_ context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var next uint64
+	for s := range w.present {
+		if s >= seq && (next == 0 || s < next) {
+			next = s
+		}
+	}
+	if next == 0 {
+		return nil, jetstream.ErrMsgNotFound
+	}
+	return &jetstream.RawStreamMsg{Subject: events.InputThreadSubjects("t", events.ChatTurnRequested), Sequence: next}, nil
+}
+
+// deliver handles e, published by principal at PARLEY_INPUT sequence seq
+// on thread t, and acknowledges it (removes it from the queue) when the
+// handler succeeds.
+func (w *workQueue) deliver(h *harness, principal string, e *event.Event, seq uint64) error {
+	err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(principal, "t", events.ChatTurnRequested),
+		StreamSeq: seq, NumDelivered: 1})
+	if err == nil {
+		w.mu.Lock()
+		delete(w.present, seq)
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// Messages of a thread run in stream order (FIFO), whichever replica
+// takes them: a message waits until every earlier turn.requested of its
+// thread is recorded. An invalid turn.requested (here one whose ce-subject
+// is not its thread), which anyone who can publish input can put on any
+// thread's subject, is recorded as dealt with at once, without waiting:
+// the thread's LastTurnSeq jumps past the victim's messages still in
+// flight, so the victim's second message stops waiting for its first and
+// starts its turn before it.
+func TestInvalidMessageDoesNotReorderEarlierMessages(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.OrderWait = 50 * time.Millisecond
+	wq := &workQueue{memChat: memChat{last: map[string]uint64{}}, present: map[uint64]bool{1: true, 2: true, 3: true}}
+	h.p.input = wq
+	msg := func(id, subject string) *event.Event {
+		e, err := events.NewWithID(id, "/test", events.TypeTurnRequested, subject, events.TurnRequested{
+			Message: schema.ChatMessage{Role: schema.RoleUser, Text: "message " + id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	m1, m2 := msg("m1", "t"), msg("m2", "t")
+	x := msg("x", "elsewhere") // invalid: its ce-subject is not the thread
+	// The replicas take x first, then m2, while m1 is still on its way.
+	_ = wq.deliver(h, "mallory", x, 3)
+	_ = wq.deliver(h, events.PrincipalIntegrator, m2, 2)
+	if err := wq.deliver(h, events.PrincipalIntegrator, m1, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Redeliveries of whatever was released to wait.
+	for range 3 {
+		_ = wq.deliver(h, events.PrincipalIntegrator, m2, 2)
+		_ = wq.deliver(h, "mallory", x, 3)
+	}
+	if r := turnRejectedFor(h, "x"); r != events.RejectInvalidEvent {
+		t.Fatalf("x: rejection %q, want invalid_event", r)
+	}
+	want := []string{events.DerivedID("turn", "m1")}
+	if got := h.runsStarted(); len(got) == 0 || got[0] != want[0] {
+		t.Fatalf("turns started %v; want m1's turn (%s) first: m2 was sent after it", got, want[0])
+	}
+	if th := h.stored(); len(th.Queue) != 1 || th.Queue[0].EventID != "m2" {
+		t.Fatalf("queue %v; want m2 waiting behind m1's turn", th.Queue)
 	}
 }
