@@ -369,6 +369,12 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 	p.log.WarnContext(ctx, "undecodable event rejected", "subject", d.Subject, "stream_seq", d.StreamSeq, "error", cause)
 	switch suffix {
 	case events.ChatTurnRequested:
+		// In its turn, like any message of the thread (awaitPredecessors):
+		// recorded at once, it would release later messages still
+		// waiting for earlier ones.
+		if _, _, _, err := p.awaitPredecessors(ctx, thread, rawID, d); err != nil {
+			return err
+		}
 		if err := publishChat(ctx, p, thread, events.KindTurnRejected, id, "",
 			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
 			return err

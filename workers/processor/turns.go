@@ -31,6 +31,16 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		}
 	}
 	if verr != nil {
+		validThread := events.ValidToken("subject", thread) == nil
+		if validThread {
+			// Recorded as dealt with only in its turn: recording it at
+			// once would let the thread's later messages stop waiting
+			// for earlier ones still in flight (anyone may publish an
+			// invalid message on a thread's subject).
+			if _, _, _, err := p.awaitPredecessors(ctx, thread, e.ID(), d); err != nil {
+				return err
+			}
+		}
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
 		reason := events.RejectMessageTooLarge
 		for _, v := range verr {
@@ -43,14 +53,14 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 			events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}); err != nil {
 			return err
 		}
-		if events.ValidToken("subject", thread) != nil {
+		if !validThread {
 			return nil // no thread record for an invalid thread ID
 		}
 		return p.recordSeq(ctx, thread, d.StreamSeq)
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
-	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, d)
+	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, e.ID(), d)
 	if err != nil {
 		return err
 	}
@@ -159,7 +169,8 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 	return err
 }
 
-// awaitPredecessors holds a user message until every earlier
+// awaitPredecessors holds a user message (event id; an invalid one too,
+// before it is recorded as dealt with) until every earlier
 // turn.requested of its thread (by PARLEY_INPUT sequence, whichever
 // principal sent it) is recorded, so that
 // messages of one thread are taken in order (FIFO) even when replicas
@@ -172,7 +183,7 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // the caller reads again and reports). A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
-func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
+func (p *Processor) awaitPredecessors(ctx context.Context, thread, id string, d *bus.Delivery) (*Thread, uint64, bool, error) {
 	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for fresh := false; ; fresh = true {
@@ -190,7 +201,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if err != nil {
 			return nil, 0, false, nil // handled (and reported) by the caller
 		}
-		if t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
+		if t.Seen(id) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
 		gctx, cancel := bus.WithRequestTimeout(ctx)
@@ -211,7 +222,9 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			// Free the slot (the earlier message may need it) and come back.
 			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
-		_ = d.Msg.InProgress()
+		if d.Msg != nil { // nil in the package tests
+			_ = d.Msg.InProgress()
+		}
 		select {
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
