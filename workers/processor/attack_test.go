@@ -2,6 +2,10 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,4 +175,140 @@ func TestInvalidMessageDoesNotReorderEarlierMessages(t *testing.T) {
 	if th := h.stored(); len(th.Queue) != 1 || th.Queue[0].EventID != "m2" {
 		t.Fatalf("queue %v; want m2 waiting behind m1's turn", th.Queue)
 	}
+}
+
+// Every part of the thread record at its bound at once, each filled to
+// the byte (TestReviewThreadRecordAtEveryBound fills each to within a
+// few hundred bytes and asks 20 questions): the active turn's agent at
+// 128 bytes, the stream sequences at 20 digits, the paused turn at
+// exactly MaxPausedBytes with as many questions as fit (each one's ID is
+// also kept in the last supersession's and the last expiry's lists), and
+// every answer at its room. The KV write (value and its
+// Nats-Expected-Last-Subject-Sequence header) must fit the server's 1 MiB.
+func TestThreadRecordAtEveryBoundToTheByte(t *testing.T) {
+	fits := 0
+	for n := 1; ; n++ {
+		th, ok := recordAtEveryBound(t, n)
+		if !ok {
+			break
+		}
+		fits = n
+		data, err := json.Marshal(th)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const header = "NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 18446744073709551615\r\n\r\n"
+		if len(data)+len(header) > maxKVValue {
+			t.Errorf("%d questions: the thread record at every bound is %d bytes, over the KV value limit of %d (with the write's %d header bytes)",
+				n, len(data), maxKVValue, len(header))
+		}
+	}
+	if fits == 0 {
+		t.Fatal("no pause fits MaxPausedBytes")
+	}
+}
+
+// recordAtEveryBound builds thread records at every bound with n questions
+// in the paused turn (false when n questions do not fit MaxPausedBytes).
+func recordAtEveryBound(t *testing.T, n int) (*Thread, bool) {
+	esc := func(k int) string { return strings.Repeat("<", max(k, 0)) }
+	// pad fills s with plain bytes up to want bytes of size(s).
+	pad := func(s string, size func(string) int, want int) string {
+		return s + strings.Repeat("a", max(want-size(s), 0))
+	}
+	who := events.Identity{Principal: strings.Repeat("p", 128), OnBehalfOf: esc(maxOnBehalfOf)}
+	id := func(i int) string { // the longest admitted, of escaped characters
+		s := fmt.Sprint(i) + esc(MaxEventIDBytes/6-1)
+		for {
+			if _, ok := checkEventID(s + "a"); !ok {
+				return s
+			}
+			s += "a"
+		}
+	}
+	const big = uint64(math.MaxUint64)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.UTC)
+	grants := events.MaxShares
+	th := &Thread{Format: ThreadFormat, ID: strings.Repeat("t", 128), State: ThreadIdle, Owner: &who}
+	for range events.MaxShares {
+		th.Shared = append(th.Shared, who)
+	}
+	tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	startTurn(th, QueuedMessage{EventID: id(0), Agent: strings.Repeat("a", 128), Grants: &grants, TraceParent: tp,
+		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "go"}})
+	for i := 1; len(th.Queue) < MaxQueue; i++ {
+		room := (MaxQueueBytes - queueBytes(th.Queue...)) / (MaxQueue - len(th.Queue))
+		m := QueuedMessage{EventID: id(i), Agent: strings.Repeat("a", 128), User: esc(maxOnBehalfOf), Grants: &grants,
+			TraceParent: tp, Message: schema.ChatMessage{Role: schema.RoleUser}}
+		m.Message.Text = esc((room - queueBytes(m)) / 6)
+		m.Message.Text = pad(m.Message.Text, func(s string) int { c := m; c.Message.Text = s; return queueBytes(c) }, room)
+		th.Queue = append(th.Queue, m)
+	}
+	th.History = nil
+	used := 0
+	for i := range MaxHistory {
+		room := (MaxHistoryBytes - used) / (MaxHistory - i)
+		m := schema.ChatMessage{Role: schema.RoleUser}
+		m.Text = pad(esc((room-historySize(m))/6), func(s string) int { c := m; c.Text = s; return historySize(c) }, room)
+		used += historySize(m)
+		th.History = append(th.History, m)
+	}
+	th.LastTurnSeq, th.RunSeq = big, big-1
+	pt := &PausedTurn{TurnID: th.TurnID, RunID: th.RunID, Agent: th.Agent, CreatedAt: now, ExpiresAt: now.Add(time.Hour),
+		RunSeq: big, Record: pauseKey(th.ID, big), TraceParent: tp, Grants: &grants}
+	for i := range n {
+		rs := schema.RequestedSchema{Type: "object", Properties: map[string]*schema.PropertySchema{"a": {Type: "string"}, "b": {Type: "string"}}}
+		pt.Elicitations = append(pt.Elicitations, Elicitation{Status: StatusPending, PendingElicitation: events.PendingElicitation{
+			ID: events.DerivedID("q", fmt.Sprint(i)), Kind: events.KindForm, Request: schema.ElicitRequestParams{Message: "?", RequestedSchema: rs}}})
+	}
+	if pausedBytes(pt) > MaxPausedBytes {
+		return nil, false
+	}
+	for i := range pt.Elicitations {
+		room := (MaxPausedBytes - pausedBytes(pt)) / (n - i)
+		el := &pt.Elicitations[i]
+		el.Request.Message = esc(room / 6)
+		el.Request.Message = pad(el.Request.Message, func(s string) int { el.Request.Message = s; return pausedBytes(pt) },
+			MaxPausedBytes-(n-i-1)*room)
+	}
+	for pausedBytes(pt) > MaxPausedBytes {
+		el := &pt.Elicitations[0]
+		el.Request.Message = el.Request.Message[:len(el.Request.Message)-1]
+	}
+	if err := applyPause(th, pt, id(100), big); err != nil {
+		t.Fatal(err)
+	}
+	for i, el := range pt.Elicitations {
+		content := func(k int) map[string]any { // k bytes of content, escaped past the field bound
+			plain := min(k, events.MaxAnswerField)
+			return map[string]any{"a": strings.Repeat("a", plain), "b": esc(min((k-plain)/6, events.MaxAnswerField))}
+		}
+		growth := func(k int) int {
+			return answerGrowth(th.Paused.Find(el.ID), schema.ElicitResult{Action: schema.ActionAccept, Content: content(k)}, who, id(200+i), now)
+		}
+		best, lo, hi := -1, 0, 4*answerRoom
+		for lo <= hi {
+			if mid := (lo + hi) / 2; growth(mid) <= answerRoom {
+				best, lo = mid, mid+1
+			} else {
+				hi = mid - 1
+			}
+		}
+		v := applyAnswer(th, id(200+i), events.ElicitationResponded{ElicitationID: el.ID, Action: schema.ActionAccept, Content: content(best)}, who, now)
+		if !v.consumed {
+			t.Fatalf("answer %d not consumed: %s %v", i, v.reason, v.errors)
+		}
+	}
+	for i := range maxHandled {
+		th.MarkHandled(id(300 + i))
+		th.Refuse(id(500 + i))
+	}
+	var ids []string
+	for _, el := range pt.Elicitations {
+		ids = append(ids, el.ID)
+	}
+	th.Superseded = &Supersession{TurnID: th.TurnID, By: id(1), Started: id(2), Cancelled: ids}
+	th.Expired = &Expiry{TurnID: th.TurnID, ElicitationIDs: ids, At: now, Record: pauseKey(th.ID, big)}
+	th.UpdatedAt = now
+	return th, true
 }
