@@ -186,7 +186,7 @@ func TestInvalidMessageDoesNotReorderEarlierMessages(t *testing.T) {
 // every answer at its room. The KV write (value and its
 // Nats-Expected-Last-Subject-Sequence header) must fit the server's 1 MiB.
 func TestThreadRecordAtEveryBoundToTheByte(t *testing.T) {
-	fits := 0
+	fits, largest := 0, 0
 	for n := 1; ; n++ {
 		th, ok := recordAtEveryBound(t, n)
 		if !ok {
@@ -198,6 +198,7 @@ func TestThreadRecordAtEveryBoundToTheByte(t *testing.T) {
 			t.Fatal(err)
 		}
 		const header = "NATS/1.0\r\nNats-Expected-Last-Subject-Sequence: 18446744073709551615\r\n\r\n"
+		largest = max(largest, len(data))
 		if len(data)+len(header) > maxKVValue {
 			t.Errorf("%d questions: the thread record at every bound is %d bytes, over the KV value limit of %d (with the write's %d header bytes)",
 				n, len(data), maxKVValue, len(header))
@@ -206,6 +207,7 @@ func TestThreadRecordAtEveryBoundToTheByte(t *testing.T) {
 	if fits == 0 {
 		t.Fatal("no pause fits MaxPausedBytes")
 	}
+	t.Logf("up to %d questions fit; the largest record is %d bytes (limit %d)", fits, largest, maxKVValue)
 }
 
 // recordAtEveryBound builds thread records at every bound with n questions

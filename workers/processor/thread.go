@@ -154,8 +154,13 @@ const MaxQueueBytes = 256 << 10
 
 // MaxPausedBytes bounds Thread.Paused: the questions of one pause as the
 // agent asked them (JSON) plus answerRoom for the answer to each. A pause
-// over it is not recorded: the turn fails run_too_large.
-const MaxPausedBytes = 448 << 10
+// over it is not recorded: the turn fails run_too_large. With the queue
+// and the history at their bounds it leaves about 72 KiB of the 1 MiB KV
+// value for the rest of the record, which takes up to 64 KiB (the owner
+// and 16 shares, 2×64 remembered event IDs, the questions' IDs listed
+// again by the last supersession and expiry) and the write's header:
+// TestThreadRecordAtEveryBoundToTheByte.
+const MaxPausedBytes = 440 << 10
 
 // answerRoom is what the paused turn reserves for the answer to each of
 // its questions: an answer of events.MaxAnswerBytes as received, with who
