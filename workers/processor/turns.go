@@ -84,10 +84,16 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		started string
 	)
 	apply := func(t *Thread) error {
-		if !t.Seen(e.ID()) {
-			if err := applyOwnership(t, who, in.Share); err != nil {
+		if t.Seen(e.ID()) {
+			// A redelivery (its grants are recorded), or someone's
+			// message under an ID the thread handled (every integrator
+			// reads the IDs in PARLEY_CHAT): only a party of the thread
+			// may have it taken for a redelivery, and echoed.
+			if err := mayUse(t, who); err != nil {
 				return err
 			}
+		} else if err := applyOwnership(t, who, in.Share); err != nil {
+			return err
 		}
 		// The grants made before the message was sent (its own
 		// included): who may answer its turn's questions.
