@@ -1,13 +1,19 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
 )
 
 // Session 12 attack, as an integrator with a NATS client: alice's message
@@ -58,5 +64,86 @@ func TestReplayedMessageIDCannotSpeakInAnotherPartysThread(t *testing.T) {
 	}
 	if resp, body := g.do("GET", "/v1/threads/r1", aliceToken, nil); resp.StatusCode != http.StatusOK {
 		t.Errorf("alice GET r1 after the forgery = %d %s, want 200", resp.StatusCode, body)
+	}
+}
+
+// gatedProvider holds every model call until gate is closed.
+type gatedProvider struct {
+	model.Provider
+	gate chan struct{}
+}
+
+func (g *gatedProvider) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return model.Response{}, ctx.Err()
+	}
+	return g.Provider.Complete(ctx, req)
+}
+
+// A refusal names the event it refuses by the ID its sender chose, and a
+// client takes the refusal naming its message's ID for the verdict on it
+// (client.Deliver: `parley send` and `answer`; the thread's fold closes
+// the message). Another principal that reads the victim's accepted
+// message in PARLEY_CHAT publishes, under the same ID on the victim's
+// thread, an invalid turn.requested (its ce-subject is another thread)
+// and a valid one (refused forbidden: the thread is not its own), while
+// the victim's turn still runs. Neither refusal may name the victim's
+// accepted message: the victim's verdict is its turn's outcome.
+func TestForgedRefusalIsNotTheVerdictOnAnAcceptedMessage(t *testing.T) {
+	scripted, err := model.LoadScripted("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	s := start(t, options{provider: &gatedProvider{Provider: scripted, gate: gate}})
+	victim, err := s.client.TurnRequest("v1", "", "list everything", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		v   *client.Verdict
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := s.client.Deliver(s.ctx, victim, 30*time.Second)
+		done <- result{v, err}
+	}()
+	s.rec.await(t, 10*time.Second, "v1", events.TypeTurnRequested, 1) // accepted; its turn waits for the model
+
+	forge := func(subject string, n int) {
+		e, err := events.NewWithID(victim.ID(), "/mallory", events.TypeTurnRequested, subject,
+			events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "forged"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, body, err := events.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &nats.Msg{Subject: events.InputSubject("mallory", "v1", events.ChatTurnRequested), Header: nats.Header(h), Data: body}
+		msg.Header.Set(nats.MsgIdHdr, fmt.Sprintf("forged-%d-%s", n, victim.ID()))
+		if _, err := s.bus.JetStream().PublishMsg(s.ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge("elsewhere", 1) // invalid: its ce-subject is not the thread
+	forge("v1", 2)        // valid, from a stranger: forbidden
+	time.Sleep(1500 * time.Millisecond)
+	close(gate)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.v.Outcome != client.OutcomeCompleted {
+		d, _ := json.Marshal(r.v.Event)
+		t.Errorf("the victim's verdict = %s (%s); want completed, its turn's outcome", r.v.Outcome, d)
+	}
+	for _, e := range s.rec.matching("v1", events.TypeTurnRejected) {
+		if d, _ := events.Data[events.TurnRejected](e); d.RequestEventID == victim.ID() {
+			t.Errorf("turn.rejected naming the victim's accepted message: %s %v", d.Reason, d.Errors)
+		}
 	}
 }
