@@ -323,7 +323,9 @@ func recordAtEveryBound(t *testing.T, n int) (*Thread, bool) {
 // the processor echo it into the thread as an accepted user message of
 // its own principal (through the gateway, the owner's claim then ends:
 // the gateway takes a stranger's accepted message for a new owner). It
-// must be refused forbidden like any other message of a stranger.
+// must be refused like any other message of a stranger, and its refusal
+// must not name m1, which the thread accepted (a client takes a refusal
+// naming its message for the verdict on it).
 func TestReplayedMessageIDFromStrangerNotEchoed(t *testing.T) {
 	h := newHarness(t)
 	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
@@ -340,7 +342,10 @@ func TestReplayedMessageIDFromStrangerNotEchoed(t *testing.T) {
 			t.Errorf("echoed into alice's thread: %s from %v: %q", e.ID(), id, d.Message.Text)
 		}
 	}
-	if r := turnRejectedFor(h, "m1"); r != events.RejectForbidden {
-		t.Errorf("the stranger's message under m1's ID: rejection %q, want forbidden", r)
+	if r := turnRejectedFor(h, "m1"); r != "" {
+		t.Errorf("the stranger's message under m1's ID: a refusal naming m1 (%s) in alice's thread", r)
+	}
+	if th := h.stored(); len(th.Queue) != 0 || th.LastTurnSeq != 2 {
+		t.Errorf("after the stranger's message: queue %d, LastTurnSeq %d; want nothing queued, the message dealt with", len(th.Queue), th.LastTurnSeq)
 	}
 }

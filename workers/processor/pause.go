@@ -270,7 +270,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		}
 	}
 	if detail, ok := isForbidden(err); ok {
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
+		return p.rejectOn(ctx, thread, t, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
 	} else if err != nil {
 		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
@@ -345,7 +345,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	case v.unknown && t.Seen(e.ID()):
 		return nil // used to resume an earlier pause of the turn
 	case v.reason != "":
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
+		return p.rejectOn(ctx, thread, t, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", who.String())
@@ -436,12 +436,21 @@ func (p *Processor) failResume(ctx context.Context, thread, turnID, detail strin
 	return p.requestNext(ctx, t)
 }
 
+// reject publishes elicitation.rejected for the answer respondedID, unless
+// the thread took an answer under that ID (announceRefusal).
 func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
+	return p.rejectOn(ctx, thread, nil, respondedID, elicitationID, reason, detail, vs)
+}
+
+// rejectOn is reject with the thread t as just read afresh (nil: read it).
+func (p *Processor) rejectOn(ctx context.Context, thread string, t *Thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
 	p.log.InfoContext(ctx, "answer rejected", "subject", thread, "elicitation_id", elicitationID, "reason", reason)
-	return publishChat(ctx, p, thread, events.KindElicitationRejected,
-		events.DerivedID("elicitation.rejected", respondedID), "",
-		events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: respondedID, Reason: reason,
-			Detail: detail, Errors: vs})
+	return p.announceRefusal(ctx, thread, respondedID, t, func() error {
+		return publishChat(ctx, p, thread, events.KindElicitationRejected,
+			events.DerivedID("elicitation.rejected", respondedID), "",
+			events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: respondedID, Reason: reason,
+				Detail: detail, Errors: vs})
+	})
 }
 
 // incompatiblePause fails closed: the answer is rejected state_incompatible,

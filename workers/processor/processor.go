@@ -375,17 +375,21 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 		if _, _, _, err := p.awaitPredecessors(ctx, thread, rawID, d); err != nil {
 			return err
 		}
-		if err := publishChat(ctx, p, thread, events.KindTurnRejected, id, "",
-			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
+		if err := p.announceRefusal(ctx, thread, rawID, nil, func() error {
+			return publishChat(ctx, p, thread, events.KindTurnRejected, id, "",
+				events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}})
+		}); err != nil {
 			return err
 		}
 		return p.recordSeq(ctx, thread, d.StreamSeq)
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)
-		return publishChat(ctx, p, thread, events.KindElicitationRejected, id, "",
-			events.ElicitationRejected{ElicitationID: in.ElicitationID, RespondedEventID: rawID,
-				Reason: events.RejectInvalidEvent, Detail: cause.Error(), Errors: []schema.Violation{v}})
+		return p.announceRefusal(ctx, thread, rawID, nil, func() error {
+			return publishChat(ctx, p, thread, events.KindElicitationRejected, id, "",
+				events.ElicitationRejected{ElicitationID: in.ElicitationID, RespondedEventID: rawID,
+					Reason: events.RejectInvalidEvent, Detail: cause.Error(), Errors: []schema.Violation{v}})
+		})
 	}
 	return bus.Permanent(cause)
 }

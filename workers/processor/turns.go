@@ -48,9 +48,11 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 				reason = events.RejectInvalidEvent
 			}
 		}
-		if err := publishChat(ctx, p, thread, events.KindTurnRejected,
-			events.DerivedID("turn.rejected", e.ID()), "",
-			events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}); err != nil {
+		if err := p.announceRefusal(ctx, thread, e.ID(), nil, func() error {
+			return publishChat(ctx, p, thread, events.KindTurnRejected,
+				events.DerivedID("turn.rejected", e.ID()), "",
+				events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr})
+		}); err != nil {
 			return err
 		}
 		if !validThread {
@@ -153,12 +155,60 @@ func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint6
 			Rule: fmt.Sprintf("the thread would be shared with more than %d parties", events.MaxShares)}
 	}
 	p.log.WarnContext(ctx, "turn refused", "subject", thread, "event_id", id, "reason", reason, "detail", v.Rule)
-	if err := publishChat(ctx, p, thread, events.KindTurnRejected,
-		events.DerivedID("turn.rejected", id), "",
-		events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}); err != nil {
+	if err := p.announceRefusal(ctx, thread, id, nil, func() error {
+		return publishChat(ctx, p, thread, events.KindTurnRejected,
+			events.DerivedID("turn.rejected", id), "",
+			events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}})
+	}); err != nil {
 		return err
 	}
 	return p.recordSeq(ctx, thread, seq)
+}
+
+// announceRefusal publishes (publish) the refusal of the input event id
+// on thread, unless the thread took an event under that ID (a message,
+// or an answer that consumed a question). A refusal names the event by
+// the ID its sender chose, and a client takes the refusal naming its
+// event for the verdict on it (client.Deliver; the thread's fold closes
+// the message): a stranger's event under the ID of one the thread
+// accepted (every integrator reads those IDs in PARLEY_CHAT) must not
+// name it. Such an event gets no verdict; a refused event redelivered
+// gets its refusal again (it was never taken).
+// t is the thread as just read afresh, or nil (then it is read: a cached
+// record may lack the ID, so one that does is read again).
+func (p *Processor) announceRefusal(ctx context.Context, thread, id string, t *Thread, publish func() error) error {
+	if id != "" && events.ValidToken("thread", thread) == nil {
+		var err error
+		if t == nil {
+			var cached bool
+			if t, _, cached, err = p.threads.view(ctx, thread); err == nil && cached && !tookID(t, id) {
+				t, _, err = p.threads.Load(ctx, thread)
+			}
+		}
+		if err == nil && tookID(t, id) {
+			p.log.WarnContext(ctx, "refusal not announced: the thread took an event under its ID (a replayed or forged ID)",
+				"subject", thread, "event_id", id)
+			return nil
+		}
+	}
+	return publish()
+}
+
+// tookID reports whether thread t took an input event under id: a
+// message or answer it handled (recent IDs), or the answer that consumed
+// one of its paused turn's questions.
+func tookID(t *Thread, id string) bool {
+	if t.Seen(id) {
+		return true
+	}
+	if t.Paused != nil {
+		for _, el := range t.Paused.Elicitations {
+			if el.ResponseEventID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // recordSeq records that the turn.requested at stream sequence seq was
