@@ -349,3 +349,41 @@ func TestReplayedMessageIDFromStrangerNotEchoed(t *testing.T) {
 		t.Errorf("after the stranger's message: queue %d, LastTurnSeq %d; want nothing queued, the message dealt with", len(th.Queue), th.LastTurnSeq)
 	}
 }
+
+// The answer that consumed a question, redelivered, is finished (echoed,
+// resumed) at any time. A party of the thread other than its answerer
+// (bob, whom alice shared the thread with) publishes his own answer under
+// the ID of alice's (it is in PARLEY_CHAT): it must not be taken for the
+// redelivery, whose echo would record in the thread that bob answered,
+// and how he did, when alice declined.
+func TestWinningAnswerIDFromAnotherPartyNotEchoed(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
+	if err := h.messageAs(events.PrincipalGateway, "m1", 1, events.TurnRequested{User: "alice", Share: []events.Identity{bob}}); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1", "q2")
+	respond := func(by string, action schema.ElicitAction) {
+		e, err := events.NewWithID("a1", "/test", events.TypeElicitationResponded, "t",
+			events.ElicitationResponded{ElicitationID: "q1", Action: action, AnsweredBy: by})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, StreamSeq: 100, NumDelivered: 1,
+			Subject: events.InputSubject(events.PrincipalGateway, "t", events.ChatElicitationResponded)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	respond("alice", schema.ActionDecline)
+	respond("bob", schema.ActionAccept) // bob, under alice's answer's ID
+	for _, e := range h.pub.of(events.TypeElicitationResponded) {
+		d, _ := events.Data[events.ElicitationResponded](e)
+		if who := events.EchoIdentity(e); who.OnBehalfOf != "alice" || d.Action != schema.ActionDecline {
+			t.Errorf("echoed as the answer to q1: %s by %v", d.Action, who)
+		}
+	}
+	if el := h.paused().Find("q1"); el.Result.Action != schema.ActionDecline || el.AnsweredBy.OnBehalfOf != "alice" {
+		t.Fatalf("q1 = %s by %v; want alice's decline", el.Result.Action, el.AnsweredBy)
+	}
+}
