@@ -417,6 +417,10 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 	case el == nil:
 		return answerVerdict{unknown: true, reason: events.RejectUnknownOrExpired,
 			detail: "no pending elicitation with this ID on the thread"}
+	case el.Status == StatusConsumed && el.ResponseEventID == id && !el.AnsweredBy.IsZero() && !el.AnsweredBy.Same(who):
+		// Another party's answer under the winning answer's ID (the IDs
+		// are in PARLEY_CHAT): not its redelivery, nothing to echo.
+		return answerVerdict{reason: events.RejectAlreadyConsumed, detail: "this elicitation was already answered"}
 	case el.Status == StatusConsumed && el.ResponseEventID == id:
 		// The winning answer redelivered (its first handling may have
 		// died before the resume was published): finish, at any time.
