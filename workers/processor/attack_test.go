@@ -387,3 +387,46 @@ func TestWinningAnswerIDFromAnotherPartyNotEchoed(t *testing.T) {
 		t.Fatalf("q1 = %s by %v; want alice's decline", el.Result.Action, el.AnsweredBy)
 	}
 }
+
+// A refusal carries the refused sender's principal (the extension
+// attribute principal, as an echo does), so that a client matches only
+// refusals of its own events: a refusal names the event by the ID its
+// sender chose, which may be another principal's (client.Deliver).
+func TestRefusalsNameTheRefusedPrincipal(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+	if err := h.messageAs(events.PrincipalGateway, "m1", 1, events.TurnRequested{User: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	if err := h.messageAs("mallory", "x1", 2, events.TurnRequested{}); err != nil { // forbidden
+		t.Fatal(err)
+	}
+	h.answerAs("mallory", "x2", "q1", "") // forbidden
+	e, err := events.NewWithID("x3", "/test", events.TypeElicitationResponded, "t", events.ElicitationResponded{
+		ElicitationID: "q1", Action: "maybe"}) // invalid
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, StreamSeq: 101, NumDelivered: 1,
+		Subject: events.InputSubject("mallory", "t", events.ChatElicitationResponded)}); err != nil {
+		t.Fatal(err)
+	}
+	h.answerAs(events.PrincipalGateway, "x4", "nope", "alice") // unknown, alice's
+	want := map[string]events.Identity{"x1": {Principal: "mallory"}, "x2": {Principal: "mallory"}, "x3": {Principal: "mallory"},
+		"x4": {Principal: events.PrincipalGateway, OnBehalfOf: "alice"}}
+	got := map[string]events.Identity{}
+	for _, e := range append(h.pub.of(events.TypeTurnRejected), h.pub.of(events.TypeElicitationRejected)...) {
+		var d struct {
+			Request   string `json:"requestEventId"`
+			Responded string `json:"respondedEventId"`
+		}
+		_ = json.Unmarshal(e.Data(), &d)
+		got[d.Request+d.Responded] = events.EchoIdentity(e)
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("the refusal of %s names %+v, want %+v", id, got[id], w)
+		}
+	}
+}
