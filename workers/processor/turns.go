@@ -49,9 +49,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 			}
 		}
 		if err := p.announceRefusal(ctx, thread, e.ID(), nil, func() error {
-			return publishChat(ctx, p, thread, events.KindTurnRejected,
-				events.DerivedID("turn.rejected", e.ID()), "",
-				events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr})
+			return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
+				events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}, e.ID())
 		}); err != nil {
 			return err
 		}
@@ -67,7 +66,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		return err
 	}
 	if ierr != nil { // a claim this principal may not make
-		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ierr)
+		return p.refuseTurn(ctx, thread, who, e.ID(), d.StreamSeq, ierr)
 	}
 	queued := QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: who.OnBehalfOf, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
@@ -112,7 +111,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		t, err = p.threads.Mutate(ctx, thread, apply)
 	}
 	if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
-		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		return p.refuseTurn(ctx, thread, who, e.ID(), d.StreamSeq, err)
 	}
 	if err != nil {
 		return p.failIncompatible(ctx, thread, err)
@@ -121,11 +120,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		p.fault(faultAfterSupersede)
 	}
 	if refused {
-		return publishChat(ctx, p, thread, events.KindTurnRejected,
-			events.DerivedID("turn.rejected", e.ID()), "",
+		return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
 				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages (at most %d, %d KiB) waiting; send again later",
-					len(t.Queue), MaxQueue, MaxQueueBytes>>10)}}})
+					len(t.Queue), MaxQueue, MaxQueueBytes>>10)}}}, e.ID())
 	}
 	if started == "" {
 		// Queued, or a redelivery: repeat what the first attempt may not
@@ -148,7 +146,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 // refuseTurn rejects the turn.requested id at PARLEY_INPUT sequence seq for
 // cause, a refusal of the owner rules (forbidden) or too many shares
 // (invalid_event), and records it as dealt with, queueing nothing.
-func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint64, cause error) error {
+func (p *Processor) refuseTurn(ctx context.Context, thread string, who events.Identity, id string, seq uint64, cause error) error {
 	reason, v := events.RejectForbidden, schema.Violation{Path: "principal", Rule: cause.Error()}
 	if errors.Is(cause, errTooManyShares) {
 		reason, v = events.RejectInvalidEvent, schema.Violation{Path: "data.share",
@@ -156,9 +154,8 @@ func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint6
 	}
 	p.log.WarnContext(ctx, "turn refused", "subject", thread, "event_id", id, "reason", reason, "detail", v.Rule)
 	if err := p.announceRefusal(ctx, thread, id, nil, func() error {
-		return publishChat(ctx, p, thread, events.KindTurnRejected,
-			events.DerivedID("turn.rejected", id), "",
-			events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}})
+		return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
+			events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}, id)
 	}); err != nil {
 		return err
 	}
