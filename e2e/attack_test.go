@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +164,61 @@ func TestForgedRefusalIsNotTheVerdictOnAnAcceptedMessage(t *testing.T) {
 		if d, _ := events.Data[events.TurnRejected](e); d.RequestEventID == victim.ID() {
 			t.Errorf("turn.rejected naming the victim's accepted message: %s %v", d.Reason, d.Errors)
 		}
+	}
+}
+
+// headerSize is the wire size of h as nats.go writes it.
+func headerSize(h nats.Header) int {
+	n := len("NATS/1.0\r\n") + len("\r\n")
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	return n
+}
+
+// An integrator's message (its own thread, or one shared with it) whose
+// headers are just under JetStream's limit (65535 bytes), their size in
+// an extension attribute nothing bounds: it is valid, recorded and
+// started, but its echo (the same event with the principal attribute and
+// a namespaced Nats-Msg-Id) is over the limit, so the handler fails until
+// the message is
+// dead-lettered; the thread then says running a turn whose run was never
+// requested, and every later message of the thread waits behind it for
+// ever (then thread_busy). The thread must stay usable: the next message
+// gets its turn.
+func TestMessageWhoseEchoIsTooLargeDoesNotStickItsThread(t *testing.T) {
+	s := start(t, options{})
+	e, err := s.client.TurnRequest("big1", "", "list everything", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetExtension("pad", "")
+	h, body, err := events.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: events.InputSubject(events.PrincipalIntegrator, "big1", events.ChatTurnRequested),
+		Header: nats.Header(h), Data: body}
+	msg.Header.Set(nats.MsgIdHdr, e.ID())
+	// JetStream stores headers of up to 65535 bytes.
+	pad := 65535 - headerSize(msg.Header) - len("Ce-Pad: \r\n") - 8
+	msg.Header.Set("ce-pad", strings.Repeat("a", pad))
+	if _, err := s.bus.JetStream().PublishMsg(s.ctx, msg); err != nil {
+		t.Fatalf("publishing the message (%d bytes with its headers): %v", len(body)+headerSize(msg.Header), err)
+	}
+	next := s.send("big1", "list everything")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, c := range s.rec.matching("big1", events.TypeTurnCompleted) {
+			if d, _ := events.Data[events.TurnCompleted](c); d.RequestEventID == next.ID() {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the next message of the thread never ran; big1 saw:\n%s", s.rec.dump("big1"))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
