@@ -430,3 +430,31 @@ func TestRefusalsNameTheRefusedPrincipal(t *testing.T) {
 		}
 	}
 }
+
+// An answer whose attributes (an unbounded extension) would bring its
+// echo over JetStream's header limit is rejected before it consumes the
+// question: consumed, its echo failing, it would resume nothing and leave
+// the turn running for ever (e2e TestMessageWhoseEchoIsTooLargeDoesNotStickItsThread).
+func TestAnswerWithHugeAttributesRejectedBeforeConsuming(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1")
+	e, err := events.NewWithID("a1", "/test", events.TypeElicitationResponded, "t", events.ElicitationResponded{
+		ElicitationID: "q1", Action: schema.ActionAccept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetExtension("pad", strings.Repeat("a", MaxAttributeBytes))
+	if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, StreamSeq: 100, NumDelivered: 1,
+		Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatElicitationResponded)}); err != nil {
+		t.Fatal(err)
+	}
+	if r := rejectedFor(h, "a1"); r != events.RejectInvalidEvent {
+		t.Errorf("rejection %q, want invalid_event", r)
+	}
+	if el := h.paused().Find("q1"); el.Status != StatusPending {
+		t.Fatalf("q1 = %s; want still pending", el.Status)
+	}
+}

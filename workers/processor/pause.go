@@ -236,6 +236,9 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	if v, ok := checkEventID(e.ID()); !ok {
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "id: "+v.Rule, []schema.Violation{v})
 	}
+	if v, ok := checkAttributes(e); !ok {
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "attributes: "+v.Rule, []schema.Violation{v})
+	}
 	switch {
 	case events.TypeOf(e) != events.TypeElicitationResponded:
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent,

@@ -298,6 +298,9 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if v, ok := checkEventID(e.ID()); !ok {
 		vs = append(vs, v)
 	}
+	if v, ok := checkAttributes(e); !ok {
+		vs = append(vs, v)
+	}
 	// The whole event data (text, content blocks, _meta, share), so no
 	// part of a message can overflow the thread record.
 	if n := len(e.Data()); n > events.MaxTurnRequestBytes {
@@ -354,6 +357,35 @@ func checkEventID(id string) (schema.Violation, bool) {
 	b, _ := json.Marshal(id)
 	if n := len(b) - 2; n > MaxEventIDBytes {
 		return schema.Violation{Path: "id", Rule: fmt.Sprintf("%d bytes as JSON (escapes included); at most %d", n, MaxEventIDBytes)}, false
+	}
+	return schema.Violation{}, true
+}
+
+// MaxAttributeBytes bounds the CloudEvents attributes of an integrator's
+// event (turn.requested, elicitation.responded), extensions included, as
+// NATS headers (events.Encode: names, values and separators). The
+// processor echoes an accepted event into PARLEY_CHAT with its
+// attributes, and JetStream refuses a message whose headers pass 64 KiB:
+// an event whose echo cannot be stored would be recorded (a turn started,
+// an answer consumed) but never announced nor run, leaving its thread
+// running for ever. A larger event is rejected invalid_event, path
+// "attributes".
+const MaxAttributeBytes = 8 << 10
+
+// checkAttributes checks e's attributes against MaxAttributeBytes.
+func checkAttributes(e *event.Event) (schema.Violation, bool) {
+	h, _, err := events.Encode(e)
+	if err != nil {
+		return schema.Violation{Path: "attributes", Rule: err.Error()}, false
+	}
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	if n > MaxAttributeBytes {
+		return schema.Violation{Path: "attributes", Rule: fmt.Sprintf("%d bytes as headers (extensions included); at most %d", n, MaxAttributeBytes)}, false
 	}
 	return schema.Violation{}, true
 }
