@@ -458,3 +458,42 @@ func TestAnswerWithHugeAttributesRejectedBeforeConsuming(t *testing.T) {
 		t.Fatalf("q1 = %s; want still pending", el.Status)
 	}
 }
+
+// A turn's ID derives from its message's event ID, which the sender
+// chooses, and every integrator reads the IDs of accepted messages in
+// PARLEY_CHAT. An integrator that sends, on a thread of its own, a
+// message under the ID of another party's message gets the same turn ID,
+// and had the same run ID: the agent keys its run record, the questions'
+// IDs and the decision records (what the tool-executor checks before it
+// runs a tool) by the run ID. Read from workers/agent (not run end to end:
+// it needs run.requested's 2-minute duplicate window to pass): the agent
+// then continues the victim's stored run for the attacker's run.requested
+// (onRequested, on the conflicting create), and the attacker's in-memory
+// run records an allow decision under the victim's run and call ID
+// before that conflict (advance, decide), so the victim's confirmed call
+// later meets a record of another tool or arguments at the tool-executor
+// and is refused. Runs of different threads must be different runs.
+func TestSameMessageIDOnTwoThreadsRunsSeparately(t *testing.T) {
+	h := newHarness(t)
+	send := func(principal, thread string, seq uint64) {
+		e, err := events.NewWithID("m1", "/test", events.TypeTurnRequested, thread, events.TurnRequested{
+			Message: schema.ChatMessage{Role: schema.RoleUser, Text: "create an event"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, StreamSeq: seq, NumDelivered: 1,
+			Subject: events.InputSubject(principal, thread, events.ChatTurnRequested)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(events.PrincipalIntegrator, "t", 1)
+	send("mallory", "u", 2)
+	runs := map[string]string{}
+	for _, e := range h.pub.of(events.TypeRunRequested) {
+		d, _ := events.Data[events.RunRequested](e)
+		runs[d.Thread] = d.RunID
+	}
+	if len(runs) != 2 || runs["t"] == runs["u"] {
+		t.Fatalf("runs by thread %v; want two different runs", runs)
+	}
+}
