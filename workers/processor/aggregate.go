@@ -127,7 +127,11 @@ func startedByMessage(t *Thread, id string) string {
 func startTurn(t *Thread, m QueuedMessage) {
 	t.State = ThreadRunning
 	t.TurnID = events.DerivedID("turn", m.EventID)
-	t.RunID = t.TurnID
+	// The run is the thread's own: the turn ID derives from an event ID
+	// its sender chose (another thread's message may have it), and the
+	// agent keys its run record, the questions and the decision records by
+	// the run ID.
+	t.RunID = events.DerivedID("run", t.ID, t.TurnID)
 	t.Agent = m.Agent
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
