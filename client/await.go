@@ -137,13 +137,13 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 	)
 	switch events.TypeOf(e) {
 	case events.TypeTurnRequested:
-		m = newTurnMatcher(e.ID())
+		m = newTurnMatcher(e.ID(), c.principal)
 	case events.TypeElicitationResponded:
 		d, err := events.Data[events.ElicitationResponded](e)
 		if err != nil {
 			return nil, err
 		}
-		m = &answerMatcher{respondedID: e.ID(), elicitationID: d.ElicitationID}
+		m = &answerMatcher{respondedID: e.ID(), elicitationID: d.ElicitationID, principal: c.principal}
 		answering = d.ElicitationID
 	default:
 		return nil, fmt.Errorf("delivering %s: only %s and %s have a verdict", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
@@ -285,11 +285,25 @@ type matcher interface {
 // elicitation.requested (extension turnid) and some turn.failed carry.
 type turnMatcher struct {
 	requestID, turnID string
-	questions         []*event.Event
+	// principal is the client's: a refusal (or echo) of another
+	// principal's event under the same ID is not the verdict (foreign).
+	principal string
+	questions []*event.Event
 }
 
-func newTurnMatcher(requestID string) *turnMatcher {
-	return &turnMatcher{requestID: requestID, turnID: events.DerivedID("turn", requestID)}
+func newTurnMatcher(requestID, principal string) *turnMatcher {
+	return &turnMatcher{requestID: requestID, turnID: events.DerivedID("turn", requestID), principal: principal}
+}
+
+// foreign reports whether e, a refusal or an echo of an input event,
+// names a principal other than principal (the processor sets the refused
+// or echoed event's principal; a refusal of an earlier processor names
+// none and counts as the client's). A refusal names the event by the ID
+// its sender chose, which may be another's: every integrator reads the
+// IDs of accepted events in PARLEY_CHAT, and may read PARLEY_INPUT.
+func foreign(e *event.Event, principal string) bool {
+	who := events.EchoIdentity(e)
+	return principal != "" && who.Principal != "" && who.Principal != principal
 }
 
 func (m *turnMatcher) event(ch threadstate.Change) *Verdict {
@@ -304,6 +318,9 @@ func (m *turnMatcher) event(ch threadstate.Change) *Verdict {
 	}
 	// A turn.rejected names only the request (it started no turn).
 	if ch.About != m.requestID && (ch.TurnID == "" || ch.TurnID != m.turnID || typ == events.TypeTurnRejected) {
+		return nil
+	}
+	if typ == events.TypeTurnRejected && foreign(ch.Event, m.principal) {
 		return nil
 	}
 	v := &Verdict{Outcome: outcome, Event: ch.Event}
@@ -333,13 +350,15 @@ func elicitationID(ev *event.Event) string {
 // echo of it (same event ID) in PARLEY_CHAT, which says it was accepted.
 type answerMatcher struct {
 	respondedID, elicitationID string
+	// principal is the client's (see turnMatcher).
+	principal string
 }
 
 func (m *answerMatcher) event(ch threadstate.Change) *Verdict {
 	typ := events.Type(ch.Event.Type())
 	mine := (typ == events.TypeElicitationResponded && ch.Event.ID() == m.respondedID) ||
 		(typ == events.TypeElicitationRejected && ch.About == m.respondedID && ch.Data != nil)
-	if !mine {
+	if !mine || foreign(ch.Event, m.principal) {
 		return nil
 	}
 	return &Verdict{Outcome: verdictOf[typ], Event: ch.Event}

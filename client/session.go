@@ -119,7 +119,8 @@ func (s *Session) run(ctx context.Context, in <-chan Item) {
 		if it.Event != nil {
 			s.mu.Lock()
 			si.Change = s.fold.Apply(it.Seq, it.Event)
-			si.Mine = slices.Contains(s.mine, it.Event.ID()) || (si.About != "" && slices.Contains(s.mine, si.About))
+			si.Mine = (slices.Contains(s.mine, it.Event.ID()) || (si.About != "" && slices.Contains(s.mine, si.About))) &&
+				!foreign(it.Event, s.c.principal)
 			s.mu.Unlock()
 		}
 		select {

@@ -157,7 +157,7 @@ func next(t *testing.T, s *Session) SessionItem {
 // rejection; another message's outcome is not matched.
 func TestMatchers(t *testing.T) {
 	turn := events.DerivedID("turn", "m1")
-	m := newTurnMatcher("m1")
+	m := newTurnMatcher("m1", events.PrincipalIntegrator)
 	q := chatEvent(t, "q1", events.TypeElicitationRequested, "t", titleQuestion("e1"))
 	q.SetExtension(events.ExtTurnID, turn)
 	if v := m.event(threadstate.Decode(q)); v != nil {

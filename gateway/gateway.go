@@ -648,6 +648,9 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			if it.ev == nil {
 				continue
 			}
+			if who := events.EchoIdentity(it.ev); who.Principal != "" && who.Principal != g.opts.Principal {
+				continue // another principal's event under this answer's ID
+			}
 			if events.TypeOf(it.ev) == events.TypeElicitationResponded {
 				if it.ev.ID() == e.ID() { // the processor's echo: accepted
 					writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "accepted"})

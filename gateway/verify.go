@@ -146,7 +146,9 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 				}
 			case events.TypeTurnRejected:
 				d, err := events.Data[events.TurnRejected](it.ev)
-				if err == nil && d.RequestEventID != "" && (d.RequestEventID == t.EventID || d.RequestEventID == also) {
+				who := events.EchoIdentity(it.ev) // the refused party (none from an earlier processor)
+				if err == nil && d.RequestEventID != "" && (d.RequestEventID == t.EventID || d.RequestEventID == also) &&
+					(who.Principal == "" || who.Principal == v.principal) {
 					rej = &d
 				}
 			}

@@ -138,10 +138,15 @@ func startedByMessage(t *Thread, id string) string {
 func startTurn(t *Thread, m QueuedMessage) {
 	t.State = ThreadRunning
 	t.TurnID = events.DerivedID("turn", m.EventID)
-	t.RunID = t.TurnID
+	// The run is the thread's own: the turn ID derives from an event ID
+	// its sender chose (another thread's message may have it), and the
+	// agent keys its run record, the questions and the decision records by
+	// the run ID.
+	t.RunID = events.DerivedID("run", t.ID, t.TurnID)
 	t.Agent = m.Agent
 	t.StartedBy = m.EventID
 	t.TraceParent = m.TraceParent
+	t.TurnGrants = m.Grants
 	t.PauseMark = 0
 	// The blocks go with the text: context references reach the model.
 	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content})
@@ -211,6 +216,7 @@ func applyPause(t *Thread, pt *PausedTurn, id string, mark uint64) error {
 	t.MarkHandled(id)
 	cp := *pt
 	cp.Elicitations = slices.Clone(pt.Elicitations)
+	cp.Grants = t.TurnGrants
 	t.State, t.Paused = ThreadPaused, &cp
 	t.RunSeq = pt.RunSeq
 	t.PauseMark = max(mark, t.LastTurnSeq)
@@ -426,6 +432,10 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 	case el == nil:
 		return answerVerdict{unknown: true, reason: events.RejectUnknownOrExpired,
 			detail: "no pending elicitation with this ID on the thread"}
+	case el.Status == StatusConsumed && el.ResponseEventID == id && !el.AnsweredBy.IsZero() && !el.AnsweredBy.Same(who):
+		// Another party's answer under the winning answer's ID (the IDs
+		// are in PARLEY_CHAT): not its redelivery, nothing to echo.
+		return answerVerdict{reason: events.RejectAlreadyConsumed, detail: "this elicitation was already answered"}
 	case el.Status == StatusConsumed && el.ResponseEventID == id:
 		// The winning answer redelivered (its first handling may have
 		// died before the resume was published): finish, at any time.

@@ -85,6 +85,26 @@ func mayUse(t *Thread, who events.Identity) error {
 	return forbidden("thread %s belongs to another party; %s may not use it", t.ID, who)
 }
 
+// mayAnswer reports (nil) whether who, who may use thread t (mayUse), may
+// answer the questions of t's paused turn: the owner, and the parties the
+// thread was shared with before the turn's message was sent
+// (PausedTurn.Grants; grants only grow, so they are the first Grants of
+// t.Shared). A share covers the questions of the owner's messages sent
+// after it: a question already asked, or asked for a message sent
+// earlier, stays with the parties that had the thread then, also when the
+// share reaches the processor with a message that queues behind the turn.
+func mayAnswer(t *Thread, who events.Identity) error {
+	pt := t.Paused
+	if pt == nil || pt.Grants == nil || t.Owner == nil || t.Owner.Same(who) {
+		return nil
+	}
+	if slices.ContainsFunc(t.Shared[:min(*pt.Grants, len(t.Shared))], who.Same) {
+		return nil
+	}
+	return forbidden("this question was asked for a message sent before thread %s was shared with this party; "+
+		"only the owner and the parties it was shared with then may answer it", t.ID)
+}
+
 // checkOwnership reports (nil) whether applyOwnership would accept who's
 // message sharing t with share, without changing t.
 func checkOwnership(t *Thread, who events.Identity, share []events.Identity) error {

@@ -60,7 +60,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		now := time.Now().UTC()
 		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: now,
 			ExpiresAt: now.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
-			Record: pauseKey(thread, d.StreamSeq)}
+			Record: pauseKey(thread, d.StreamSeq), Grants: t.TurnGrants}
 		for _, pe := range in.Elicitations {
 			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
 		}
@@ -249,38 +249,42 @@ func compactArgs(pe events.PendingElicitation) string {
 // Consuming the last open question resumes the turn in the same write.
 func (p *Processor) onResponded(ctx context.Context, src input) error {
 	thread, e := src.thread, src.d.Event
+	who := events.Identity{Principal: src.principal} // until identify says more
 	in, err := events.Data[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
 		if err != nil {
 			detail = err.Error()
 		}
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, nil)
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, nil)
 	}
 	if err := events.ValidToken("subject", thread); err != nil {
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
 	if v, ok := checkEventID(e.ID()); !ok {
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "id: "+v.Rule, []schema.Violation{v})
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "id: "+v.Rule, []schema.Violation{v})
+	}
+	if v, ok := checkAttributes(e); !ok {
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, "attributes: "+v.Rule, []schema.Violation{v})
 	}
 	switch {
 	case events.TypeOf(e) != events.TypeElicitationResponded:
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf("type: must be %q on an elicitation.responded subject", events.TypeElicitationResponded), nil)
 	case e.Subject() != thread:
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf("subject: must equal the thread of the NATS subject (%q)", thread), nil)
 	}
 	switch in.Action {
 	case schema.ActionAccept, schema.ActionDecline, schema.ActionCancel:
 	default:
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
 			fmt.Sprintf(`action: %q must be "accept", "decline" or "cancel"`, in.Action), nil)
 	}
 	// Who answers, as authenticated, and whether the thread is theirs:
 	// checked before the paused turn is touched, so a refused answer
 	// consumes nothing.
-	who, err := p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
+	who, err = p.identify(src.principal, e, in.AnsweredBy, "data.answeredBy")
 	var t *Thread
 	if err == nil {
 		var cached bool
@@ -298,13 +302,13 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		}
 	}
 	if detail, ok := isForbidden(err); ok {
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
+		return p.rejectOn(ctx, thread, who, t, e.ID(), in.ElicitationID, events.RejectForbidden, detail, nil)
 	} else if err != nil {
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
 	}
 	// Sizes, before anything reaches the paused turn.
 	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, events.RejectInvalidContent,
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidContent,
 			"the answer is too large; the question is still open", vs)
 	}
 	var (
@@ -339,7 +343,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 					return fmt.Errorf("answering %s: %w", in.ElicitationID, errPauseChanged)
 				}
 				if t.State == ThreadPaused && t.Paused.TurnID == t.TurnID {
-					return p.incompatiblePause(ctx, t, e.ID(), in.ElicitationID, cause)
+					return p.incompatiblePause(ctx, t, who, e.ID(), in.ElicitationID, cause)
 				}
 				rec, unreadable = nil, true
 			case errors.Is(err, kvstate.ErrNotFound):
@@ -351,6 +355,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		t, err = p.threads.Mutate(ctx, thread, func(t *Thread) error {
 			if t.Paused != nil && t.Paused.Record != key {
 				return errPauseChanged
+			}
+			if t.Paused.Find(in.ElicitationID) != nil {
+				if err := mayAnswer(t, who); err != nil {
+					v = answerVerdict{reason: events.RejectForbidden, detail: err.Error()}
+					return kvstate.ErrNoChange
+				}
 			}
 			if el := t.Paused.Find(in.ElicitationID); rec == nil && !unreadable && el != nil && el.ResponseEventID != e.ID() {
 				// The record expired: so did the pause (by the server's
@@ -384,7 +394,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	case v.unknown && t.Seen(e.ID()):
 		return nil // used to resume an earlier pause of the turn
 	case v.reason != "":
-		return p.reject(ctx, thread, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
+		return p.rejectOn(ctx, thread, who, t, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", who.String())
@@ -511,12 +521,20 @@ func (p *Processor) failResume(ctx context.Context, thread, turnID, detail strin
 	return p.requestNext(ctx, t)
 }
 
-func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
+// reject publishes elicitation.rejected for the answer respondedID, unless
+// the thread took an answer under that ID (announceRefusal).
+func (p *Processor) reject(ctx context.Context, thread string, who events.Identity, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
+	return p.rejectOn(ctx, thread, who, nil, respondedID, elicitationID, reason, detail, vs)
+}
+
+// rejectOn is reject with the thread t as just read afresh (nil: read it).
+func (p *Processor) rejectOn(ctx context.Context, thread string, who events.Identity, t *Thread, respondedID, elicitationID, reason, detail string, vs []schema.Violation) error {
 	p.log.InfoContext(ctx, "answer rejected", "subject", thread, "elicitation_id", elicitationID, "reason", reason)
-	return publishChat(ctx, p, thread, events.KindElicitationRejected,
-		events.DerivedID("elicitation.rejected", respondedID), "",
-		events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: respondedID, Reason: reason,
-			Detail: detail, Errors: vs})
+	return p.announceRefusal(ctx, thread, respondedID, t, func() error {
+		return publishRefusal(ctx, p, thread, events.KindElicitationRejected, who,
+			events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: respondedID, Reason: reason,
+				Detail: detail, Errors: vs}, respondedID)
+	})
 }
 
 // incompatiblePause fails closed: the answer is rejected state_incompatible,
@@ -525,9 +543,9 @@ func (p *Processor) reject(ctx context.Context, thread, respondedID, elicitation
 // turn's end is announced before the write that ends it, as every turn
 // end, so a crash in between repeats it on the answer's redelivery; a
 // thread no longer waiting then is not failed again.
-func (p *Processor) incompatiblePause(ctx context.Context, t *Thread, respondedID, elicitationID string, cause error) error {
+func (p *Processor) incompatiblePause(ctx context.Context, t *Thread, who events.Identity, respondedID, elicitationID string, cause error) error {
 	thread, failed := t.ID, t.Paused.TurnID
-	if err := p.reject(ctx, thread, respondedID, elicitationID, events.RejectStateIncompatible,
+	if err := p.reject(ctx, thread, who, respondedID, elicitationID, events.RejectStateIncompatible,
 		cause.Error(), nil); err != nil {
 		return err
 	}

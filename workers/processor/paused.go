@@ -78,6 +78,13 @@ type PausedTurn struct {
 	// announcing.
 	WithdrawnBy string   `json:"withdrawnBy,omitempty"`
 	Withdrawn   []string `json:"withdrawn,omitempty"`
+	// Grants is how many of the thread's grants (Thread.Shared) may
+	// answer these questions besides the owner: those made before the
+	// turn's message was sent (QueuedMessage.Grants). A share covers the
+	// questions of the owner's messages sent after it, never a question
+	// of an earlier message (mayAnswer). nil (a pause an earlier version
+	// recorded): every grant.
+	Grants *int `json:"grants,omitempty"`
 	// Record is the key of the pause record in kvstate.BucketPaused (the
 	// snapshot; its expiry ends the pause): pauseKey(thread, RunSeq), or
 	// the thread ID for a pause an earlier version stored (adoptLegacy).

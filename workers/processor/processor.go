@@ -266,7 +266,7 @@ func (p *Processor) newRunRouter() *bus.Router {
 // terminated and its error is retried (bus.ConsumerSpec.Compensate), so
 // the thread always learns the verdict.
 func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason error) error {
-	_, thread, suffix, perr := events.ParseInputSubject(d.Subject)
+	principal, thread, suffix, perr := events.ParseInputSubject(d.Subject)
 	if perr != nil {
 		// Only a run outcome names its thread in the event; an input
 		// whose subject does not parse names none (its dead letter
@@ -301,10 +301,9 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 			in, _ := events.Data[events.ElicitationResponded](d.Event)
 			elicitationID = in.ElicitationID
 		}
-		return publishChat(ctx, p, thread, events.KindElicitationRejected,
-			events.DerivedID("elicitation.rejected.dlq", d.Subject, fmt.Sprint(d.StreamSeq)), "",
+		return publishRefusal(ctx, p, thread, events.KindElicitationRejected, events.Identity{Principal: principal},
 			events.ElicitationRejected{ElicitationID: elicitationID, RespondedEventID: eventID,
-				Reason: events.RejectInvalidEvent, Detail: detail})
+				Reason: events.RejectInvalidEvent, Detail: detail}, "dlq", d.Subject, fmt.Sprint(d.StreamSeq))
 	case d.Event != nil: // a run outcome: the turn cannot go on
 		var ids struct {
 			TurnID string `json:"turnId"`
@@ -349,10 +348,11 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 // elicitation.rejected, reason invalid_event. A turn.requested is recorded
 // as dealt with, so later messages of the thread stop waiting for it.
 func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause error) error {
-	_, thread, suffix, err := events.ParseInputSubject(d.Subject)
+	principal, thread, suffix, err := events.ParseInputSubject(d.Subject)
 	if err != nil {
 		return bus.Permanent(errors.Join(cause, err))
 	}
+	who := events.Identity{Principal: principal}
 	v := schema.Violation{Path: "event", Rule: cause.Error()}
 	var ae *events.AttributeError
 	if errors.As(cause, &ae) {
@@ -366,24 +366,35 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 	} else if vs := d.Msg.Headers()["ce-id"]; len(vs) > 0 {
 		rawID = vs[0]
 	}
-	id := events.DerivedID("rejected.undecodable", d.Subject, fmt.Sprint(d.StreamSeq))
 	p.log.WarnContext(ctx, "undecodable event rejected", "subject", d.Subject, "stream_seq", d.StreamSeq, "error", cause)
 	switch suffix {
 	case events.ChatTurnRequested:
-		if err := publishChat(ctx, p, thread, events.KindTurnRejected, id, "",
-			events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}}); err != nil {
+		// In its turn, like any message of the thread (awaitPredecessors):
+		// recorded at once, it would release later messages still
+		// waiting for earlier ones.
+		if _, _, _, err := p.awaitPredecessors(ctx, thread, rawID, d); err != nil {
+			return err
+		}
+		if err := p.announceRefusal(ctx, thread, rawID, nil, func() error {
+			return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
+				events.TurnRejected{RequestEventID: rawID, Reason: events.RejectInvalidEvent, Errors: []schema.Violation{v}},
+				"undecodable", d.Subject, fmt.Sprint(d.StreamSeq))
+		}); err != nil {
 			return err
 		}
 		if events.ValidToken("thread", thread) != nil {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeqInOrder(ctx, thread, d)
+		return p.recordSeqInOrder(ctx, thread, rawID, d)
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)
-		return publishChat(ctx, p, thread, events.KindElicitationRejected, id, "",
-			events.ElicitationRejected{ElicitationID: in.ElicitationID, RespondedEventID: rawID,
-				Reason: events.RejectInvalidEvent, Detail: cause.Error(), Errors: []schema.Violation{v}})
+		return p.announceRefusal(ctx, thread, rawID, nil, func() error {
+			return publishRefusal(ctx, p, thread, events.KindElicitationRejected, who,
+				events.ElicitationRejected{ElicitationID: in.ElicitationID, RespondedEventID: rawID,
+					Reason: events.RejectInvalidEvent, Detail: cause.Error(), Errors: []schema.Violation{v}},
+				"undecodable", d.Subject, fmt.Sprint(d.StreamSeq))
+		})
 	}
 	return bus.Permanent(cause)
 }
@@ -399,6 +410,30 @@ func publishChat[T any](ctx context.Context, p *Processor, thread string, kind e
 	}
 	if turnID != "" {
 		e.SetExtension(events.ExtTurnID, turnID)
+	}
+	_, err = bus.PublishTo(ctx, p.pub, events.StreamChat, e, thread)
+	return err
+}
+
+// publishRefusal publishes a refusal (turn.rejected, elicitation.rejected)
+// of an input event of the party who, under an ID derived from kind, the
+// refused party's principal and the refused event's ID (parts), with who
+// as the extension attributes principal and onbehalfof, as an echo
+// carries them. A refusal names the refused event by the ID its sender
+// chose, which may be another party's event's (every integrator reads
+// them in PARLEY_CHAT): clients match a refusal by its principal too, and
+// one party's refusal cannot take the ID of another's.
+func publishRefusal[T any](ctx context.Context, p *Processor, thread string, kind events.Kind[T], who events.Identity, data T, parts ...string) error {
+	id := events.DerivedID(append([]string{string(kind.Type()), who.Principal}, parts...)...)
+	e, err := kind.New(events.SourceProcessor, id, thread, data)
+	if err != nil {
+		return err
+	}
+	if who.Principal != "" {
+		e.SetExtension(events.ExtPrincipal, who.Principal)
+	}
+	if who.OnBehalfOf != "" {
+		e.SetExtension(events.ExtOnBehalfOf, who.OnBehalfOf)
 	}
 	_, err = bus.PublishTo(ctx, p.pub, events.StreamChat, e, thread)
 	return err

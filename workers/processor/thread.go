@@ -34,6 +34,11 @@ type QueuedMessage struct {
 	Agent       string             `json:"agent"`
 	User        string             `json:"user,omitempty"`
 	Message     schema.ChatMessage `json:"message"`
+	// Grants is how many of the thread's grants (Thread.Shared, which
+	// only grows) were made when the message was recorded: the parties
+	// that may answer the questions of its turn besides the owner (nil
+	// in a message an earlier version queued: every grant).
+	Grants *int `json:"grants,omitempty"`
 }
 
 // Expiry names a paused turn that expired and its questions.
@@ -106,9 +111,12 @@ type Thread struct {
 	Shared []events.Identity `json:"shared,omitempty"`
 	// StartedBy is the ID of the turn.requested event that started the
 	// active turn.
-	StartedBy string               `json:"startedBy,omitempty"`
-	History   []schema.ChatMessage `json:"history,omitempty"`
-	Queue     []QueuedMessage      `json:"queue,omitempty"`
+	StartedBy string `json:"startedBy,omitempty"`
+	// TurnGrants is the active turn's message's QueuedMessage.Grants,
+	// which its pauses record (PausedTurn.Grants).
+	TurnGrants *int                 `json:"turnGrants,omitempty"`
+	History    []schema.ChatMessage `json:"history,omitempty"`
+	Queue      []QueuedMessage      `json:"queue,omitempty"`
 	// Paused is the thread's last paused turn, its questions and what
 	// became of them (paused.go): the active turn's while State is
 	// paused; kept, settled, until the next pause replaces it.
@@ -146,8 +154,13 @@ const MaxQueueBytes = 256 << 10
 
 // MaxPausedBytes bounds Thread.Paused: the questions of one pause as the
 // agent asked them (JSON) plus answerRoom for the answer to each. A pause
-// over it is not recorded: the turn fails run_too_large.
-const MaxPausedBytes = 448 << 10
+// over it is not recorded: the turn fails run_too_large. With the queue
+// and the history at their bounds it leaves about 72 KiB of the 1 MiB KV
+// value for the rest of the record, which takes up to 64 KiB (the owner
+// and 16 shares, 2×64 remembered event IDs, the questions' IDs listed
+// again by the last supersession and expiry) and the write's header:
+// TestThreadRecordAtEveryBoundToTheByte.
+const MaxPausedBytes = 440 << 10
 
 // answerRoom is what the paused turn reserves for the answer to each of
 // its questions: an answer of events.MaxAnswerBytes as received, with who

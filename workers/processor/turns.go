@@ -31,6 +31,16 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		}
 	}
 	if verr != nil {
+		validThread := events.ValidToken("subject", thread) == nil
+		if validThread {
+			// Recorded as dealt with only in its turn: recording it at
+			// once would let the thread's later messages stop waiting
+			// for earlier ones still in flight (anyone may publish an
+			// invalid message on a thread's subject).
+			if _, _, _, err := p.awaitPredecessors(ctx, thread, e.ID(), d); err != nil {
+				return err
+			}
+		}
 		p.log.WarnContext(ctx, "turn rejected", "subject", thread, "event_id", e.ID(), "errors", verr)
 		reason := events.RejectMessageTooLarge
 		for _, v := range verr {
@@ -38,24 +48,25 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 				reason = events.RejectInvalidEvent
 			}
 		}
-		if err := publishChat(ctx, p, thread, events.KindTurnRejected,
-			events.DerivedID("turn.rejected", e.ID()), "",
-			events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}); err != nil {
+		if err := p.announceRefusal(ctx, thread, e.ID(), nil, func() error {
+			return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
+				events.TurnRejected{RequestEventID: e.ID(), Reason: reason, Errors: verr}, e.ID())
+		}); err != nil {
 			return err
 		}
-		if events.ValidToken("subject", thread) != nil {
+		if !validThread {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeqInOrder(ctx, thread, d)
+		return p.recordSeqInOrder(ctx, thread, e.ID(), d)
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
-	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, d)
+	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, e.ID(), d)
 	if err != nil {
 		return err
 	}
 	if ierr != nil { // a claim this principal may not make
-		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, ierr)
+		return p.refuseTurn(ctx, thread, who, e.ID(), d.StreamSeq, ierr)
 	}
 	queued := QueuedMessage{EventID: e.ID(), Agent: in.Agent, User: who.OnBehalfOf, Message: in.Message,
 		TraceParent: bus.TraceParent(ctx)}
@@ -84,11 +95,21 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		if forgotten {
 			return kvstate.ErrNoChange
 		}
-		if !t.Seen(e.ID()) {
-			if err := applyOwnership(t, who, in.Share); err != nil {
+		if t.Seen(e.ID()) {
+			// A redelivery (its grants are recorded), or someone's
+			// message under an ID the thread handled (every integrator
+			// reads the IDs in PARLEY_CHAT): only a party of the thread
+			// may have it taken for a redelivery, and echoed.
+			if err := mayUse(t, who); err != nil {
 				return err
 			}
+		} else if err := applyOwnership(t, who, in.Share); err != nil {
+			return err
 		}
+		// The grants made before the message was sent (its own
+		// included): who may answer its turn's questions.
+		grants := len(t.Shared)
+		queued.Grants = &grants
 		var err error
 		refused, started, err = applyMessage(t, queued, d.StreamSeq, time.Now())
 		return err
@@ -100,7 +121,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		t, err = p.threads.Mutate(ctx, thread, apply)
 	}
 	if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
-		return p.refuseTurn(ctx, thread, e.ID(), d.StreamSeq, err)
+		return p.refuseTurn(ctx, thread, who, e.ID(), d.StreamSeq, err)
 	}
 	if err != nil {
 		return p.failIncompatible(ctx, thread, err)
@@ -114,11 +135,10 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		p.fault(faultAfterSupersede)
 	}
 	if refused {
-		return publishChat(ctx, p, thread, events.KindTurnRejected,
-			events.DerivedID("turn.rejected", e.ID()), "",
+		return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
 			events.TurnRejected{RequestEventID: e.ID(), Reason: events.RejectThreadBusy, Errors: []schema.Violation{{
 				Path: "subject", Rule: fmt.Sprintf("the thread already has %d messages (at most %d, %d KiB) waiting; send again later",
-					len(t.Queue), MaxQueue, MaxQueueBytes>>10)}}})
+					len(t.Queue), MaxQueue, MaxQueueBytes>>10)}}}, e.ID())
 	}
 	if started == "" {
 		// Queued, or a redelivery: repeat what the first attempt may not
@@ -141,19 +161,66 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 // refuseTurn rejects the turn.requested id at PARLEY_INPUT sequence seq for
 // cause, a refusal of the owner rules (forbidden) or too many shares
 // (invalid_event), and records it as dealt with, queueing nothing.
-func (p *Processor) refuseTurn(ctx context.Context, thread, id string, seq uint64, cause error) error {
+func (p *Processor) refuseTurn(ctx context.Context, thread string, who events.Identity, id string, seq uint64, cause error) error {
 	reason, v := events.RejectForbidden, schema.Violation{Path: "principal", Rule: cause.Error()}
 	if errors.Is(cause, errTooManyShares) {
 		reason, v = events.RejectInvalidEvent, schema.Violation{Path: "data.share",
 			Rule: fmt.Sprintf("the thread would be shared with more than %d parties", events.MaxShares)}
 	}
 	p.log.WarnContext(ctx, "turn refused", "subject", thread, "event_id", id, "reason", reason, "detail", v.Rule)
-	if err := publishChat(ctx, p, thread, events.KindTurnRejected,
-		events.DerivedID("turn.rejected", id), "",
-		events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}); err != nil {
+	if err := p.announceRefusal(ctx, thread, id, nil, func() error {
+		return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
+			events.TurnRejected{RequestEventID: id, Reason: reason, Errors: []schema.Violation{v}}, id)
+	}); err != nil {
 		return err
 	}
 	return p.recordSeq(ctx, thread, seq)
+}
+
+// announceRefusal publishes (publish) the refusal of the input event id
+// on thread, unless the thread took an event under that ID (a message,
+// or an answer that consumed a question). A refusal names the event by
+// the ID its sender chose, and a client takes the refusal naming its
+// event for the verdict on it (client.Deliver; the thread's fold closes
+// the message): a stranger's event under the ID of one the thread
+// accepted (every integrator reads those IDs in PARLEY_CHAT) must not
+// name it. Such an event gets no verdict; a refused event redelivered
+// gets its refusal again (it was never taken).
+// t is the thread as just read afresh, or nil (then it is read: a cached
+// record may lack the ID, so one that does is read again).
+func (p *Processor) announceRefusal(ctx context.Context, thread, id string, t *Thread, publish func() error) error {
+	if id != "" && events.ValidToken("thread", thread) == nil {
+		var err error
+		if t == nil {
+			var cached bool
+			if t, _, cached, err = p.threads.view(ctx, thread); err == nil && cached && !tookID(t, id) {
+				t, _, err = p.threads.Load(ctx, thread)
+			}
+		}
+		if err == nil && tookID(t, id) {
+			p.log.WarnContext(ctx, "refusal not announced: the thread took an event under its ID (a replayed or forged ID)",
+				"subject", thread, "event_id", id)
+			return nil
+		}
+	}
+	return publish()
+}
+
+// tookID reports whether thread t took an input event under id: a
+// message or answer it handled (recent IDs), or the answer that consumed
+// one of its paused turn's questions.
+func tookID(t *Thread, id string) bool {
+	if t.Seen(id) {
+		return true
+	}
+	if t.Paused != nil {
+		for _, el := range t.Paused.Elicitations {
+			if el.ResponseEventID == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // recordSeq records that the turn.requested at stream sequence seq was
@@ -176,8 +243,8 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // every message up to it was dealt with, so recording a later message
 // while an earlier one is still unrecorded (its processor died holding
 // it) would let the messages between them overtake the earlier one.
-func (p *Processor) recordSeqInOrder(ctx context.Context, thread string, d *bus.Delivery) error {
-	if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
+func (p *Processor) recordSeqInOrder(ctx context.Context, thread, id string, d *bus.Delivery) error {
+	if _, _, _, err := p.awaitPredecessors(ctx, thread, id, d); err != nil {
 		return err
 	}
 	return p.recordSeq(ctx, thread, d.StreamSeq)
@@ -211,7 +278,8 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 	return p.recordSeq(ctx, thread, seq)
 }
 
-// awaitPredecessors holds a user message until every earlier
+// awaitPredecessors holds a user message (event id; an invalid one too,
+// before it is recorded as dealt with) until every earlier
 // turn.requested of its thread (by PARLEY_INPUT sequence, whichever
 // principal sent it) is recorded, so that
 // messages of one thread are taken in order (FIFO) even when replicas
@@ -226,7 +294,7 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 // taken unchecked. A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
-func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
+func (p *Processor) awaitPredecessors(ctx context.Context, thread, id string, d *bus.Delivery) (*Thread, uint64, bool, error) {
 	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for fresh := false; ; fresh = true {
@@ -249,7 +317,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			// could overtake an earlier one); it is retried.
 			return nil, 0, false, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
 		}
-		if d.Event != nil && t.Seen(d.Event.ID()) || t.LastTurnSeq >= d.StreamSeq {
+		if t.Seen(id) || t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
 		gctx, cancel := bus.WithRequestTimeout(ctx)
@@ -270,7 +338,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			// Free the slot (the earlier message may need it) and come back.
 			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
 		}
-		if d.Msg != nil {
+		if d.Msg != nil { // nil in the package tests
 			_ = d.Msg.InProgress()
 		}
 		select {
@@ -291,6 +359,9 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 		vs = append(vs, schema.Violation{Path: "subject", Rule: fmt.Sprintf("must equal the thread of the NATS subject (%q)", thread)})
 	}
 	if v, ok := checkEventID(e.ID()); !ok {
+		vs = append(vs, v)
+	}
+	if v, ok := checkAttributes(e); !ok {
 		vs = append(vs, v)
 	}
 	// The whole event data (text, content blocks, _meta, share), so no
@@ -349,6 +420,35 @@ func checkEventID(id string) (schema.Violation, bool) {
 	b, _ := json.Marshal(id)
 	if n := len(b) - 2; n > MaxEventIDBytes {
 		return schema.Violation{Path: "id", Rule: fmt.Sprintf("%d bytes as JSON (escapes included); at most %d", n, MaxEventIDBytes)}, false
+	}
+	return schema.Violation{}, true
+}
+
+// MaxAttributeBytes bounds the CloudEvents attributes of an integrator's
+// event (turn.requested, elicitation.responded), extensions included, as
+// NATS headers (events.Encode: names, values and separators). The
+// processor echoes an accepted event into PARLEY_CHAT with its
+// attributes, and JetStream refuses a message whose headers pass 64 KiB:
+// an event whose echo cannot be stored would be recorded (a turn started,
+// an answer consumed) but never announced nor run, leaving its thread
+// running for ever. A larger event is rejected invalid_event, path
+// "attributes".
+const MaxAttributeBytes = 8 << 10
+
+// checkAttributes checks e's attributes against MaxAttributeBytes.
+func checkAttributes(e *event.Event) (schema.Violation, bool) {
+	h, _, err := events.Encode(e)
+	if err != nil {
+		return schema.Violation{Path: "attributes", Rule: err.Error()}, false
+	}
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": ") + len(v) + len("\r\n")
+		}
+	}
+	if n > MaxAttributeBytes {
+		return schema.Violation{Path: "attributes", Rule: fmt.Sprintf("%d bytes as headers (extensions included); at most %d", n, MaxAttributeBytes)}, false
 	}
 	return schema.Violation{}, true
 }
