@@ -1,0 +1,100 @@
+package processor
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Session 12 review of the merge of s12-crash and s12-attack: where the two
+// changes meet in the processor's state machine.
+
+// deliverAs hands e (a turn.requested of thread t) published by principal
+// at PARLEY_INPUT sequence seq, delivered the n-th time, to the processor.
+func (h *harness) deliverAs(principal string, e *event.Event, seq, n uint64) error {
+	h.t.Helper()
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(principal, "t", events.ChatTurnRequested),
+		StreamSeq: seq, NumDelivered: n})
+}
+
+// turnEvent is a turn.requested id on ce-subject subject with data in.
+func turnEvent(t *testing.T, id, subject string, in events.TurnRequested) *event.Event {
+	t.Helper()
+	if in.Message.Text == "" {
+		in.Message = schema.ChatMessage{Role: schema.RoleUser, Text: "message " + id}
+	}
+	e, err := events.NewWithID(id, "/test", events.TypeTurnRequested, subject, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// FIFO and no lost message, against a stranger's message under an ID the
+// thread handled (s12-attack refuses it, silently, and records its
+// sequence; s12-crash drops a redelivery at or below the thread's last
+// sequence as a message the thread recorded already). alice's m1 runs;
+// her m2 is in PARLEY_INPUT, its processor died holding it. mallory reads
+// m1's ID in PARLEY_CHAT and publishes her own message under it (valid,
+// invalid or forbidden). The predecessor check takes an ID the thread
+// handled for "recorded already" and lets mallory's message go without
+// waiting for m2: its refusal records the thread's last sequence past m2,
+// and m2's redelivery is then taken for a repeat and dropped: never
+// queued, never run, no verdict.
+func TestReviewStrangerUnderHandledIDDoesNotSkipEarlierMessage(t *testing.T) {
+	for _, kind := range []string{"valid", "invalid", "claim"} {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t)
+			h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+			q := withWorkQueue(h)
+			alice := events.TurnRequested{User: "alice"}
+			q.add(1)
+			if err := h.deliverAs(events.PrincipalGateway, turnEvent(t, "m1", "t", alice), 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			q.ack(1)
+			q.add(2, 3) // m2 (alice's, its processor died) and mallory's
+			var evil *event.Event
+			switch kind {
+			case "valid":
+				evil = turnEvent(t, "m1", "t", events.TurnRequested{})
+			case "invalid": // its ce-subject is not the thread
+				evil = turnEvent(t, "m1", "elsewhere", events.TurnRequested{})
+			case "claim": // a claim mallory may not make: forbidden
+				evil = turnEvent(t, "m1", "t", events.TurnRequested{User: "alice"})
+			}
+			todo := []struct {
+				who string
+				e   *event.Event
+				seq uint64
+				n   uint64
+			}{{events.PrincipalIntegrator, evil, 3, 1}, {events.PrincipalGateway, turnEvent(t, "m2", "t", alice), 2, 2}}
+			for round := 0; len(todo) > 0; round++ {
+				if round == 5 {
+					t.Fatalf("%d messages never acked", len(todo))
+				}
+				again := todo[:0:0]
+				for _, m := range todo {
+					if err := h.deliverAs(m.who, m.e, m.seq, m.n); err != nil {
+						m.n++
+						again = append(again, m)
+						continue
+					}
+					q.ack(m.seq)
+				}
+				todo = again
+			}
+			if got := queueIDs(h.stored()); !slices.Equal(got, []string{"m2"}) {
+				t.Fatalf("queue %v; want alice's m2 waiting behind m1 (it was dropped as a message the thread recorded already)", got)
+			}
+			if r := turnRejectedFor(h, "m1"); r != "" {
+				t.Errorf("a refusal naming m1 (%s), which runs", r)
+			}
+		})
+	}
+}
