@@ -372,7 +372,7 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 		// In its turn, like any message of the thread (awaitPredecessors):
 		// recorded at once, it would release later messages still
 		// waiting for earlier ones.
-		if _, _, _, err := p.awaitPredecessors(ctx, thread, rawID, d); err != nil {
+		if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
 			return err
 		}
 		if err := p.announceRefusal(ctx, thread, rawID, nil, func() error {
@@ -385,7 +385,7 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 		if events.ValidToken("thread", thread) != nil {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeqInOrder(ctx, thread, rawID, d)
+		return p.recordSeqInOrder(ctx, thread, d)
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)

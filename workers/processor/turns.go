@@ -37,7 +37,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 			// once would let the thread's later messages stop waiting
 			// for earlier ones still in flight (anyone may publish an
 			// invalid message on a thread's subject).
-			if _, _, _, err := p.awaitPredecessors(ctx, thread, e.ID(), d); err != nil {
+			if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
 				return err
 			}
 		}
@@ -57,11 +57,11 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		if !validThread {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeqInOrder(ctx, thread, e.ID(), d)
+		return p.recordSeqInOrder(ctx, thread, d)
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
-	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, e.ID(), d)
+	loaded, loadedRev, loadedCached, err := p.awaitPredecessors(ctx, thread, d)
 	if err != nil {
 		return err
 	}
@@ -243,8 +243,8 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // every message up to it was dealt with, so recording a later message
 // while an earlier one is still unrecorded (its processor died holding
 // it) would let the messages between them overtake the earlier one.
-func (p *Processor) recordSeqInOrder(ctx context.Context, thread, id string, d *bus.Delivery) error {
-	if _, _, _, err := p.awaitPredecessors(ctx, thread, id, d); err != nil {
+func (p *Processor) recordSeqInOrder(ctx context.Context, thread string, d *bus.Delivery) error {
+	if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
 		return err
 	}
 	return p.recordSeq(ctx, thread, d.StreamSeq)
@@ -278,12 +278,18 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 	return p.recordSeq(ctx, thread, seq)
 }
 
-// awaitPredecessors holds a user message (event id; an invalid one too,
-// before it is recorded as dealt with) until every earlier
+// awaitPredecessors holds a user message (an invalid one too, before it
+// is recorded as dealt with) until every earlier
 // turn.requested of its thread (by PARLEY_INPUT sequence, whichever
 // principal sent it) is recorded, so that
 // messages of one thread are taken in order (FIFO) even when replicas
-// handle them in parallel. It polls the thread record and the stream (a
+// handle them in parallel. Only the message's sequence says it was
+// recorded (the thread's LastTurnSeq reaches it), never its event ID: the
+// sender chose that, and every integrator reads the IDs the thread
+// handled in PARLEY_CHAT, so a stranger's message under one of them
+// would go unchecked, and its refusal record the thread's last sequence
+// past an earlier message still in flight, whose redelivery is then
+// dropped as a repeat (onTurnRequested's forgotten check). It polls the thread record and the stream (a
 // subject-filtered get of the next message after the last recorded one),
 // heartbeating the message, for up to OrderWait; then it returns an error
 // so the message is retried later.
@@ -294,7 +300,7 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 // taken unchecked. A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
-func (p *Processor) awaitPredecessors(ctx context.Context, thread, id string, d *bus.Delivery) (*Thread, uint64, bool, error) {
+func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
 	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for fresh := false; ; fresh = true {
@@ -317,7 +323,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread, id string, d 
 			// could overtake an earlier one); it is retried.
 			return nil, 0, false, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
 		}
-		if t.Seen(id) || t.LastTurnSeq >= d.StreamSeq {
+		if t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
 		gctx, cancel := bus.WithRequestTimeout(ctx)
