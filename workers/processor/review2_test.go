@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -94,6 +95,52 @@ func TestReviewStrangerUnderHandledIDDoesNotSkipEarlierMessage(t *testing.T) {
 			}
 			if r := turnRejectedFor(h, "m1"); r != "" {
 				t.Errorf("a refusal naming m1 (%s), which runs", r)
+			}
+		})
+	}
+}
+
+// No refusal names a message the thread took (s12-attack's
+// announceRefusal), also once its ID aged out of the thread's last 64
+// (s12-crash's holds: the record still names it where it put it). alice's
+// m1 runs; a burst of her messages (queued, then refused thread_busy)
+// pushes m1 out of Handled. mallory publishes her own message under m1's
+// ID (valid, or invalid): its refusal must not name m1, whose turn runs
+// (every reader's fold closes the message a turn.rejected names).
+func TestReviewRefusalSilentForHeldIDAgedOutOfHandled(t *testing.T) {
+	for _, kind := range []string{"valid", "invalid"} {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t)
+			h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+			alice := events.TurnRequested{User: "alice"}
+			if err := h.messageAs(events.PrincipalGateway, "m1", 1, alice); err != nil {
+				t.Fatal(err)
+			}
+			seq := uint64(1)
+			for range maxHandled {
+				seq++
+				if err := h.messageAs(events.PrincipalGateway, fmt.Sprint("m", seq), seq, alice); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if th := h.stored(); th.Seen("m1") || th.StartedBy != "m1" {
+				t.Fatalf("setup: m1 seen %v, active turn started by %s; want m1 running, aged out of Handled", th.Seen("m1"), th.StartedBy)
+			}
+			seq++
+			h.inStream(seq)
+			subject := "t"
+			if kind == "invalid" {
+				subject = "elsewhere"
+			}
+			if err := h.deliverAs(events.PrincipalIntegrator, turnEvent(t, "m1", subject, events.TurnRequested{}), seq, 1); err != nil {
+				t.Fatal(err)
+			}
+			if r := turnRejectedFor(h, "m1"); r != "" {
+				t.Errorf("mallory's message under m1's ID: a refusal naming m1 (%s), whose turn runs", r)
+			}
+			if th := h.stored(); th.StartedBy != "m1" || th.LastTurnSeq != seq {
+				t.Errorf("after mallory's message: turn of %s, last sequence %d; want m1's still running, the message dealt with (%d)",
+					th.StartedBy, th.LastTurnSeq, seq)
 			}
 		})
 	}
