@@ -207,10 +207,12 @@ func (p *Processor) announceRefusal(ctx context.Context, thread, id string, t *T
 }
 
 // tookID reports whether thread t took an input event under id: a
-// message or answer it handled (recent IDs), or the answer that consumed
-// one of its paused turn's questions.
+// message or answer it handled (recent IDs), a message it still names
+// where it put it though its ID aged out of the recent ones (holds: the
+// active turn's, queued, superseding, refused), or the answer that
+// consumed one of its paused turn's questions.
 func tookID(t *Thread, id string) bool {
-	if t.Seen(id) {
+	if t.Seen(id) || holds(t, id) {
 		return true
 	}
 	if t.Paused != nil {
