@@ -26,7 +26,7 @@ func TestCrossThreadMsgIDPreclaimCannotSuppress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	completedID := events.DerivedID("turn.completed", events.DerivedID("turn", victim.ID()))
+	completedID := events.DerivedID("turn.completed", victim.Subject(), events.DerivedID("turn", victim.ID()))
 	forged, err := events.NewWithID(completedID, events.SourceProcessor, events.TypeTurnCompleted, "attacker",
 		events.TurnCompleted{TurnID: "x", Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "forged"}})
 	if err != nil {
@@ -68,7 +68,7 @@ func TestEchoCannotPreclaimDerivedID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	completedID := events.DerivedID("turn.completed", events.DerivedID("turn", victim.ID()))
+	completedID := events.DerivedID("turn.completed", victim.Subject(), events.DerivedID("turn", victim.ID()))
 	claim, err := s.client.TurnRequest("attacker", "", "list everything", "")
 	if err != nil {
 		t.Fatal(err)

@@ -456,7 +456,7 @@ func (p *Processor) announceWithdrawn(ctx context.Context, thread string, pt *Pa
 		return nil
 	}
 	return publishChat(ctx, p, thread, events.KindElicitationCancelled,
-		events.DerivedID("elicitation.cancelled", pt.TurnID, cancelledID), pt.TurnID,
+		events.DerivedID("elicitation.cancelled", thread, pt.TurnID, cancelledID), pt.TurnID,
 		events.ElicitationCancelled{TurnID: pt.TurnID, ElicitationIDs: withdrawn,
 			Reason: "another question of the same turn was cancelled"})
 }
@@ -508,7 +508,7 @@ func (p *Processor) publishResume(ctx context.Context, t *Thread, rec *pauseReco
 func (p *Processor) failResume(ctx context.Context, thread, turnID, detail string) error {
 	p.log.ErrorContext(ctx, "the turn cannot resume", "subject", thread, "turn_id", turnID, "detail", detail)
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
-		events.DerivedID("turn.failed.resume", turnID), turnID,
+		events.DerivedID("turn.failed.resume", thread, turnID), turnID,
 		events.TurnFailed{TurnID: turnID, Reason: events.RejectUnknownOrExpired, Detail: detail}); err != nil {
 		return err
 	}
@@ -590,7 +590,7 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if x := t.Expired; x != nil && (x.Record == key || x.Record == "" && time.Since(x.At) <= time.Minute) {
 		p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", x.TurnID)
 		if err := publishChat(ctx, p, thread, events.KindElicitationExpired,
-			events.DerivedID("elicitation.expired", x.TurnID), x.TurnID,
+			events.DerivedID("elicitation.expired", thread, x.TurnID), x.TurnID,
 			events.ElicitationExpired{TurnID: x.TurnID, ElicitationIDs: x.ElicitationIDs}); err != nil {
 			return err
 		}

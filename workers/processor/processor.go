@@ -329,7 +329,7 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 			return p.requestNext(ctx, t)
 		}
 		if err := publishChat(ctx, p, thread, events.KindTurnFailed,
-			events.DerivedID("turn.failed", ids.TurnID), ids.TurnID,
+			events.DerivedID("turn.failed", thread, ids.TurnID), ids.TurnID,
 			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {
 			return err
 		}

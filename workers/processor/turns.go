@@ -497,13 +497,13 @@ func (p *Processor) announceEnd(ctx context.Context, thread string, sup *Superse
 	switch {
 	case len(sup.Cancelled) > 0:
 		return publishChat(ctx, p, thread, events.KindElicitationCancelled,
-			events.DerivedID("elicitation.cancelled", sup.TurnID), sup.TurnID,
+			events.DerivedID("elicitation.cancelled", thread, sup.TurnID), sup.TurnID,
 			events.ElicitationCancelled{TurnID: sup.TurnID, ElicitationIDs: sup.Cancelled,
 				Reason: "a new user message started a new turn"})
 	case len(sup.Expired) > 0:
 		// Same ID as the expiry consumer's announcement: published once.
 		return publishChat(ctx, p, thread, events.KindElicitationExpired,
-			events.DerivedID("elicitation.expired", sup.TurnID), sup.TurnID,
+			events.DerivedID("elicitation.expired", thread, sup.TurnID), sup.TurnID,
 			events.ElicitationExpired{TurnID: sup.TurnID, ElicitationIDs: sup.Expired})
 	}
 	return nil
@@ -551,7 +551,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
 	if err := publishChat(ctx, p, thread, events.KindTurnCompleted,
-		events.DerivedID("turn.completed", in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
+		events.DerivedID("turn.completed", thread, in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
 	t, err = p.finishTurnAt(ctx, t, rev, in.TurnID, e.ID(), d.StreamSeq, &msg)
@@ -597,7 +597,7 @@ func (p *Processor) endTurn(ctx context.Context, d *bus.Delivery, thread, turnID
 		return p.requestNext(ctx, t) // announced before it was recorded
 	}
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
-		events.DerivedID("turn.failed", turnID), turnID,
+		events.DerivedID("turn.failed", thread, turnID), turnID,
 		events.TurnFailed{TurnID: turnID, RequestEventID: startedBy(t, turnID), Reason: reason, Detail: detail}); err != nil {
 		return err
 	}
