@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -143,5 +144,49 @@ func TestReviewRefusalSilentForHeldIDAgedOutOfHandled(t *testing.T) {
 					th.StartedBy, th.LastTurnSeq, seq)
 			}
 		})
+	}
+}
+
+// A share covers only the questions of messages sent after it
+// (s12-attack's grants), also for a paused turn an earlier version
+// stored (s12-crash's and earlier sessions' legacy adoption). alice's m1
+// runs; her m2, sharing the thread with bob, is in the stream before m1's
+// turn pauses; an earlier version records the pause (its record of its
+// own, and a thread write that drops the grants it does not know). A new
+// processor then queues m2 behind the pause, adopting the legacy pause in
+// the same write, and bob answers m1's question: the adopted pause has no
+// grants (nil: every grant, also those made after it), so bob may.
+func TestReviewShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
+	if err := h.messageAs(events.PrincipalGateway, "m1", 1, events.TurnRequested{User: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	h.inStream(2) // m2 is published before the pause
+	h.pause("m1", "p1", 10, "q1")
+	h.legacy(nil)
+	func() { // the earlier version's thread write knew no grants
+		h.threads.mu.Lock()
+		defer h.threads.mu.Unlock()
+		th, _ := h.threads.load("t")
+		th.TurnGrants = nil
+		data, _ := json.Marshal(th)
+		h.threads.rev++
+		h.threads.recs["t"] = memRecord{data, h.threads.rev}
+	}()
+	h.p.threads.forget("t")
+	if err := h.messageAs(events.PrincipalGateway, "m2", 2, events.TurnRequested{User: "alice", Share: []events.Identity{bob}}); err != nil {
+		t.Fatal(err)
+	}
+	if th := h.stored(); !slices.Equal(queueIDs(th), []string{"m2"}) || th.State != ThreadPaused {
+		t.Fatalf("setup: thread %s, queue %v; want m1's turn paused, m2 queued", th.State, queueIDs(th))
+	}
+	h.answerAs(events.PrincipalGateway, "b1", "q1", "bob")
+	if r := rejectedFor(h, "b1"); r != events.RejectForbidden {
+		t.Errorf("bob's answer to m1's question (asked before m2 shared the thread): rejection %q, want forbidden", r)
+	}
+	if el := h.paused().Find("q1"); el.Status != StatusPending {
+		t.Fatalf("q1 = %s answered by %v; want still pending, alice's to answer", el.Status, el.AnsweredBy)
 	}
 }
