@@ -175,6 +175,17 @@ func (p *Processor) adoptLegacy(ctx context.Context, t *Thread) error {
 				Elicitation{PendingElicitation: events.PendingElicitation{ID: id}, Status: StatusPending})
 		}
 	}
+	// The grants its turn's message was sent under (Grants), when the
+	// thread still has them; an earlier version's writes drop them, and
+	// then those made before the adoption stand for them: a share the
+	// thread records after it (in the same write, or later) covers only
+	// later messages' questions, never this turn's.
+	grants := t.TurnGrants
+	if grants == nil {
+		n := len(t.Shared)
+		grants = &n
+	}
+	t.Paused.Grants, t.TurnGrants = grants, grants
 	t.LegacyPending = nil
 	return nil
 }

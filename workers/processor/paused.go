@@ -82,8 +82,10 @@ type PausedTurn struct {
 	// answer these questions besides the owner: those made before the
 	// turn's message was sent (QueuedMessage.Grants). A share covers the
 	// questions of the owner's messages sent after it, never a question
-	// of an earlier message (mayAnswer). nil (a pause an earlier version
-	// recorded): every grant.
+	// of an earlier message (mayAnswer). nil (a pause recorded in the
+	// thread by a version before grants): every grant. A pause adopted
+	// from an earlier version's record of its own gets the grants made
+	// before its adoption when the thread lost its turn's (adoptLegacy).
 	Grants *int `json:"grants,omitempty"`
 	// Record is the key of the pause record in kvstate.BucketPaused (the
 	// snapshot; its expiry ends the pause): pauseKey(thread, RunSeq), or
