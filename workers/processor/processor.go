@@ -385,7 +385,7 @@ func (p *Processor) onUndecodable(ctx context.Context, d *bus.Delivery, cause er
 		if events.ValidToken("thread", thread) != nil {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeqInOrder(ctx, thread, d)
+		return p.recordSeq(ctx, thread, d.StreamSeq) // in its turn: awaitPredecessors above
 	case events.ChatElicitationResponded:
 		var in events.ElicitationResponded
 		_ = json.Unmarshal(d.Msg.Data(), &in)

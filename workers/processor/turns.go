@@ -57,7 +57,7 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		if !validThread {
 			return nil // no thread record for an invalid thread ID
 		}
-		return p.recordSeqInOrder(ctx, thread, d)
+		return p.recordSeq(ctx, thread, d.StreamSeq) // in its turn: awaitPredecessors above
 	}
 	// The thread as awaitPredecessors last read it saves the first
 	// attempt below its read.
@@ -227,7 +227,13 @@ func tookID(t *Thread, id string) bool {
 
 // recordSeq records that the turn.requested at stream sequence seq was
 // dealt with (refused or dead-lettered) without queueing, so later
-// messages of the thread stop waiting for it.
+// messages of the thread stop waiting for it. Only once every earlier
+// message of the thread is recorded (awaitPredecessors, for a refusal;
+// recordSeqIfNext, for a dead letter): LastTurnSeq says that every
+// message up to it was dealt with, so recording a later message while an
+// earlier one is still unrecorded (its processor died holding it) would
+// let the messages between them overtake the earlier one, and drop its
+// redelivery as a repeat.
 func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) error {
 	_, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		if t.LastTurnSeq >= seq {
@@ -237,19 +243,6 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 		return nil
 	})
 	return err
-}
-
-// recordSeqInOrder is recordSeq for a turn.requested refused before it
-// reached the thread (invalid, undecodable), once every earlier message
-// of the thread is recorded (awaitPredecessors): LastTurnSeq says that
-// every message up to it was dealt with, so recording a later message
-// while an earlier one is still unrecorded (its processor died holding
-// it) would let the messages between them overtake the earlier one.
-func (p *Processor) recordSeqInOrder(ctx context.Context, thread string, d *bus.Delivery) error {
-	if _, _, _, err := p.awaitPredecessors(ctx, thread, d); err != nil {
-		return err
-	}
-	return p.recordSeq(ctx, thread, d.StreamSeq)
 }
 
 // recordSeqIfNext is recordSeq for a dead-lettered turn.requested, which
