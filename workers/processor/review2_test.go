@@ -190,3 +190,34 @@ func TestReviewShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
 		t.Fatalf("q1 = %s answered by %v; want still pending, alice's to answer", el.Status, el.AnsweredBy)
 	}
 }
+
+// The thread's recent IDs (Handled) hold the IDs its input's senders
+// chose beside those of the run outcomes it applied, and an outcome whose
+// ID is there counts as applied (a repeat). A run outcome's ID derives
+// from the run ID, which derives from the thread and the turn (s12-attack),
+// so a party of the thread computes the ID of the running turn's
+// run.completed and sends a message under it: it queues (a party's
+// message is taken), and the turn's completion is then taken for a
+// repeat, never applied: the turn never ends, nor does anything queued
+// behind it run.
+func TestReviewMessageUnderRunOutcomeIDDoesNotWedgeTheTurn(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
+	if err := h.messageAs(events.PrincipalGateway, "m1", 1, events.TurnRequested{User: "alice", Share: []events.Identity{bob}}); err != nil {
+		t.Fatal(err)
+	}
+	th := h.stored()
+	completedID := events.DerivedID("run.completed", th.RunID)
+	if err := h.messageAs(events.PrincipalGateway, completedID, 2, events.TurnRequested{User: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	h.run(events.TypeRunCompleted, completedID, 10, events.RunCompleted{RunID: th.RunID, TurnID: th.TurnID,
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if n := len(h.pub.of(events.TypeTurnCompleted)); n != 1 {
+		t.Errorf("%d turn.completed for m1's turn, want 1", n)
+	}
+	if after := h.stored(); after.TurnID == th.TurnID {
+		t.Fatalf("after m1's run completed: thread %s on m1's turn, queue %v; want bob's message's turn running", after.State, queueIDs(after))
+	}
+}
