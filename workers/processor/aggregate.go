@@ -226,10 +226,19 @@ func applyPause(t *Thread, pt *PausedTurn, id string, mark uint64) error {
 // classifyEnd decides what run.completed or run.failed event id of turnID,
 // at PARLEY_RUNS stream sequence runSeq, does to t: it ends the active
 // turn (running, or paused when the agent gave up), unless it is older
-// than the last outcome applied.
+// than the last outcome applied. The outcome applied last is recognised
+// by its stream sequence, not by its event ID among the thread's recent
+// IDs: those hold the IDs the thread's parties chose for their input
+// too, and an outcome's ID derives from the run ID, which anyone who
+// knows the thread and its message computes (a party's message under it
+// made the turn's end a repeat, never applied). A record written before
+// RunSeq existed (0, as in a thread no outcome reached yet) is recognised
+// by the event ID, unless that is a message the thread holds: no
+// message leaves the queue or the active turn before an outcome is
+// applied.
 func classifyEnd(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	switch {
-	case t.Seen(id):
+	case runSeq == t.RunSeq, t.RunSeq == 0 && t.Seen(id) && !holds(t, id):
 		return outcomeRepeat
 	case t.TurnID != turnID || t.State == ThreadIdle || runSeq <= t.RunSeq:
 		return outcomeStale
