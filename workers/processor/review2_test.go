@@ -221,3 +221,31 @@ func TestReviewMessageUnderRunOutcomeIDDoesNotWedgeTheTurn(t *testing.T) {
 		t.Fatalf("after m1's run completed: thread %s on m1's turn, queue %v; want bob's message's turn running", after.State, queueIDs(after))
 	}
 }
+
+// The same for a pause: run.paused's ID derives from the run ID, the step
+// and its first question's ID (itself derived from the run ID and the
+// call's position), which a party of the thread computes as well. Under
+// it, bob's message made the running turn's pause count as one the thread
+// had applied already (stale): no question was asked, the turn stayed
+// running for ever, and nothing queued behind it ran.
+func TestReviewMessageUnderRunPausedIDDoesNotWedgeTheTurn(t *testing.T) {
+	h := newHarness(t)
+	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
+	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
+	if err := h.messageAs(events.PrincipalGateway, "m1", 1, events.TurnRequested{User: "alice", Share: []events.Identity{bob}}); err != nil {
+		t.Fatal(err)
+	}
+	th := h.stored()
+	q1 := events.DerivedID("elicitation", th.RunID, "call_1_0", "0", "confirm")
+	pausedID := events.DerivedID("run.paused", th.RunID, "1", q1)
+	if err := h.messageAs(events.PrincipalGateway, pausedID, 2, events.TurnRequested{User: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", pausedID, 10, q1)
+	if n := len(h.pub.of(events.TypeElicitationRequested)); n != 1 {
+		t.Errorf("%d questions asked, want m1's turn's 1", n)
+	}
+	if after := h.stored(); after.State != ThreadPaused || after.Paused == nil || after.Paused.Find(q1) == nil {
+		t.Fatalf("after m1's run paused: thread %s; want paused on %s", after.State, q1)
+	}
+}
