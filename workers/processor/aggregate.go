@@ -193,15 +193,28 @@ func classifyPause(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	case ThreadPaused:
 		// The pause the thread is on (a record written before RunSeq
 		// existed is recognised by the event ID).
-		if t.RunSeq == runSeq || t.RunSeq == 0 && t.Seen(id) {
+		if t.RunSeq == runSeq || t.RunSeq == 0 && appliedID(t, id) {
 			return outcomeRepeat
 		}
 	case ThreadRunning:
-		if runSeq > t.RunSeq && !t.Seen(id) {
+		if runSeq > t.RunSeq && !appliedID(t, id) {
 			return outcomeApply
 		}
 	}
 	return outcomeStale
+}
+
+// appliedID reports whether the thread's recent IDs name the run outcome
+// id as applied. They hold the IDs its parties chose for their input
+// too, and an outcome's ID derives from the run ID, which anyone who
+// knows the thread and its message computes: a message the thread holds
+// (queued, running, refused) under an outcome's ID is not the outcome.
+// Its sender read the ID's message in PARLEY_CHAT, so the message is
+// after it in the thread's order: it leaves the queue and the active
+// turn only after that message's turn, whose outcomes it was named for,
+// ended.
+func appliedID(t *Thread, id string) bool {
+	return t.Seen(id) && !holds(t, id)
 }
 
 // applyPause records the pause pt of the active turn (run.paused event
@@ -238,7 +251,7 @@ func applyPause(t *Thread, pt *PausedTurn, id string, mark uint64) error {
 // applied.
 func classifyEnd(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	switch {
-	case runSeq == t.RunSeq, t.RunSeq == 0 && t.Seen(id) && !holds(t, id):
+	case runSeq == t.RunSeq, t.RunSeq == 0 && appliedID(t, id):
 		return outcomeRepeat
 	case t.TurnID != turnID || t.State == ThreadIdle || runSeq <= t.RunSeq:
 		return outcomeStale
