@@ -259,7 +259,13 @@ type RunFailed struct {
 // ToolCallRequested is the data of dev.parley.tool.call.requested. Round is
 // 0 for the first execution and n for the n-th retry with InputResponses.
 type ToolCallRequested struct {
-	RunID          string                         `json:"runId"`
+	RunID string `json:"runId"`
+	// TurnID is the turn the run runs (its chat events, such as
+	// turn.completed, name the turn, not the run): a tool-executor ends a
+	// call still running when that turn ends. "" from an agent before
+	// run IDs were derived from the thread and the turn, whose run ID was
+	// the turn ID.
+	TurnID         string                         `json:"turnId,omitempty"`
 	Thread         string                         `json:"thread"`
 	Agent          string                         `json:"agent"`
 	Call           schema.ToolCall                `json:"call"`

@@ -666,7 +666,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 }
 
 func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
-	in := events.ToolCallRequested{RunID: run.RunID, Thread: run.Thread, Agent: run.Agent, Call: c.Call, Round: c.Round,
+	in := events.ToolCallRequested{RunID: run.RunID, TurnID: run.TurnID, Thread: run.Thread, Agent: run.Agent, Call: c.Call, Round: c.Round,
 		InputResponses: c.InputResponses, RequestState: c.RequestState}
 	e, err := events.KindToolCallRequested.New(events.SourceAgent,
 		events.DerivedID("tool.call", run.RunID, c.Call.ID, fmt.Sprint(c.Round)), run.Thread, in)
@@ -674,6 +674,7 @@ func (a *Agent) dispatch(ctx context.Context, run *Run, c *CallState) error {
 		return err
 	}
 	e.SetExtension(events.ExtRunID, run.RunID)
+	e.SetExtension(events.ExtTurnID, run.TurnID)
 	_, err = bus.PublishTo(ctx, a.bus, events.StreamTools, e, c.Call.Name)
 	return err
 }

@@ -134,7 +134,7 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	params.SetProgressToken(tok)
 	call, _ := toolexec.CallFrom(ctx)
 	// For as long as the call runs, the end of its turn cancels it.
-	t.watch(pc, call.RunID)
+	t.watch(pc, call.RunID, call.TurnID)
 	s.calls.Store(tok, running{ctx: callCtx, call: call, pc: pc})
 	go func() {
 		res, err := cs.CallTool(callCtx, params)
@@ -234,7 +234,7 @@ func (t *tool) resume(ctx context.Context, handle string, req builtin.Request) (
 // retried, so nothing else would end the server's work.
 //
 // Only the events of the call's own turn count (see ofRun).
-func (t *tool) watch(pc *pendingCall, run string) {
+func (t *tool) watch(pc *pendingCall, run, turn string) {
 	s := t.s
 	var mu sync.Mutex
 	last := schema.ActionCancel
@@ -249,7 +249,7 @@ func (t *tool) watch(pc *pendingCall, run string) {
 			}
 			return
 		case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeElicitationExpired, events.TypeElicitationCancelled:
-			if !ofRun(e, run) {
+			if !ofRun(e, run, turn) {
 				return
 			}
 		default:
@@ -286,26 +286,31 @@ func (t *tool) watch(pc *pendingCall, run string) {
 
 // ofRun reports whether a chat event is about the run of the call: its
 // runid extension is run, or its turn (the turnid extension, else the
-// data's turnId) is — parley's run ID is the ID of the turn it runs
-// (processor: startTurn), and the processor's turn events carry only the
-// turn. An event naming neither (a turn.failed for a message that never
-// started a turn) is about no run.
-func ofRun(e *event.Event, run string) bool {
+// data's turnId) is the run's turn. The processor's turn events carry
+// only the turn. turn is the call's turnId; "" from an agent of the
+// release before run IDs were derived from the thread and the turn,
+// whose run ID was the turn's ID, so run stands for it. An event naming
+// neither (a turn.failed for a message that never started a turn) is
+// about no run.
+func ofRun(e *event.Event, run, turn string) bool {
 	if run == "" {
 		return false
+	}
+	if turn == "" {
+		turn = run
 	}
 	ext := e.Extensions()
 	if v, ok := ext[events.ExtRunID].(string); ok && v != "" {
 		return v == run
 	}
 	if v, ok := ext[events.ExtTurnID].(string); ok && v != "" {
-		return v == run
+		return v == turn
 	}
 	var d struct {
 		TurnID string `json:"turnId"`
 	}
 	_ = json.Unmarshal(e.Data(), &d)
-	return d.TurnID != "" && d.TurnID == run
+	return d.TurnID != "" && d.TurnID == turn
 }
 
 // turnEnded is the result recorded for a call cancelled because its turn

@@ -236,7 +236,7 @@ func TestSupersedeCancelsWaitingCall(t *testing.T) {
 // turn (turnid extension, else data turnId); an event naming neither is
 // about no run.
 func TestOfRun(t *testing.T) {
-	mk := func(runid, turnid string, data any) bool {
+	mk := func(turn, runid, turnid string, data any) bool {
 		e, err := events.New(events.SourceProcessor, events.TypeTurnFailed, "th", data)
 		if err != nil {
 			t.Fatal(err)
@@ -247,7 +247,7 @@ func TestOfRun(t *testing.T) {
 		if turnid != "" {
 			e.SetExtension(events.ExtTurnID, turnid)
 		}
-		return ofRun(e, "r1")
+		return ofRun(e, "r1", turn)
 	}
 	for _, tt := range []struct {
 		name          string
@@ -262,8 +262,28 @@ func TestOfRun(t *testing.T) {
 		{"data turnId", "", "", events.TurnFailed{TurnID: "r1"}, true},
 		{"no turn", "", "", events.TurnFailed{RequestEventID: "x", Reason: "dead_lettered"}, false},
 	} {
-		if got := mk(tt.runid, tt.turnid, tt.data); got != tt.want {
+		// An agent before per-thread run IDs sends no turnId: its run
+		// ID is the turn's.
+		if got := mk("", tt.runid, tt.turnid, tt.data); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	// The run's turn named by the call (run IDs derive from thread and
+	// turn): the turn events name the turn, never the run.
+	for _, tt := range []struct {
+		name          string
+		runid, turnid string
+		data          any
+		want          bool
+	}{
+		{"runid", "r1", "", events.TurnFailed{}, true},
+		{"turnid of the run's turn", "", "t1", events.TurnFailed{}, true},
+		{"turnid equal to the run ID", "", "r1", events.TurnFailed{}, false},
+		{"data turnId", "", "", events.TurnFailed{TurnID: "t1"}, true},
+		{"other turn", "", "t2", events.TurnFailed{TurnID: "t1"}, false},
+	} {
+		if got := mk("t1", tt.runid, tt.turnid, tt.data); got != tt.want {
+			t.Errorf("with the call's turn: %s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
