@@ -518,13 +518,23 @@ func (p *Processor) publishResume(ctx context.Context, t *Thread, rec *pauseReco
 // (detail says why), with turn.failed, and starts the next queued message.
 func (p *Processor) failResume(ctx context.Context, thread, turnID, detail string) error {
 	p.log.ErrorContext(ctx, "the turn cannot resume", "subject", thread, "turn_id", turnID, "detail", detail)
+	return p.abandonTurn(ctx, thread, turnID, ThreadRunning, "turn.failed.resume", events.RejectUnknownOrExpired, detail)
+}
+
+// abandonTurn fails the active turn turnID of thread while it is in state:
+// turn.failed (reason, detail; its ID derived from kind, thread and turn)
+// is announced before the write that ends the turn (applyAbandon), as
+// every turn end, then the next queued message starts. A redelivery after
+// a crash in between announces it again under the same ID; a thread no
+// longer in state is left as it is.
+func (p *Processor) abandonTurn(ctx context.Context, thread, turnID, state, kind, reason, detail string) error {
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
-		events.DerivedID("turn.failed.resume", thread, turnID), turnID,
-		events.TurnFailed{TurnID: turnID, Reason: events.RejectUnknownOrExpired, Detail: detail}); err != nil {
+		events.DerivedID(kind, thread, turnID), turnID,
+		events.TurnFailed{TurnID: turnID, Reason: reason, Detail: detail}); err != nil {
 		return err
 	}
 	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		return applyAbandon(t, turnID, ThreadRunning)
+		return applyAbandon(t, turnID, state)
 	})
 	if err != nil {
 		return err
@@ -560,19 +570,8 @@ func (p *Processor) incompatiblePause(ctx context.Context, t *Thread, who events
 		cause.Error(), nil); err != nil {
 		return err
 	}
-	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
-		events.DerivedID("turn.failed.incompatible", thread, failed), failed,
-		events.TurnFailed{TurnID: failed, Reason: events.RejectStateIncompatible,
-			Detail: "the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message"}); err != nil {
-		return err
-	}
-	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		return applyAbandon(t, failed, ThreadPaused)
-	})
-	if err != nil {
-		return err
-	}
-	return p.requestNext(ctx, t)
+	return p.abandonTurn(ctx, thread, failed, ThreadPaused, "turn.failed.incompatible", events.RejectStateIncompatible,
+		"the paused turn was stored by an incompatible version and cannot be resumed; the thread is ready for a new message")
 }
 
 // onExpired ends the paused turn whose pause record (key) the server
