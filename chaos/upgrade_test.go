@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -215,38 +216,57 @@ func waitRolesReady(url string, within time.Duration) error {
 	return fmt.Errorf("workers not ready within %s: %v missing", within, missing)
 }
 
-// waitTurnCompleted reads the thread's chat events until turn.completed
-// (or turn.failed, which fails the test).
-func waitTurnCompleted(t *testing.T, url, thread string, within time.Duration) events.TurnCompleted {
+// errUndecodable wraps the error of a chat event that does not decode.
+var errUndecodable = errors.New("undecodable chat event")
+
+// threadEvents follows thread's events in PARLEY_CHAT from the start, for
+// up to within: next returns each in stream order (decoded, or an
+// errUndecodable error with the event nil), and context.DeadlineExceeded
+// once within has passed. The connection closes at the test's end.
+func threadEvents(t *testing.T, url, thread string, within time.Duration) (next func() (*event.Event, error)) {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
+	t.Cleanup(cancel)
 	cons, err := js.OrderedConsumer(ctx, events.StreamChat, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.ChatThreadSubjects(thread)}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return func() (*event.Event, error) {
+		msg, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		e, err := events.Decode(events.Header(msg.Headers()), msg.Data())
+		if err != nil {
+			return nil, fmt.Errorf("%w on %s: %w", errUndecodable, msg.Subject(), err)
+		}
+		return e, nil
+	}
+}
+
+// waitTurnCompleted reads the thread's chat events until turn.completed
+// (or turn.failed, which fails the test).
+func waitTurnCompleted(t *testing.T, url, thread string, within time.Duration) events.TurnCompleted {
+	t.Helper()
+	next := threadEvents(t, url, thread, within)
 	var seen []string
 	for {
-		msg, err := cons.Next(jetstream.FetchContext(ctx))
+		e, err := next()
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("no turn.completed within %s; thread events: %v", within, seen)
 			}
 			t.Fatal(err)
-		}
-		e, err := events.Decode(events.Header(msg.Headers()), msg.Data())
-		if err != nil {
-			t.Fatalf("undecodable chat event on %s: %v", msg.Subject(), err)
 		}
 		seen = append(seen, e.Type())
 		switch events.TypeOf(e) {
