@@ -249,41 +249,29 @@ func TestOfRun(t *testing.T) {
 		}
 		return ofRun(e, "r1", turn)
 	}
+	// turn is the call's turnId: "" from an agent before per-thread run
+	// IDs (its run ID is the turn's); with one, the turn events name the
+	// turn, never the run.
 	for _, tt := range []struct {
-		name          string
-		runid, turnid string
-		data          any
-		want          bool
+		name                string
+		turn, runid, turnid string
+		data                any
+		want                bool
 	}{
-		{"runid", "r1", "", events.TurnFailed{}, true},
-		{"other runid", "r2", "r1", events.TurnFailed{}, false},
-		{"turnid", "", "r1", events.TurnFailed{}, true},
-		{"other turnid", "", "r2", events.TurnFailed{TurnID: "r1"}, false},
-		{"data turnId", "", "", events.TurnFailed{TurnID: "r1"}, true},
-		{"no turn", "", "", events.TurnFailed{RequestEventID: "x", Reason: "dead_lettered"}, false},
+		{"runid", "", "r1", "", events.TurnFailed{}, true},
+		{"other runid", "", "r2", "r1", events.TurnFailed{}, false},
+		{"turnid", "", "", "r1", events.TurnFailed{}, true},
+		{"other turnid", "", "", "r2", events.TurnFailed{TurnID: "r1"}, false},
+		{"data turnId", "", "", "", events.TurnFailed{TurnID: "r1"}, true},
+		{"no turn", "", "", "", events.TurnFailed{RequestEventID: "x", Reason: "dead_lettered"}, false},
+		{"call's turn: runid", "t1", "r1", "", events.TurnFailed{}, true},
+		{"call's turn: turnid of the run's turn", "t1", "", "t1", events.TurnFailed{}, true},
+		{"call's turn: turnid equal to the run ID", "t1", "", "r1", events.TurnFailed{}, false},
+		{"call's turn: data turnId", "t1", "", "", events.TurnFailed{TurnID: "t1"}, true},
+		{"call's turn: other turn", "t1", "", "t2", events.TurnFailed{TurnID: "t1"}, false},
 	} {
-		// An agent before per-thread run IDs sends no turnId: its run
-		// ID is the turn's.
-		if got := mk("", tt.runid, tt.turnid, tt.data); got != tt.want {
+		if got := mk(tt.turn, tt.runid, tt.turnid, tt.data); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
-		}
-	}
-	// The run's turn named by the call (run IDs derive from thread and
-	// turn): the turn events name the turn, never the run.
-	for _, tt := range []struct {
-		name          string
-		runid, turnid string
-		data          any
-		want          bool
-	}{
-		{"runid", "r1", "", events.TurnFailed{}, true},
-		{"turnid of the run's turn", "", "t1", events.TurnFailed{}, true},
-		{"turnid equal to the run ID", "", "r1", events.TurnFailed{}, false},
-		{"data turnId", "", "", events.TurnFailed{TurnID: "t1"}, true},
-		{"other turn", "", "t2", events.TurnFailed{TurnID: "t1"}, false},
-	} {
-		if got := mk("t1", tt.runid, tt.turnid, tt.data); got != tt.want {
-			t.Errorf("with the call's turn: %s: %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
