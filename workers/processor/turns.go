@@ -261,16 +261,31 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 	if t.LastTurnSeq >= seq {
 		return nil
 	}
-	gctx, cancel := bus.WithRequestTimeout(ctx)
-	next, err := p.input.GetMsg(gctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(events.InputThreadSubjects(thread, events.ChatTurnRequested)))
-	cancel()
+	next, err := p.firstUnrecorded(ctx, thread, t.LastTurnSeq)
 	switch {
-	case err == nil && next.Sequence < seq:
+	case err != nil:
+		return err
+	case next != 0 && next < seq:
 		return nil // an earlier message is not recorded yet
-	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
-		return fmt.Errorf("checking earlier messages of %s: %w", thread, err)
 	}
 	return p.recordSeq(ctx, thread, seq)
+}
+
+// firstUnrecorded returns the PARLEY_INPUT sequence of the first
+// turn.requested of thread after last (the thread's last recorded one,
+// Thread.LastTurnSeq), or 0 when there is none: the work queue keeps only
+// messages not yet dealt with.
+func (p *Processor) firstUnrecorded(ctx context.Context, thread string, last uint64) (uint64, error) {
+	gctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
+	next, err := p.input.GetMsg(gctx, last+1, jetstream.WithGetMsgSubject(events.InputThreadSubjects(thread, events.ChatTurnRequested)))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
+	}
+	return next.Sequence, nil
 }
 
 // awaitPredecessors holds a user message (an invalid one too, before it
@@ -296,7 +311,6 @@ func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
 func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
-	subject := events.InputThreadSubjects(thread, events.ChatTurnRequested)
 	deadline := time.Now().Add(p.opts.OrderWait)
 	for fresh := false; ; fresh = true {
 		var (
@@ -321,15 +335,11 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
-		gctx, cancel := bus.WithRequestTimeout(ctx)
-		next, err := p.input.GetMsg(gctx, t.LastTurnSeq+1, jetstream.WithGetMsgSubject(subject))
-		cancel()
+		next, err := p.firstUnrecorded(ctx, thread, t.LastTurnSeq)
 		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return t, rev, cached, nil
 		case err != nil:
-			return nil, 0, false, fmt.Errorf("checking earlier messages of %s: %w", thread, err)
-		case next.Sequence >= d.StreamSeq:
+			return nil, 0, false, err
+		case next == 0 || next >= d.StreamSeq:
 			return t, rev, cached, nil // this is the next message of the thread
 		}
 		if cached {
@@ -337,7 +347,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		}
 		if time.Now().After(deadline) {
 			// Free the slot (the earlier message may need it) and come back.
-			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next.Sequence), 500*time.Millisecond)
+			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next), 500*time.Millisecond)
 		}
 		if d.Msg != nil { // nil in the package tests
 			_ = d.Msg.InProgress()
