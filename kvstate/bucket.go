@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +26,21 @@ type BucketOptions struct {
 	TTL time.Duration
 	// PerKeyTTL enables per-key TTLs and expiry markers (LimitMarkerTTL).
 	PerKeyTTL bool
+	// Schedules makes the bucket's expiring writes (CreateNewUntil,
+	// UpdateUntil) JetStream message schedules instead of per-key TTLs,
+	// where the server has them (API level 2, nats-server 2.12+; see
+	// Bucket.Scheduled): the value is stored with "Nats-Schedule: @at
+	// <expiry>", and at that time the server removes it and stores an
+	// empty value with the header SchedulerHeader under ExpiredKey(key),
+	// kept ExpiryKeep. A
+	// consumer filtered on the ExpiredKey subjects then sees each expiry
+	// and none of the writes, where an expiry marker shares its key's
+	// subject with every write of the key. OpenBucket turns the stream's
+	// AllowMsgSchedules on (it cannot be turned off again) with
+	// DiscardOld (the server refuses schedules with DiscardNew; the
+	// bucket has no message or byte limit, so nothing is discarded
+	// either way). Requires PerKeyTTL. Optional. Default: off.
+	Schedules bool
 	// StartupTimeout bounds how long OpenBucket retries (a context
 	// carrying bus.WithStartupPolicy overrides it). Optional. Default:
 	// bus.DefaultStartupTimeout; negative: one try.
@@ -32,10 +49,11 @@ type BucketOptions struct {
 
 // Bucket is a JSON-valued KV bucket with revision-checked writes.
 type Bucket[T any] struct {
-	kv     jetstream.KeyValue
-	js     jetstream.JetStream
-	name   string
-	perKey bool
+	kv        jetstream.KeyValue
+	js        jetstream.JetStream
+	name      string
+	perKey    bool
+	scheduled bool
 }
 
 // markerTTL is how long an expiry marker lives (the server's minimum is 1s).
@@ -64,38 +82,193 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: opts.StartupTimeout})
 	health.RequireStream(js, "KV_"+name)
 	var kv jetstream.KeyValue
+	scheduled := false
 	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
 		var err error
 		if kv, err = js.CreateKeyValue(ctx, cfg); err == nil {
 			// A new replicated bucket answers reads once its stream has
 			// a leader: wait for that here, so the first Get of the
 			// caller does not meet "no responders".
-			_, err = kv.Status(ctx)
-			return bus.NotVisibleYet(err)
+			if _, err = kv.Status(ctx); err != nil {
+				return bus.NotVisibleYet(err)
+			}
 		} else if !errors.Is(err, jetstream.ErrBucketExists) {
 			return err
-		}
-		if kv, err = js.KeyValue(ctx, name); err != nil {
+		} else if kv, err = js.KeyValue(ctx, name); err != nil {
 			return bus.NotVisibleYet(err)
-		}
-		st, err := kv.Status(ctx)
-		if err != nil {
-			return bus.NotVisibleYet(err)
-		}
-		changes, err := BucketConfigChanges(st.Config(), cfg)
-		if err != nil || len(changes) == 0 {
+		} else if err = updateBucket(ctx, js, kv, cfg, p.Logger); err != nil {
 			return err
 		}
-		if p.Logger != nil {
-			p.Logger.Info("updating bucket configuration", "bucket", name, "changes", changes)
+		if !opts.Schedules || !opts.PerKeyTTL {
+			return nil
 		}
-		kv, err = js.UpdateKeyValue(ctx, cfg)
-		return bus.RefusedUpdate(err)
+		scheduled, err = enableSchedules(ctx, js, "KV_"+name, p.Logger)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL}, nil
+	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL, scheduled: scheduled}, nil
+}
+
+// updateBucket brings the existing bucket kv to cfg where they differ
+// (BucketConfigChanges). A stream with message schedules on is updated
+// from its own configuration: jetstream.UpdateKeyValue would turn them
+// off, which the server refuses.
+func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg jetstream.KeyValueConfig, log *slog.Logger) error {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return bus.NotVisibleYet(err)
+	}
+	changes, err := BucketConfigChanges(st.Config(), cfg)
+	if err != nil || len(changes) == 0 {
+		return err
+	}
+	if log != nil {
+		log.Info("updating bucket configuration", "bucket", cfg.Bucket, "changes", changes)
+	}
+	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
+	if err != nil {
+		return bus.NotVisibleYet(err)
+	}
+	sc := s.CachedInfo().Config
+	if !sc.AllowMsgSchedules {
+		_, err = js.UpdateKeyValue(ctx, cfg)
+		return bus.RefusedUpdate(err)
+	}
+	// The fields BucketConfigChanges compares, mapped as
+	// jetstream.UpdateKeyValue maps them.
+	sc.MaxMsgsPerSubject = int64(max(cfg.History, 1))
+	sc.MaxAge = cfg.TTL
+	sc.Duplicates = 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < sc.Duplicates {
+		sc.Duplicates = cfg.TTL
+	}
+	sc.Replicas = max(cfg.Replicas, 1)
+	sc.MaxMsgSize = cfg.MaxValueSize
+	if sc.MaxMsgSize == 0 {
+		sc.MaxMsgSize = -1
+	}
+	sc.SubjectDeleteMarkerTTL = cfg.LimitMarkerTTL
+	sc.Description = cfg.Description
+	_, err = js.UpdateStream(ctx, sc)
+	return bus.RefusedUpdate(err)
+}
+
+// minScheduleAPILevel is the JetStream API level of message schedules
+// (nats-server 2.12).
+const minScheduleAPILevel = 2
+
+// enableSchedules turns message schedules on for stream (with
+// DiscardOld, which they require) and reports whether it has them: false
+// when the server's JetStream API level is below minScheduleAPILevel
+// (logged once per call: the bucket's writes then use per-key TTLs).
+func enableSchedules(ctx context.Context, js jetstream.JetStream, stream string, log *slog.Logger) (bool, error) {
+	ai, err := js.AccountInfo(ctx)
+	if err != nil {
+		return false, bus.NotVisibleYet(err)
+	}
+	if ai.API.Level < minScheduleAPILevel {
+		if log != nil {
+			log.Warn("the NATS server has no message schedules (nats-server 2.12+, JetStream API level 2); "+
+				"values of this bucket expire by per-key TTL, and its watcher receives every write",
+				"stream", stream, "api_level", ai.API.Level)
+		}
+		return false, nil
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false, bus.NotVisibleYet(err)
+	}
+	sc := s.CachedInfo().Config
+	if !sc.AllowMsgSchedules {
+		if log != nil {
+			log.Info("turning message schedules on", "stream", stream)
+		}
+		sc.AllowMsgSchedules, sc.Discard = true, jetstream.DiscardOld
+		info, err := js.UpdateStream(ctx, sc)
+		if err != nil {
+			return false, bus.RefusedUpdate(err)
+		}
+		if !info.CachedInfo().Config.AllowMsgSchedules {
+			return false, nil
+		}
+	}
+	// The empty value every expiry copies (expirySourceKey).
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: subjectOf(stream, expirySourceKey)},
+		jetstream.WithExpectLastSequencePerSubject(0))
+	if err != nil && !isWrongLastSequence(err) {
+		return false, err
+	}
+	return true, nil
+}
+
+// subjectOf is the subject of key in the bucket whose stream is stream.
+func subjectOf(stream, key string) string {
+	return "$KV." + strings.TrimPrefix(stream, "KV_") + "." + key
+}
+
+// expirySourceKey holds the empty value a scheduled expiry copies
+// (Nats-Schedule-Source), so that an expiry does not store the expired
+// value's content a second time. It is written once, when the bucket is
+// opened with schedules. The '=' keeps it apart from any key made of
+// tokens (A-Z a-z 0-9 _ -). Should it be gone, an expiry copies the
+// expired value instead, which changes nothing but its size.
+const expirySourceKey = "=expiry-source"
+
+// ExpiryKeep is how long the expiry of a scheduled value is kept
+// (Nats-Schedule-TTL): a watcher that starts within ExpiryKeep of an
+// expiry is still delivered it (a durable consumer that was down).
+const ExpiryKeep = 24 * time.Hour
+
+// Scheduled reports whether the bucket's expiring writes are message
+// schedules (BucketOptions.Schedules, on a server that has them): an
+// expiry is then announced on ExpiredKey(key), not by a marker on key.
+func (b *Bucket[T]) Scheduled() bool { return b.scheduled }
+
+// ExpiredSuffix ends the key under which the server stores a scheduled
+// value's expiry (ExpiredKey).
+const ExpiredSuffix = ".expired"
+
+// ExpiredKey is the key under which the expiry of the scheduled value
+// under key is stored (an empty value with the header SchedulerHeader
+// naming key's subject; kept ExpiryKeep).
+func ExpiredKey(key string) string { return key + ExpiredSuffix }
+
+// SchedulerHeader names, on a scheduled value's expiry, the subject of
+// the value that expired ("$KV.<bucket>.<key>").
+const SchedulerHeader = "Nats-Scheduler"
+
+// expiryOpts are the publish options that make a value written now expire
+// at expiresAt: a message schedule firing at expiresAt rounded up to the
+// second (the schedule's granularity) when the bucket is scheduled, else
+// a per-key TTL (TTLUntil). ErrExpired when expiresAt has passed.
+func (b *Bucket[T]) expiryOpts(key string, expiresAt time.Time) ([]jetstream.PublishOpt, error) {
+	ttl, err := TTLUntil(expiresAt, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if !b.scheduled {
+		return []jetstream.PublishOpt{jetstream.WithMsgTTL(ttl)}, nil
+	}
+	return ScheduleOpts(b.name, key, expiresAt), nil
+}
+
+// ScheduleOpts are the publish options that store a value under key of
+// the scheduled bucket (BucketOptions.Schedules) so that it expires at
+// expiresAt, rounded up to the second (the schedule's granularity): "@at"
+// schedule, target ExpiredKey(key), source expirySourceKey, kept
+// ExpiryKeep. CreateNewUntil and UpdateUntil use them; a writer that
+// publishes straight to the bucket (the bench's seeder) uses them too.
+func ScheduleOpts(bucket, key string, expiresAt time.Time) []jetstream.PublishOpt {
+	at := expiresAt.UTC()
+	if t := at.Truncate(time.Second); !t.Equal(at) {
+		at = t.Add(time.Second)
+	}
+	return []jetstream.PublishOpt{jetstream.WithScheduleAt(at),
+		jetstream.WithScheduleTarget("$KV." + bucket + "." + ExpiredKey(key)),
+		jetstream.WithScheduleSource("$KV." + bucket + "." + expirySourceKey),
+		jetstream.WithScheduleTTL(ExpiryKeep)}
 }
 
 // BucketConfigChanges lists the fields of want that differ in have, as
@@ -238,39 +411,44 @@ func (b *Bucket[T]) CreateUntil(ctx context.Context, key string, v T, expiresAt 
 	return b.Create(ctx, key, v, ttl)
 }
 
-// UpdateUntil is Update with a per-key TTL until expiresAt (see TTLUntil):
-// ErrExpired when expiresAt has passed, so a rewrite never drops the TTL.
+// UpdateUntil is Update of a value that expires at expiresAt: a per-key
+// TTL (see TTLUntil), or a message schedule in a scheduled bucket
+// (BucketOptions.Schedules). ErrExpired when expiresAt has passed, so a
+// rewrite never drops the expiry.
 func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
-	ttl, err := TTLUntil(expiresAt, time.Now())
-	if err != nil {
-		return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
-	}
-	return b.Update(ctx, key, v, rev, ttl)
+	return b.writeUntil(ctx, "updating", key, v, rev, expiresAt)
 }
 
 // CreateNewUntil is CreateUntil in one write, for a key written once: it
 // fails with ErrConflict when the key has any entry, a live value or a
-// delete, purge or expiry marker (kv.Create reads the key after a failed
-// create to tell them apart), and with ErrExpired when expiresAt has
-// passed.
+// delete, purge or expiry marker, and with ErrExpired when expiresAt has
+// passed. In a scheduled bucket (BucketOptions.Schedules) the value
+// expires by a message schedule, and a key whose value expired has no
+// entry left: it is refused by expiresAt alone.
 func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
+	return b.writeUntil(ctx, "creating", key, v, 0, expiresAt)
+}
+
+// writeUntil stores v under key if the key's last entry is at rev (0:
+// none), expiring at expiresAt (expiryOpts).
+func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
 	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
-	ttl, err := TTLUntil(expiresAt, time.Now())
+	opts, err := b.expiryOpts(key, expiresAt)
 	if err != nil {
-		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
+		return 0, fmt.Errorf("%s %s/%s: %w", verb, b.name, key, err)
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
 	}
 	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data},
-		jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithMsgTTL(roundTTL(ttl)))
+		append(opts, jetstream.WithExpectLastSequencePerSubject(rev))...)
 	if isWrongLastSequence(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
-		return 0, fmt.Errorf("creating %s/%s: %w", b.name, key, err)
+		return 0, fmt.Errorf("%s %s/%s: %w", verb, b.name, key, err)
 	}
 	return ack.Sequence, nil
 }
