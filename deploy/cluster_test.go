@@ -321,7 +321,7 @@ func TestClusterOverlayBuild(t *testing.T) {
 
 // TestHelmValues checks deploy/nats/values.yaml, the official chart's
 // values for the cluster overlays/prod expects: 3 clustered nodes, JetStream
-// on file storage with a volume per node, NATS 2.11 or later.
+// on file storage with a volume per node, NATS 2.12 or later.
 func TestHelmValues(t *testing.T) {
 	v := as[struct {
 		Config struct {

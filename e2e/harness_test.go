@@ -39,6 +39,9 @@ type options struct {
 	pauseTTL time.Duration
 	// processors to start. Default 1.
 	processors int
+	// noSchedules starts the processors with processor.Options.NoSchedules
+	// (pause records with a per-key TTL, as on a server before 2.12).
+	noSchedules bool
 	// rules for the scripted model; "" means the default rules.
 	rules string
 	// provider replaces the scripted model when set.
@@ -208,10 +211,16 @@ func (s *system) waitGate() {
 // and waits until it has started.
 func (s *system) startProcessor(name string) {
 	s.t.Helper()
+	s.startProcessorWith(name, processor.Options{PauseTTL: s.opts.pauseTTL, NoSchedules: s.opts.noSchedules})
+}
+
+// startProcessorWith is startProcessor with the processor's options o.
+func (s *system) startProcessorWith(name string, o processor.Options) {
+	s.t.Helper()
 	started := make(chan string, 1)
 	c := starter.Common{Logger: s.log.With("worker", "processor-"+name), NoStreams: true, Started: func(r string) { started <- r }}
 	stop := s.group.Go(starter.Connected("processor-"+name, starter.RoleProcessor, s.connect,
-		starter.Processor(c, processor.Options{PauseTTL: s.opts.pauseTTL})))
+		starter.Processor(c, o)))
 	s.mu.Lock()
 	s.procs[name] = stop
 	s.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -165,6 +166,10 @@ func (t *template) instance(thread string) (paused, th []byte, pausedKey string)
 	return rep(t.paused), rep(t.thread), string(rep(t.pausedKey))
 }
 
+// scheduledPauseSuffix ends the key of a pause record the processor
+// stores as a message schedule (processor.scheduledPauseKey).
+const scheduledPauseSuffix = ".pause"
+
 // seeder writes paused turns with bounded async publishes.
 type seeder struct {
 	env  *benchEnv
@@ -204,8 +209,14 @@ func (sd *seeder) seed(ctx context.Context, t *template, from, to int) error {
 	for i := from; i < to; i++ {
 		thread := fmt.Sprintf("%s-held-%d", sd.env.runID, i)
 		p, th, key := t.instance(thread)
+		expiry := []jetstream.PublishOpt{jetstream.WithMsgTTL(sd.ttl)}
+		if strings.HasSuffix(key, scheduledPauseSuffix) {
+			// As the processor writes a record on a server with
+			// message schedules (processor.scheduledPauseKey).
+			expiry = kvstate.ScheduleOpts(kvstate.BucketPaused, key, time.Now().Add(sd.ttl))
+		}
 		if err := pub(&nats.Msg{Subject: "$KV." + kvstate.BucketPaused + "." + key, Data: p},
-			jetstream.WithMsgTTL(sd.ttl), jetstream.WithStallWait(5*time.Second)); err != nil {
+			append(expiry, jetstream.WithStallWait(5*time.Second))...); err != nil {
 			return fmt.Errorf("seeding paused turn %d: %w", i, err)
 		}
 		if err := pub(&nats.Msg{Subject: "$KV." + kvstate.BucketThreads + "." + thread, Data: th},

@@ -183,6 +183,7 @@ func TestForbidden(t *testing.T) {
 		{"integrator", "$JS.API.CONSUMER.CREATE.PARLEY_CHAT.processor.parley.chat.>"},
 		{"integrator", "$JS.API.CONSUMER.DELETE.PARLEY_CHAT.processor"},
 		{"integrator", "$JS.API.CONSUMER.CREATE.KV_parley_paused.processor-expiry"},
+		{"integrator", "$JS.API.CONSUMER.CREATE.KV_parley_paused.processor-timers"},
 		{"integrator", "$JS.API.CONSUMER.MSG.NEXT.PARLEY_TOOLS.toolexec"},
 		{"integrator", "$JS.API.STREAM.MSG.DELETE.PARLEY_CHAT"},
 		// Only toolexec writes the registry; only the agent the

@@ -184,7 +184,7 @@ const streamNames = "$JS.API.STREAM.NAMES"
 // durables are the names of parley's durable consumers
 // (workers/processor, agent, toolexec): no integrator may create, update
 // or delete a consumer of that name.
-var durables = []string{"processor", "processor-runs", "processor-expiry", "agent", "toolexec"}
+var durables = []string{"processor", "processor-runs", "processor-expiry", "processor-timers", "agent", "toolexec"}
 
 // Permissions returns p's permissions.
 func (p Principal) Permissions() Permissions {
@@ -211,8 +211,11 @@ func (p Principal) Permissions() Permissions {
 			pub("parley.chat.>", "parley.agent.run.requested", "parley.agent.run.resumed")
 			pub(consumer(StreamInput, "processor")...)
 			pub(consumer(StreamRuns, "processor-runs")...)
-			// Expiry markers of pause records (processor.HandleExpiry, a raw bus consumer).
+			// Expiries of pause records (processor.HandleExpiry, raw bus
+			// consumers): markers of records with a TTL, and scheduled
+			// records' expiries.
 			pub(consumer("KV_"+BucketPaused, "processor-expiry")...)
+			pub(consumer("KV_"+BucketPaused, "processor-timers")...)
 			pub(streamRead(StreamChat, StreamInput)...)
 			pub(msgGet(StreamAgent, StreamDeadLetter)...)
 			pub(bucketOwn(BucketThreads, BucketPaused)...)

@@ -429,16 +429,28 @@ func TestCrashResumePublishedThenRecordExpired(t *testing.T) {
 }
 
 // On a real server: a pause record extended for a resume outlives its
-// first TTL, unchanged, and still expires (a rewrite never drops the TTL).
+// first TTL, unchanged, and still expires (a rewrite never drops the TTL),
+// with a per-key TTL and with a message schedule.
 func TestCrashPauseRecordExtended(t *testing.T) {
+	for _, schedules := range []bool{false, true} {
+		t.Run(fmt.Sprintf("schedules=%v", schedules), func(t *testing.T) {
+			testPauseRecordExtended(t, schedules)
+		})
+	}
+}
+
+func testPauseRecordExtended(t *testing.T, schedules bool) {
 	_, js := bustest.NewServer(t).JetStream(t)
-	b, err := openPauses(t.Context(), js, jetstream.MemoryStorage, 1)
+	b, err := openPauses(t.Context(), js, jetstream.MemoryStorage, 1, schedules)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if b.Scheduled() != schedules {
+		t.Fatalf("Scheduled() = %v on a 2.15 server, want %v", b.Scheduled(), schedules)
+	}
 	rec := &pauseRecord{Format: pauseFormat, Thread: "t", TurnID: "turn", RunID: "turn", RunSeq: 3,
 		ExpiresAt: time.Now().Add(time.Second), Snapshot: []byte(`{"step":1}`)}
-	key := pauseKey("t", 3)
+	key := newPauseRecords(b, false).key("t", 3)
 	if err := b.Create(t.Context(), key, rec, time.Now().Add(time.Second)); err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		now := time.Now().UTC()
 		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: now,
 			ExpiresAt: now.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
-			Record: pauseKey(thread, d.StreamSeq), Grants: t.TurnGrants}
+			Record: p.pauses.key(thread, d.StreamSeq), Grants: t.TurnGrants}
 		for _, pe := range in.Elicitations {
 			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
 		}

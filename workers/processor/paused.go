@@ -88,8 +88,10 @@ type PausedTurn struct {
 	// before its adoption when the thread lost its turn's (adoptLegacy).
 	Grants *int `json:"grants,omitempty"`
 	// Record is the key of the pause record in kvstate.BucketPaused (the
-	// snapshot; its expiry ends the pause): pauseKey(thread, RunSeq), or
-	// the thread ID for a pause an earlier version stored (adoptLegacy).
+	// snapshot; its expiry ends the pause): scheduledPauseKey(thread,
+	// RunSeq), or pauseKey(thread, RunSeq) on a server without message
+	// schedules (and as the release before them wrote it), or the thread
+	// ID for a pause an earlier version stored (adoptLegacy).
 	Record string `json:"record"`
 }
 
@@ -127,10 +129,25 @@ func (p *PausedTurn) PendingIDs() []string {
 	return ids
 }
 
-// pauseKey is the key of a pause record: "<thread>.<runSeq>" (thread IDs
-// have no dots), one key per pause, so a record is written once.
+// pauseKey is the key of a pause record with a per-key TTL:
+// "<thread>.<runSeq>" (thread IDs have no dots), one key per pause, so a
+// record is written once.
 func pauseKey(thread string, runSeq uint64) string {
 	return thread + "." + strconv.FormatUint(runSeq, 10)
+}
+
+// scheduledToken ends the key of a scheduled pause record
+// (scheduledPauseKey).
+const scheduledToken = "pause"
+
+// scheduledPauseKey is the key of a pause record that expires by a
+// message schedule: "<thread>.<runSeq>.pause". Its third token keeps it
+// out of the expiry-marker watcher's filter ("$KV.parley_paused.*" and
+// ".*.*", the keys of records with a TTL), so that watcher is not
+// delivered its write; its expiry is stored under
+// kvstate.ExpiredKey(key), which the other watcher receives.
+func scheduledPauseKey(thread string, runSeq uint64) string {
+	return pauseKey(thread, runSeq) + "." + scheduledToken
 }
 
 // threadOfPauseKey returns the thread of a pause record's key (a key
@@ -187,14 +204,20 @@ type pauseBucket struct {
 	b *kvstate.Bucket[json.RawMessage]
 }
 
-// openPauses creates or updates the pause records' bucket (per-key TTL).
-func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int) (*pauseBucket, error) {
-	b, err := kvstate.OpenBucket[json.RawMessage](ctx, js, kvstate.BucketPaused, kvstate.BucketOptions{Storage: storage, Replicas: replicas, PerKeyTTL: true})
+// openPauses creates or updates the pause records' bucket (per-key TTL,
+// and message schedules when schedules is set and the server has them).
+func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, schedules bool) (*pauseBucket, error) {
+	b, err := kvstate.OpenBucket[json.RawMessage](ctx, js, kvstate.BucketPaused,
+		kvstate.BucketOptions{Storage: storage, Replicas: replicas, PerKeyTTL: true, Schedules: schedules})
 	if err != nil {
 		return nil, err
 	}
 	return &pauseBucket{b: b}, nil
 }
+
+// Scheduled reports whether records expire by message schedules
+// (scheduledPauseKey) rather than per-key TTLs (pauseKey).
+func (s *pauseBucket) Scheduled() bool { return s.b.Scheduled() }
 
 // Create stores rec under key with a TTL until until, in one write; a
 // live record already under key (a redelivered pause: the same content,
@@ -301,6 +324,24 @@ func recordUntil(expiresAt time.Time, ttl time.Duration) time.Time {
 type pauseRecords struct {
 	store pauseStore
 	cache *revCache[pauseRecord] // nil: caching off
+	// scheduled: the store's records expire by message schedules.
+	scheduled bool
+}
+
+// newPauseRecords wraps store, with a cache when cache is set. A store
+// with a Scheduled method reporting true gets scheduledPauseKey keys.
+func newPauseRecords(store pauseStore, cache bool) *pauseRecords {
+	s, ok := store.(interface{ Scheduled() bool })
+	return &pauseRecords{store: store, cache: newRevCache[pauseRecord](cache), scheduled: ok && s.Scheduled()}
+}
+
+// key is the key of the record of thread's pause by the run.paused at
+// runSeq.
+func (r *pauseRecords) key(thread string, runSeq uint64) string {
+	if r.scheduled {
+		return scheduledPauseKey(thread, runSeq)
+	}
+	return pauseKey(thread, runSeq)
 }
 
 // save stores rec until until (pauseBucket.Create) and caches it.

@@ -50,6 +50,14 @@ type Options struct {
 	// from the buckets. Optional.
 	// Default: false (cached; correct with any number of replicas).
 	NoThreadCache bool
+	// NoSchedules makes pause records expire by per-key TTL, as they do
+	// on a server without message schedules (before nats-server 2.12),
+	// rather than by a message schedule (kvstate.BucketOptions.Schedules).
+	// Either way a record expires at the same time and ends its pause;
+	// with a TTL the expiry watcher also receives every record's write (2
+	// bus messages more per pause). Optional. Default: false (schedules
+	// where the server has them).
+	NoSchedules bool
 }
 
 // DefaultTrustedPrincipals is the default of Options.TrustedPrincipals:
@@ -108,7 +116,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, err
 	}
-	pauses, err := openPauses(ctx, js, b.Storage(), b.Replicas())
+	pauses, err := openPauses(ctx, js, b.Storage(), b.Replicas(), !o.NoSchedules)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +131,7 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 // package tests: in-memory fakes). b may be nil when Run is not called.
 func newProcessor(o Options, b *bus.Client, pub publisher, threads threadRecords, pauses pauseStore, input inputReader) *Processor {
 	p := &Processor{bus: b, pub: pub, input: input, opts: o, log: o.Logger, faults: faultsFromEnv(),
-		pauses: &pauseRecords{store: pauses, cache: newRevCache[pauseRecord](!o.NoThreadCache)}}
+		pauses: newPauseRecords(pauses, !o.NoThreadCache)}
 	p.threads = newThreads(threads, !o.NoThreadCache)
 	p.threads.adopt = p.adoptLegacy
 	return p
@@ -136,7 +144,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	run := func(f func(context.Context) error) {
 		wg.Go(func() {
 			if err := f(ctx); err != nil {
@@ -162,13 +170,30 @@ func (p *Processor) Run(ctx context.Context) error {
 		}, p.HandleRun)
 	})
 	run(func(ctx context.Context) error {
-		// Expiry markers of the pause records, headers only: a durable
-		// consumer, so an expiry that happens while every processor is
-		// down is handled when one starts. Every write to the bucket is
-		// delivered too (the markers share the keys' subjects).
+		// Expiries of scheduled pause records (kvstate.ExpiredKey of
+		// scheduledPauseKey), headers only: a durable consumer, so an
+		// expiry that happens while every processor is down is handled
+		// when one starts. The records' writes are on other subjects,
+		// and not delivered.
+		return p.bus.Consume(ctx, bus.ConsumerSpec{
+			Stream: "KV_" + kvstate.BucketPaused, Durable: "processor-timers", Concurrency: p.opts.Concurrency,
+			FilterSubjects: []string{pausedSubjects + ".*.*." + scheduledToken + kvstate.ExpiredSuffix},
+			Raw:            true, HeadersOnly: true, DeliverNew: true,
+			Description: "parley processors: expiries of paused turns",
+		}, p.HandleExpiry)
+	})
+	run(func(ctx context.Context) error {
+		// Expiry markers of pause records with a per-key TTL (pauseKey,
+		// and an earlier version's under the thread ID), headers only.
+		// Every write of such a record is delivered too (a marker shares
+		// its key's subject). An earlier version filtered on every key
+		// ("$KV.parley_paused.>"); while one runs beside this one, the
+		// consumer's filter changes with whichever started last, and
+		// this one is delivered writes of scheduled records too, which
+		// it acks as they are.
 		return p.bus.Consume(ctx, bus.ConsumerSpec{
 			Stream: "KV_" + kvstate.BucketPaused, Durable: "processor-expiry", Concurrency: p.opts.Concurrency,
-			FilterSubjects: []string{"$KV." + kvstate.BucketPaused + ".>"},
+			FilterSubjects: []string{pausedSubjects + ".*", pausedSubjects + ".*.*"},
 			Raw:            true, HeadersOnly: true, DeliverNew: true,
 			Description: "parley processors: expiry markers of paused turns",
 		}, p.HandleExpiry)
@@ -178,14 +203,24 @@ func (p *Processor) Run(ctx context.Context) error {
 	return <-errs
 }
 
+// pausedSubjects is the subject prefix of the pause records' bucket.
+const pausedSubjects = "$KV." + kvstate.BucketPaused
+
 // HandleExpiry handles a message of the pause records' bucket stream
-// (KV_parley_paused, headers only): an expiry marker (Nats-Marker-Reason
-// MaxAge) ends its pause (onExpired); a write or delete is acked as is.
+// (KV_parley_paused, headers only): the expiry of a scheduled record
+// (on kvstate.ExpiredKey of its key, with the header
+// kvstate.SchedulerHeader) or an expiry marker of a record with a TTL
+// (Nats-Marker-Reason MaxAge, on the record's key) ends its pause
+// (onExpired); a write or delete is acked as is.
 func (p *Processor) HandleExpiry(ctx context.Context, d *bus.Delivery) error {
-	if d.Msg.Headers().Get(jetstream.MarkerReasonHeader) != "MaxAge" {
+	key := strings.TrimPrefix(d.Subject, pausedSubjects+".")
+	switch h := d.Msg.Headers(); {
+	case h.Get(kvstate.SchedulerHeader) != "" && strings.HasSuffix(key, kvstate.ExpiredSuffix):
+		key = strings.TrimSuffix(key, kvstate.ExpiredSuffix)
+	case h.Get(jetstream.MarkerReasonHeader) == "MaxAge":
+	default:
 		return nil
 	}
-	key := strings.TrimPrefix(d.Subject, "$KV."+kvstate.BucketPaused+".")
 	if err := p.onExpired(ctx, key); err != nil {
 		return fmt.Errorf("ending the paused turn of %s: %w", threadOfPauseKey(key), err)
 	}
