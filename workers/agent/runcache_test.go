@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -240,4 +241,98 @@ func TestConflictReadsAndAppliesOnce(t *testing.T) {
 		t.Errorf("the last model call read the tool results %+v, want looked and found once each", got)
 	}
 	r.noOutcome(200*time.Millisecond, "a second outcome")
+}
+
+// A record remembered for longer than the window, or remembered across a
+// reconnect, is not trusted even on a first delivery: the result reads
+// the record. So does every result with Options.NoRunCache.
+func TestOldMemoryReadsTheRecord(t *testing.T) {
+	for name, age := range map[string]func(r *rig){
+		"window passed": func(r *rig) {
+			r.a.runCache.now = func() time.Time { return time.Now().Add(runCacheWindow) }
+		},
+		"reconnected": func(r *rig) {
+			r.a.runCache.epoch = func() uint64 { return 1 }
+		},
+		"NoRunCache": func(r *rig) {
+			if r.a.runCache.len() != 1 {
+				r.t.Fatalf("%d records remembered after the checkpoint, want 1", r.a.runCache.len())
+			}
+			r.a.runCache = nil
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t, oneCall("look", `{}`), allowAll, tool("look", true, `{"type":"object"}`))
+			reads := r.runReads(t)
+			if err := r.request("run-c4", user("look")); err != nil {
+				t.Fatal(err)
+			}
+			age(r)
+			reads()
+			if err := r.deliver(r.a, okResult("run-c4", "call_0_0", "seen"), 1); err != nil {
+				t.Fatal(err)
+			}
+			if n := reads(); n != 1 {
+				t.Errorf("%d reads of the run record, want 1", n)
+			}
+			if done := r.completed(); done.Message.Text != "seen" {
+				t.Errorf("final = %q, want the tool's result", done.Message.Text)
+			}
+		})
+	}
+	a, err := New(t.Context(), newRig(t, `{"rules":[],"fallback":"?"}`, allowAll).b, &stepModel{}, &Options{NoRunCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.runCache != nil {
+		t.Error("Options.NoRunCache: the agent remembers run records")
+	}
+}
+
+// The cache hands out copies, keeps the newest revision, forgets what is
+// older than its window, and holds at most maxCachedRuns records (the
+// oldest evicted first).
+func TestRunCacheBounds(t *testing.T) {
+	now := time.Now()
+	c := newRunCache(true, nil)
+	c.now = func() time.Time { return now }
+	at := func(d time.Duration) stamp { return stamp{at: now.Add(d)} }
+	c.put("r", &Run{RunID: "r", Step: 2}, 5, at(0))
+	c.put("r", &Run{RunID: "r", Step: 1}, 4, at(0)) // a late put of an older write
+	run, rev, ok := c.fresh("r")
+	if !ok || rev != 5 || run.Step != 2 {
+		t.Fatalf("fresh = %+v, %d, %v; want step 2 at revision 5", run, rev, ok)
+	}
+	run.Step = 9
+	if again, _, _ := c.fresh("r"); again.Step != 2 {
+		t.Errorf("a caller's change reached the cache: step %d", again.Step)
+	}
+	c.drop("r")
+	if _, _, ok := c.fresh("r"); ok {
+		t.Error("a dropped record is still remembered")
+	}
+
+	c.put("old", &Run{RunID: "old"}, 1, at(-runCacheWindow))
+	now = now.Add(runCacheWindow) // the next put sweeps
+	c.put("new", &Run{RunID: "new"}, 1, at(0))
+	if c.len() != 1 {
+		t.Errorf("%d records after a window passed, want 1 (the old one swept)", c.len())
+	}
+	for i := range maxCachedRuns + 10 {
+		c.put(fmt.Sprint("run", i), &Run{RunID: "x"}, 1, at(time.Duration(i)))
+	}
+	if c.len() != maxCachedRuns {
+		t.Errorf("%d records, want the bound %d", c.len(), maxCachedRuns)
+	}
+	if _, _, ok := c.fresh("run0"); ok {
+		t.Error("the oldest record survived the bound")
+	}
+	if _, _, ok := c.fresh(fmt.Sprint("run", maxCachedRuns+9)); !ok {
+		t.Error("the newest record was evicted")
+	}
+	var off *runCache
+	off.put("r", &Run{}, 1, stamp{})
+	if _, _, ok := off.fresh("r"); ok {
+		t.Error("a nil cache remembered a record")
+	}
 }
