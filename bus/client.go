@@ -117,6 +117,13 @@ func publishPolicy(budget time.Duration) RetryPolicy {
 // or its default).
 func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults().Timeout }
 
+// DuplicateWindow is the duplicate window of every parley stream
+// (EnsureStreams): a message published again with the same Nats-Msg-Id
+// within it is dropped, not stored a second time. (A stream restarted by
+// its server forgets the IDs of the messages it no longer holds: acked
+// work-queue messages.)
+const DuplicateWindow = 2 * time.Minute
+
 // EnsureStreams creates parley's streams, or updates those whose
 // configuration differs from parley's. It is idempotent and safe to call
 // from every worker replica at once on a fresh cluster: each stream is
@@ -135,7 +142,7 @@ func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults(
 // PARLEY_DLQ, histories read by people, drop their oldest messages (and
 // those past MaxAge). See docs/LIMITS.md.
 func (c *Client) EnsureStreams(ctx context.Context) error {
-	dup := 2 * time.Minute
+	dup := DuplicateWindow
 	chat, queue := c.maxBytes, max(c.maxBytes/4, 1<<20)
 	specs := []jetstream.StreamConfig{
 		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll},

@@ -55,6 +55,10 @@ type Options struct {
 	// is not read-only (policy_timeout). Optional. Default:
 	// DefaultPolicies ("gate").
 	Policies []string
+	// NoRunCache turns off the agent's memory of the run records it wrote
+	// (runCache): every tool result then reads its run's record. Optional.
+	// Default: false (remembered; correct with any number of replicas).
+	NoRunCache bool
 }
 
 // DefaultModelTimeout is Options.ModelTimeout's default: 10 minutes, room
@@ -85,7 +89,9 @@ type Agent struct {
 	routerOnce sync.Once
 	router     *bus.Router
 	runs       *kvstate.Bucket[Run]
-	tools      *kvstate.ToolRegistry
+	// runCache remembers the run records this process wrote (nil: off).
+	runCache *runCache
+	tools    *kvstate.ToolRegistry
 	// decisions holds the decision record of every dispatched call that a
 	// policy allowed or a person confirmed (parley_decisions).
 	decisions *kvstate.Decisions
@@ -158,7 +164,9 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{bus: b, runs: runs, tools: tools, decisions: decisions, results: results, provider: provider, opts: o, log: o.Logger}, nil
+	cache := newRunCache(!o.NoRunCache, func() uint64 { return b.Conn().Stats().Reconnects })
+	return &Agent{bus: b, runs: runs, runCache: cache, tools: tools, decisions: decisions, results: results,
+		provider: provider, opts: o, log: o.Logger}, nil
 }
 
 // Run consumes agent work until ctx is cancelled, then drains and returns nil.
@@ -186,8 +194,8 @@ func (a *Agent) newRouter() *bus.Router {
 	bus.On(r, events.KindRunResumed, func(ctx context.Context, d *bus.Delivery, in events.RunResumed) error {
 		return a.onResumed(ctx, d.Event, in)
 	})
-	bus.On(r, events.KindToolResultReady, func(ctx context.Context, _ *bus.Delivery, in events.ToolResult) error {
-		return a.onToolResult(ctx, in)
+	bus.On(r, events.KindToolResultReady, func(ctx context.Context, d *bus.Delivery, in events.ToolResult) error {
+		return a.onToolResult(ctx, d.NumDelivered == 1, in)
 	})
 	return r
 }
@@ -240,9 +248,29 @@ func (a *Agent) onRequested(ctx context.Context, in events.RunRequested) error {
 	return a.advance(ctx, &cur, rev, false)
 }
 
-func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
+// onToolResult applies a tool result to its run and drives the run on;
+// first is whether this is the message's first delivery. The run record
+// is read from the bucket, except on the first attempt of a first
+// delivery when this agent wrote the record moments ago: then it is the
+// copy runCache remembers (see runCache for why that is safe). A
+// remembered record is only trusted to apply the result to: what it says
+// otherwise (the call not dispatched, in another round, or unknown) may
+// just mean it is behind, so the record is read; and a write from it that
+// conflicts is retried on a read.
+func (a *Agent) onToolResult(ctx context.Context, first bool, in events.ToolResult) error {
 	for attempt := 0; ; attempt++ {
-		run, rev, err := a.runs.Get(ctx, in.RunID)
+		var (
+			run Run
+			rev uint64
+			err error
+		)
+		remembered := false
+		if attempt == 0 && first {
+			run, rev, remembered = a.runCache.fresh(in.RunID)
+		}
+		if !remembered {
+			run, rev, err = a.runs.Get(ctx, in.RunID)
+		}
 		if errors.Is(err, kvstate.ErrNotFound) {
 			return bus.Permanent(fmt.Errorf("tool result for unknown run %s", in.RunID))
 		}
@@ -251,6 +279,9 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		}
 		c := run.call(in.CallID)
 		if c == nil || c.Status != callDispatched || c.Round != in.Round {
+			if remembered {
+				continue // memory may be behind the record: read it
+			}
 			// Already applied (a redelivery). Drive the run on from its
 			// checkpoint all the same: the agent that applied it may have
 			// died before taking the next step, and nothing else would.
@@ -276,8 +307,8 @@ func (a *Agent) onToolResult(ctx context.Context, in events.ToolResult) error {
 		// The result is written with the run's next checkpoint (advance):
 		// at once when other results are still awaited, else after the
 		// next model step. A conflict there means another delivery
-		// changed the run meanwhile (nothing was dispatched from this
-		// one): read it again.
+		// changed the run meanwhile, or the remembered record was behind
+		// (nothing was dispatched from this one): read it again.
 		err = a.advance(ctx, &run, rev, true)
 		if errors.Is(err, kvstate.ErrConflict) && attempt < 20 {
 			continue
@@ -457,6 +488,13 @@ func who(a events.Answer) string {
 // outcome has the same derived event ID (dropped as a duplicate), and the
 // processor applies one outcome per turn. A create that finds a record,
 // or an update that lost a race, is returned as kvstate.ErrConflict.
+//
+// save is the only writer of run records (revision-checked), and every
+// record it writes shows a call dispatched: runCache's safety argument
+// rests on both. Each record written is remembered (runCache.put) for the
+// first delivery of its results; a failed write forgets the run, and so
+// does its end, pause or failure (publishCompleted, publishFailed,
+// publishPaused).
 func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (err error) {
 	defer func() {
 		if errors.Is(err, errRunTooLarge) { // fit failed the run
@@ -471,14 +509,17 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 		run.Checkpointed = true
 		var nrev uint64
 		var err error
+		st := a.runCache.stamp()
 		if rev == 0 {
 			nrev, err = a.runs.Create(ctx, run.RunID, *run, 0)
 		} else {
 			nrev, err = a.runs.Update(ctx, run.RunID, *run, rev, 0)
 		}
 		if err != nil {
+			a.runCache.drop(run.RunID) // the bucket may hold anything now
 			return fmt.Errorf("checkpointing run %s: %w", run.RunID, err)
 		}
+		a.runCache.put(run.RunID, run, nrev, st)
 		rev, dirty = nrev, false
 		if tooLarge {
 			return errRunTooLarge
@@ -694,7 +735,8 @@ func (a *Agent) redispatch(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
-	a.pending.end(run.RunID) // its own event ends the phase
+	a.pending.end(run.RunID)   // its own event ends the phase
+	a.runCache.drop(run.RunID) // remembered no longer (runCache)
 	var pend []events.PendingElicitation
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {
@@ -722,7 +764,8 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
-	a.pending.end(run.RunID) // its own event ends the phase
+	a.pending.end(run.RunID)   // its own event ends the phase
+	a.runCache.drop(run.RunID) // remembered no longer (runCache)
 	decisions := append([]events.DecisionRecord(nil), run.Decisions...)
 	for _, c := range run.Calls { // calls settled by a cancel, never fed to the model
 		if c.decided() {
@@ -741,7 +784,8 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
-	a.pending.end(run.RunID) // its own event ends the phase
+	a.pending.end(run.RunID)   // its own event ends the phase
+	a.runCache.drop(run.RunID) // remembered no longer (runCache)
 	e, err := events.KindRunFailed.New(events.SourceAgent, events.DerivedID("run.failed", run.RunID),
 		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail})
 	if err != nil {
