@@ -1,7 +1,10 @@
 // Package kvstate keeps parley's state in JetStream key-value buckets:
 // the processor's pause records (bucket parley_paused, key =
-// <thread>.<runs sequence>, per-key TTL, History 1, LimitMarkerTTL so a
-// durable consumer sees each expiry: Bucket.ConsumeExpired) and threads
+// <thread>.<runs sequence>.pause, History 1, expiring by message
+// schedule where the server has them, so a durable consumer of the
+// ExpiredKey subjects sees each expiry and no write; else by per-key TTL
+// with LimitMarkerTTL, whose markers share the keys' subjects:
+// BucketOptions.Schedules) and threads
 // (parley_threads) — both records are the processor's own types
 // (workers/processor/thread.go, paused.go) — agent run checkpoints
 // (parley_runs, key = run ID), tool results (parley_tool_results, key =
