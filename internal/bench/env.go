@@ -67,7 +67,8 @@ func (e *benchEnv) own() bool { return e.srv != nil }
 
 // connect opens a connection named parley-bench-<name>, closed by close.
 func (e *benchEnv) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("parley-bench-" + name), nats.MaxReconnects(-1)}, e.natsOpts...)...)
+	nc, err := nats.Connect(e.url, append([]nats.Option{nats.Name("parley-bench-" + name), nats.MaxReconnects(-1),
+		nats.SyncQueueLen(natsauth.SyncQueueLen)}, e.natsOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS at %s: %w", natsauth.Redact(e.url), err)
 	}

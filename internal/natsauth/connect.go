@@ -92,6 +92,15 @@ func (c Credentials) Options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// SyncQueueLen bounds how many messages a synchronous subscription of a
+// parley connection holds before they are read (nats.SyncQueueLen). The
+// only ones are the inboxes of scatter-gather requests (bus.RequestMany:
+// the agent's pre-execute request, one reply per policy), whose channel
+// nats.go otherwise sizes for 65,536 messages: 512 KiB allocated and
+// cleared per request. A reply beyond the bound is dropped as a slow
+// consumer (logged), which no policy set parley accepts comes near.
+const SyncQueueLen = 1024
+
 // Connect connects to the servers in url (comma-separated) as name with
 // the credentials, reconnecting for ever once connected (a first
 // connection that fails returns the error). Asynchronous errors — a
@@ -103,7 +112,7 @@ func Connect(url, name string, c Credentials, log *slog.Logger) (*nats.Conn, err
 		return nil, err
 	}
 	opts = append(opts, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.RetryOnFailedConnect(false), nats.ErrorHandler(asyncErrors(log)))
+		nats.RetryOnFailedConnect(false), nats.ErrorHandler(asyncErrors(log)), nats.SyncQueueLen(SyncQueueLen))
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, &redactedError{msg: "connecting to NATS at " + Redact(url) + ": " + Redact(err.Error()), err: err}
