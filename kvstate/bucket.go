@@ -31,16 +31,25 @@ type BucketOptions struct {
 	// where the server has them (API level 2, nats-server 2.12+; see
 	// Bucket.Scheduled): the value is stored with "Nats-Schedule: @at
 	// <expiry>", and at that time the server removes it and stores an
-	// empty value with the header SchedulerHeader under ExpiredKey(key),
-	// kept ExpiryKeep. A
-	// consumer filtered on the ExpiredKey subjects then sees each expiry
-	// and none of the writes, where an expiry marker shares its key's
-	// subject with every write of the key. OpenBucket turns the stream's
+	// empty value with the header SchedulerHeader (naming the value's
+	// subject: ExpiredValueKey) under ExpiryKey(key), kept ExpiryKeep. A
+	// consumer filtered on the expiry keys then sees each expiry and none
+	// of the writes, where an expiry marker shares its key's subject with
+	// every write of the key. OpenBucket turns the stream's
 	// AllowMsgSchedules on (it cannot be turned off again) with
 	// DiscardOld (the server refuses schedules with DiscardNew; the
 	// bucket has no message or byte limit, so nothing is discarded
 	// either way). Requires PerKeyTTL. Optional. Default: off.
 	Schedules bool
+	// ExpiryKey names the key under which the expiry of the scheduled
+	// value under key is stored. Expiries stored under one key keep only
+	// the latest (a rollup: an earlier one not yet read by a consumer is
+	// replaced), and the server stores an expiry marker on that key only
+	// when the latest goes, ExpiryKeep after it: so a key shared by many
+	// values (a thread's pauses) bounds both the expiries kept and the
+	// markers to one per shared key. It must not return a key the bucket
+	// stores values under. Optional. Default: key + ".expired".
+	ExpiryKey func(key string) string
 	// StartupTimeout bounds how long OpenBucket retries (a context
 	// carrying bus.WithStartupPolicy overrides it). Optional. Default:
 	// bus.DefaultStartupTimeout; negative: one try.
@@ -54,6 +63,7 @@ type Bucket[T any] struct {
 	name      string
 	perKey    bool
 	scheduled bool
+	expiryKey func(string) string
 }
 
 // markerTTL is how long an expiry marker lives (the server's minimum is 1s).
@@ -108,7 +118,11 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	if err != nil {
 		return nil, err
 	}
-	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL, scheduled: scheduled}, nil
+	expiryKey := opts.ExpiryKey
+	if expiryKey == nil {
+		expiryKey = func(key string) string { return key + ".expired" }
+	}
+	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL, scheduled: scheduled, expiryKey: expiryKey}, nil
 }
 
 // updateBucket brings the existing bucket kv to cfg where they differ
@@ -218,26 +232,27 @@ const expirySourceKey = "=expiry-source"
 
 // ExpiryKeep is how long the expiry of a scheduled value is kept
 // (Nats-Schedule-TTL): a watcher that starts within ExpiryKeep of an
-// expiry is still delivered it (a durable consumer that was down).
+// expiry is still delivered it (a durable consumer that was down), unless
+// a later expiry under the same key replaced it.
 const ExpiryKeep = 24 * time.Hour
 
 // Scheduled reports whether the bucket's expiring writes are message
 // schedules (BucketOptions.Schedules, on a server that has them): an
-// expiry is then announced on ExpiredKey(key), not by a marker on key.
+// expiry is then stored under BucketOptions.ExpiryKey(key), not as a
+// marker on key.
 func (b *Bucket[T]) Scheduled() bool { return b.scheduled }
-
-// ExpiredSuffix ends the key under which the server stores a scheduled
-// value's expiry (ExpiredKey).
-const ExpiredSuffix = ".expired"
-
-// ExpiredKey is the key under which the expiry of the scheduled value
-// under key is stored (an empty value with the header SchedulerHeader
-// naming key's subject; kept ExpiryKeep).
-func ExpiredKey(key string) string { return key + ExpiredSuffix }
 
 // SchedulerHeader names, on a scheduled value's expiry, the subject of
 // the value that expired ("$KV.<bucket>.<key>").
 const SchedulerHeader = "Nats-Scheduler"
+
+// ExpiredValueKey returns the key of the value of bucket whose expiry a
+// message with headers h is (from SchedulerHeader); ok is false for any
+// other message, such as the marker stored when the expiry itself goes.
+func ExpiredValueKey(bucket string, h nats.Header) (key string, ok bool) {
+	key, ok = strings.CutPrefix(h.Get(SchedulerHeader), "$KV."+bucket+".")
+	return key, ok && key != ""
+}
 
 // expiryOpts are the publish options that make a value written now expire
 // at expiresAt: a message schedule firing at expiresAt rounded up to the
@@ -251,22 +266,24 @@ func (b *Bucket[T]) expiryOpts(key string, expiresAt time.Time) ([]jetstream.Pub
 	if !b.scheduled {
 		return []jetstream.PublishOpt{jetstream.WithMsgTTL(ttl)}, nil
 	}
-	return ScheduleOpts(b.name, key, expiresAt), nil
+	return ScheduleOpts(b.name, b.expiryKey(key), expiresAt), nil
 }
 
-// ScheduleOpts are the publish options that store a value under key of
-// the scheduled bucket (BucketOptions.Schedules) so that it expires at
-// expiresAt, rounded up to the second (the schedule's granularity): "@at"
-// schedule, target ExpiredKey(key), source expirySourceKey, kept
-// ExpiryKeep. CreateNewUntil and UpdateUntil use them; a writer that
-// publishes straight to the bucket (the bench's seeder) uses them too.
-func ScheduleOpts(bucket, key string, expiresAt time.Time) []jetstream.PublishOpt {
+// ScheduleOpts are the publish options that store a value in the
+// scheduled bucket (BucketOptions.Schedules) so that it expires at
+// expiresAt, rounded up to the second (the schedule's granularity), with
+// its expiry stored under expiryKey (BucketOptions.ExpiryKey of the
+// value's key): "@at" schedule, that target with a rollup, source
+// expirySourceKey, kept ExpiryKeep. CreateNewUntil and UpdateUntil use
+// them; a writer that publishes straight to the bucket (the bench's
+// seeder) uses them too.
+func ScheduleOpts(bucket, expiryKey string, expiresAt time.Time) []jetstream.PublishOpt {
 	at := expiresAt.UTC()
 	if t := at.Truncate(time.Second); !t.Equal(at) {
 		at = t.Add(time.Second)
 	}
 	return []jetstream.PublishOpt{jetstream.WithScheduleAt(at),
-		jetstream.WithScheduleTarget("$KV." + bucket + "." + ExpiredKey(key)),
+		jetstream.WithScheduleTarget("$KV." + bucket + "." + expiryKey), jetstream.WithScheduleRollup(),
 		jetstream.WithScheduleSource("$KV." + bucket + "." + expirySourceKey),
 		jetstream.WithScheduleTTL(ExpiryKeep)}
 }

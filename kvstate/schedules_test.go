@@ -2,6 +2,7 @@ package kvstate
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,20 +10,22 @@ import (
 )
 
 // A scheduled bucket's expiring value is readable until its expiry, then
-// gone, and its expiry is stored under ExpiredKey (headers naming the
-// value's subject), a subject a watcher of the value's key does not
-// match; a key is written once. Reopening with another configuration
-// keeps the schedules on (jetstream.UpdateKeyValue would turn them off,
-// which the server refuses).
+// gone, and its expiry is stored under its ExpiryKey (an empty value
+// whose header names the value), a subject a watcher of the value keys
+// does not match; a key is written once. Expiries sharing a key keep only
+// the latest. Reopening with another configuration keeps the schedules on
+// (jetstream.UpdateKeyValue would turn them off, which the server
+// refuses).
 func TestScheduledBucket(t *testing.T) {
 	js := newJS(t)
-	b := openRec(t, js, "sched", BucketOptions{PerKeyTTL: true, Schedules: true, TTL: time.Hour})
+	thread := func(key string) string { k, _, _ := strings.Cut(key, "."); return k + ".x.expired" }
+	b := openRec(t, js, "sched", BucketOptions{PerKeyTTL: true, Schedules: true, TTL: time.Hour, ExpiryKey: thread})
 	if !b.Scheduled() {
 		t.Fatal("Scheduled() = false on a 2.15 server")
 	}
 	ctx := t.Context()
 	fires, err := js.CreateOrUpdateConsumer(ctx, "KV_sched", jetstream.ConsumerConfig{
-		FilterSubject: "$KV.sched.*.*.expired", HeadersOnly: true, DeliverPolicy: jetstream.DeliverNewPolicy})
+		FilterSubject: "$KV.sched.*.x.expired", HeadersOnly: true, DeliverPolicy: jetstream.DeliverNewPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,52 +38,76 @@ func TestScheduledBucket(t *testing.T) {
 	if _, err := b.CreateNewUntil(ctx, "t.1", rec{N: 1}, start.Add(1500*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.CreateNewUntil(ctx, "t.2", rec{N: 2}, start.Add(2500*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.CreateNewUntil(ctx, "t.1", rec{N: 2}, start.Add(time.Hour)); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second create: %v, want ErrConflict", err)
 	}
 	if v, _, err := b.Get(ctx, "t.1"); err != nil || v.N != 1 {
 		t.Fatalf("Get = %+v, %v", v, err)
 	}
-	msgs, err := fires.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	msgs, err := fires.Fetch(2, jetstream.FetchMaxWait(6*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var got []string
 	for m := range msgs.Messages() {
-		n++
-		if took := time.Since(start); took < 1500*time.Millisecond {
-			t.Errorf("expired after %v, before its time (1.5 s)", took)
+		key, ok := ExpiredValueKey("sched", m.Headers())
+		if !ok || m.Subject() != "$KV.sched.t.x.expired" {
+			t.Errorf("expiry on %s naming %q", m.Subject(), m.Headers().Get(SchedulerHeader))
 		}
-		if m.Subject() != "$KV.sched."+ExpiredKey("t.1") || m.Headers().Get(SchedulerHeader) != "$KV.sched.t.1" {
-			t.Errorf("expiry on %s with %s %q", m.Subject(), SchedulerHeader, m.Headers().Get(SchedulerHeader))
+		got = append(got, key)
+		if took, until := time.Since(start), map[string]time.Duration{"t.1": 1500 * time.Millisecond, "t.2": 2500 * time.Millisecond}[key]; took < until {
+			t.Errorf("%s expired after %v, before its time (%v)", key, took, until)
 		}
 		// Empty (the value is not stored twice), and kept ExpiryKeep.
 		if size, ttl := m.Headers().Get("Nats-Msg-Size"), m.Headers().Get(jetstream.MsgTTLHeader); size != "0" || ttl != ExpiryKeep.String() {
 			t.Errorf("expiry of %s bytes kept %q, want 0 bytes kept %v", size, ttl, ExpiryKeep)
 		}
 	}
-	if n != 1 {
-		t.Fatalf("%d expiries, want 1", n)
+	if strings.Join(got, " ") != "t.1 t.2" {
+		t.Fatalf("expiries of %v, want t.1 then t.2", got)
 	}
-	if _, _, err := b.Get(ctx, "t.1"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get after the expiry: %v, want ErrNotFound", err)
+	for _, k := range []string{"t.1", "t.2"} {
+		if _, _, err := b.Get(ctx, k); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get %s after its expiry: %v, want ErrNotFound", k, err)
+		}
+	}
+	// One expiry kept for the shared key; nothing else on its subject (a
+	// replaced expiry leaves no marker).
+	st, err := js.Stream(ctx, "KV_sched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV.sched.t.x.expired"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects["$KV.sched.t.x.expired"]; n != 1 {
+		t.Errorf("%d messages kept on the shared expiry key, want 1", n)
+	}
+	if more, err := fires.FetchNoWait(10); err == nil {
+		for m := range more.Messages() {
+			t.Errorf("a further message on the expiry key: %v", m.Headers())
+		}
 	}
 	if msgs, err := writes.FetchNoWait(10); err == nil {
 		for m := range msgs.Messages() {
 			t.Errorf("a watcher of the keys was delivered %s", m.Subject())
 		}
 	}
-	if _, err := b.CreateNewUntil(ctx, "t.2", rec{N: 1}, time.Now().Add(-time.Second)); !errors.Is(err, ErrExpired) {
+	if _, err := b.CreateNewUntil(ctx, "t.3", rec{N: 1}, time.Now().Add(-time.Second)); !errors.Is(err, ErrExpired) {
 		t.Errorf("create past its expiry: %v, want ErrExpired", err)
 	}
 
 	b2 := openRec(t, js, "sched", BucketOptions{PerKeyTTL: true, Schedules: true, TTL: 2 * time.Hour})
-	st, err := b2.KV().Status(ctx)
+	st2, err := b2.KV().Status(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.TTL() != 2*time.Hour || !b2.Scheduled() {
-		t.Errorf("reopened: TTL %v, scheduled %v; want 2h, true", st.TTL(), b2.Scheduled())
+	if st2.TTL() != 2*time.Hour || !b2.Scheduled() {
+		t.Errorf("reopened: TTL %v, scheduled %v; want 2h, true", st2.TTL(), b2.Scheduled())
 	}
 	if b3 := openRec(t, js, "plain", BucketOptions{PerKeyTTL: true}); b3.Scheduled() {
 		t.Error("a bucket without Schedules is scheduled")

@@ -167,8 +167,13 @@ func (t *template) instance(thread string) (paused, th []byte, pausedKey string)
 }
 
 // scheduledPauseSuffix ends the key of a pause record the processor
-// stores as a message schedule (processor.scheduledPauseKey).
-const scheduledPauseSuffix = ".pause"
+// stores as a message schedule (processor.scheduledPauseKey), and
+// pauseExpirySuffix the key of its thread's expiries
+// (processor.pauseExpiryKey).
+const (
+	scheduledPauseSuffix = ".pause"
+	pauseExpirySuffix    = ".pause.expired"
+)
 
 // seeder writes paused turns with bounded async publishes.
 type seeder struct {
@@ -213,7 +218,7 @@ func (sd *seeder) seed(ctx context.Context, t *template, from, to int) error {
 		if strings.HasSuffix(key, scheduledPauseSuffix) {
 			// As the processor writes a record on a server with
 			// message schedules (processor.scheduledPauseKey).
-			expiry = kvstate.ScheduleOpts(kvstate.BucketPaused, key, time.Now().Add(sd.ttl))
+			expiry = kvstate.ScheduleOpts(kvstate.BucketPaused, thread+pauseExpirySuffix, time.Now().Add(sd.ttl))
 		}
 		if err := pub(&nats.Msg{Subject: "$KV." + kvstate.BucketPaused + "." + key, Data: p},
 			append(expiry, jetstream.WithStallWait(5*time.Second))...); err != nil {

@@ -144,10 +144,30 @@ const scheduledToken = "pause"
 // message schedule: "<thread>.<runSeq>.pause". Its third token keeps it
 // out of the expiry-marker watcher's filter ("$KV.parley_paused.*" and
 // ".*.*", the keys of records with a TTL), so that watcher is not
-// delivered its write; its expiry is stored under
-// kvstate.ExpiredKey(key), which the other watcher receives.
+// delivered its write; its expiry is stored under pauseExpiryKey, which
+// the other watcher receives.
 func scheduledPauseKey(thread string, runSeq uint64) string {
 	return pauseKey(thread, runSeq) + "." + scheduledToken
+}
+
+// pauseExpirySuffix ends the key of a thread's pause expiries
+// (pauseExpiryKey); its token count (3, with the thread's) is no record
+// key's, and its second token no run sequence.
+const pauseExpirySuffix = "." + scheduledToken + ".expired"
+
+// pauseExpiryKey is the key under which the expiries of a thread's
+// scheduled pause records are stored (kvstate.BucketOptions.ExpiryKey):
+// "<thread>.pause.expired", one key per thread, so the bucket keeps one
+// expiry per thread (the latest: a thread pauses again only after its
+// earlier pause ended, so a replaced expiry that was never read changed
+// nothing) and the server stores one marker per thread when it goes.
+// The expiry names its record (kvstate.ExpiredValueKey). The one case
+// where a replaced expiry mattered: a later pause under a shorter
+// --pause-ttl expiring before the earlier pause's record, and no
+// processor running between the two expiries; that pause then ends
+// with the thread's next message (announced as expired then).
+func pauseExpiryKey(recordKey string) string {
+	return threadOfPauseKey(recordKey) + pauseExpirySuffix
 }
 
 // threadOfPauseKey returns the thread of a pause record's key (a key
@@ -208,7 +228,7 @@ type pauseBucket struct {
 // and message schedules when schedules is set and the server has them).
 func openPauses(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, schedules bool) (*pauseBucket, error) {
 	b, err := kvstate.OpenBucket[json.RawMessage](ctx, js, kvstate.BucketPaused,
-		kvstate.BucketOptions{Storage: storage, Replicas: replicas, PerKeyTTL: true, Schedules: schedules})
+		kvstate.BucketOptions{Storage: storage, Replicas: replicas, PerKeyTTL: true, Schedules: schedules, ExpiryKey: pauseExpiryKey})
 	if err != nil {
 		return nil, err
 	}

@@ -170,14 +170,14 @@ func (p *Processor) Run(ctx context.Context) error {
 		}, p.HandleRun)
 	})
 	run(func(ctx context.Context) error {
-		// Expiries of scheduled pause records (kvstate.ExpiredKey of
-		// scheduledPauseKey), headers only: a durable consumer, so an
-		// expiry that happens while every processor is down is handled
-		// when one starts. The records' writes are on other subjects,
-		// and not delivered.
+		// Expiries of scheduled pause records (pauseExpiryKey),
+		// headers only: a durable consumer, so an expiry that happens
+		// while every processor is down is handled when one starts
+		// (within kvstate.ExpiryKeep). The records' writes are on other
+		// subjects, and not delivered.
 		return p.bus.Consume(ctx, bus.ConsumerSpec{
 			Stream: "KV_" + kvstate.BucketPaused, Durable: "processor-timers", Concurrency: p.opts.Concurrency,
-			FilterSubjects: []string{pausedSubjects + ".*.*." + scheduledToken + kvstate.ExpiredSuffix},
+			FilterSubjects: []string{pausedSubjects + ".*" + pauseExpirySuffix},
 			Raw:            true, HeadersOnly: true, DeliverNew: true,
 			Description: "parley processors: expiries of paused turns",
 		}, p.HandleExpiry)
@@ -208,17 +208,24 @@ const pausedSubjects = "$KV." + kvstate.BucketPaused
 
 // HandleExpiry handles a message of the pause records' bucket stream
 // (KV_parley_paused, headers only): the expiry of a scheduled record
-// (on kvstate.ExpiredKey of its key, with the header
+// (under its thread's pauseExpiryKey, naming the record in the header
 // kvstate.SchedulerHeader) or an expiry marker of a record with a TTL
 // (Nats-Marker-Reason MaxAge, on the record's key) ends its pause
-// (onExpired); a write or delete is acked as is.
+// (onExpired). A write or delete is acked as is, and so is the marker
+// the server stores when a thread's last expiry itself goes
+// (kvstate.ExpiryKeep after it, on the expiry key): it is no record's
+// expiry.
 func (p *Processor) HandleExpiry(ctx context.Context, d *bus.Delivery) error {
 	key := strings.TrimPrefix(d.Subject, pausedSubjects+".")
-	switch h := d.Msg.Headers(); {
-	case h.Get(kvstate.SchedulerHeader) != "" && strings.HasSuffix(key, kvstate.ExpiredSuffix):
-		key = strings.TrimSuffix(key, kvstate.ExpiredSuffix)
-	case h.Get(jetstream.MarkerReasonHeader) == "MaxAge":
-	default:
+	h := d.Msg.Headers()
+	switch thread, isExpiry := strings.CutSuffix(key, pauseExpirySuffix); {
+	case isExpiry:
+		k, ok := kvstate.ExpiredValueKey(kvstate.BucketPaused, h)
+		if !ok || threadOfPauseKey(k) != thread {
+			return nil
+		}
+		key = k
+	case h.Get(jetstream.MarkerReasonHeader) != "MaxAge":
 		return nil
 	}
 	if err := p.onExpired(ctx, key); err != nil {
