@@ -591,19 +591,24 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	// A replica that lost the race, or a redelivery of the marker however
-	// late, still announces (the event ID is the same), in case the
-	// winner crashed before publishing; another record's marker does not
-	// announce the thread's last expiry again. The expired turn's end is
-	// announced before the next turn starts, so a crash in between cannot
-	// let the next turn end first.
-	if x := t.Expired; x != nil && (x.Record == key || x.Record == "" && time.Since(x.At) <= time.Minute) {
-		p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", x.TurnID)
-		if err := publishChat(ctx, p, thread, events.KindElicitationExpired,
-			events.DerivedID("elicitation.expired", thread, x.TurnID), x.TurnID,
-			events.ElicitationExpired{TurnID: x.TurnID, ElicitationIDs: x.ElicitationIDs}); err != nil {
-			return err
-		}
+	// A replica that lost the race, or a redelivery of the expiry however
+	// late, still announces (the event ID is the same) and starts the
+	// next turn, in case the winner crashed before publishing. Another
+	// record's expiry (the thread resumed, or paused again, since: every
+	// answered pause's record expires too, a grace after its expiresAt)
+	// does neither: the thread owes it nothing, and republishing a running
+	// turn's run.requested past its duplicate window would store it again.
+	// The expired turn's end is announced before the next turn starts, so
+	// a crash in between cannot let the next turn end first.
+	x := t.Expired
+	if x == nil || !(x.Record == key || x.Record == "" && time.Since(x.At) <= time.Minute) {
+		return nil
+	}
+	p.log.InfoContext(ctx, "paused turn expired", "subject", thread, "turn_id", x.TurnID)
+	if err := publishChat(ctx, p, thread, events.KindElicitationExpired,
+		events.DerivedID("elicitation.expired", thread, x.TurnID), x.TurnID,
+		events.ElicitationExpired{TurnID: x.TurnID, ElicitationIDs: x.ElicitationIDs}); err != nil {
+		return err
 	}
 	return p.requestNext(ctx, t)
 }
