@@ -211,13 +211,17 @@ const pausedSubjects = "$KV." + kvstate.BucketPaused
 // (on kvstate.ExpiredKey of its key, with the header
 // kvstate.SchedulerHeader) or an expiry marker of a record with a TTL
 // (Nats-Marker-Reason MaxAge, on the record's key) ends its pause
-// (onExpired); a write or delete is acked as is.
+// (onExpired); a write or delete is acked as is, and so is the marker
+// the server stores when a scheduled record's expiry itself goes
+// (kvstate.ExpiryKeep after it, on the same ".expired" subject): it is
+// no record's expiry.
 func (p *Processor) HandleExpiry(ctx context.Context, d *bus.Delivery) error {
 	key := strings.TrimPrefix(d.Subject, pausedSubjects+".")
+	expiry := strings.HasSuffix(key, kvstate.ExpiredSuffix)
 	switch h := d.Msg.Headers(); {
-	case h.Get(kvstate.SchedulerHeader) != "" && strings.HasSuffix(key, kvstate.ExpiredSuffix):
+	case h.Get(kvstate.SchedulerHeader) != "" && expiry:
 		key = strings.TrimSuffix(key, kvstate.ExpiredSuffix)
-	case h.Get(jetstream.MarkerReasonHeader) == "MaxAge":
+	case h.Get(jetstream.MarkerReasonHeader) == "MaxAge" && !expiry:
 	default:
 		return nil
 	}
