@@ -2,9 +2,12 @@ package kvstate
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -84,5 +87,46 @@ func TestScheduledBucket(t *testing.T) {
 	}
 	if b3 := openRec(t, js, "plain", BucketOptions{PerKeyTTL: true}); b3.Scheduled() {
 		t.Error("a bucket without Schedules is scheduled")
+	}
+}
+
+// The expiry a schedule stores is itself removed by its Nats-TTL
+// (ExpiryKeep), and the bucket has expiry markers on: the server then
+// stores a MaxAge marker on the expiry's subject, which a consumer of the
+// ExpiredKey subjects is delivered too (so such a consumer must tell the
+// two apart: the expiry carries SchedulerHeader, the marker does not).
+// Here with a keep of 1 s instead of ExpiryKeep.
+func TestScheduledExpiryLeavesAMarker(t *testing.T) {
+	js := newJS(t)
+	openRec(t, js, "sched", BucketOptions{PerKeyTTL: true, Schedules: true})
+	ctx := t.Context()
+	c, err := js.CreateOrUpdateConsumer(ctx, "KV_sched", jetstream.ConsumerConfig{
+		FilterSubject: "$KV.sched.*.*.pause.expired", HeadersOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := ScheduleOpts("sched", "t.1.pause", time.Now().Add(500*time.Millisecond))
+	opts = append(opts, jetstream.WithScheduleTTL(time.Second)) // overrides ExpiryKeep
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "$KV.sched.t.1.pause", Data: []byte(`{"n":1}`)}, opts...); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deadline := time.Now().Add(6 * time.Second)
+	for len(got) < 2 && time.Now().Before(deadline) {
+		msgs, err := c.Fetch(2, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		for m := range msgs.Messages() {
+			h := m.Headers()
+			got = append(got, fmt.Sprintf("%s scheduler=%q marker=%q", m.Subject(), h.Get(SchedulerHeader), h.Get(jetstream.MarkerReasonHeader)))
+		}
+	}
+	want := []string{
+		`$KV.sched.t.1.pause.expired scheduler="$KV.sched.t.1.pause" marker=""`,
+		`$KV.sched.t.1.pause.expired scheduler="" marker="MaxAge"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("delivered %q, want %q", got, want)
 	}
 }
