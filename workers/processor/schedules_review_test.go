@@ -1,12 +1,16 @@
 package processor
 
 import (
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/kvstate"
 )
@@ -75,5 +79,49 @@ func TestReviewMarkerOfAnExpiryIsNoExpiry(t *testing.T) {
 	}
 	if len(h.pub.of(events.TypeElicitationExpired)) != 1 {
 		t.Errorf("the expiry of %s did not end its pause", key)
+	}
+}
+
+// A pause record is written once: pauseBucket.Create refuses a key whose
+// record expired already (kvstate.ErrExpired), so a run.paused
+// redelivered after its record's expiry (its processor died between the
+// record and the thread write) ends the turn as unknown_or_expired. With
+// a per-key TTL the key's expiry marker refuses the create; a scheduled
+// record leaves no entry under its key when it fires (the server purges
+// it), so the create succeeded and the pause was recorded again under
+// the same key, while the first record's expiry, still stored under
+// "<key>.expired" (and pending for processor-timers when every processor
+// was down), ends whichever pause the thread holds under that key: the
+// re-recorded one, at once.
+func TestReviewScheduledRecordWrittenOnce(t *testing.T) {
+	for _, schedules := range []bool{false, true} {
+		t.Run(fmt.Sprintf("schedules=%v", schedules), func(t *testing.T) {
+			_, js := bustest.NewServer(t).JetStream(t)
+			b, err := openPauses(t.Context(), js, jetstream.MemoryStorage, 1, schedules)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := newPauseRecords(b, false).key("t", 3)
+			rec := func(until time.Time) *pauseRecord {
+				return &pauseRecord{Format: pauseFormat, Thread: "t", TurnID: "turn", RunID: "turn", RunSeq: 3,
+					ExpiresAt: until, Snapshot: []byte(`{"step":1}`)}
+			}
+			until := time.Now().Add(time.Second)
+			if err := b.Create(t.Context(), key, rec(until), until); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if _, err := b.Load(t.Context(), key); errors.Is(err, kvstate.ErrNotFound) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the record did not expire within 5 s")
+				}
+			}
+			until = time.Now().Add(time.Hour) // the redelivery's pause
+			if err := b.Create(t.Context(), key, rec(until), until); !errors.Is(err, kvstate.ErrExpired) {
+				t.Errorf("creating %s again after its record expired: %v, want kvstate.ErrExpired (written once)", key, err)
+			}
+		})
 	}
 }
