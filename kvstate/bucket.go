@@ -416,7 +416,7 @@ func (b *Bucket[T]) CreateUntil(ctx context.Context, key string, v T, expiresAt 
 // (BucketOptions.Schedules). ErrExpired when expiresAt has passed, so a
 // rewrite never drops the expiry.
 func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
-	return b.writeUntil(ctx, "updating", key, v, rev, expiresAt)
+	return b.writeUntil(ctx, "updating", key, "", v, rev, expiresAt)
 }
 
 // CreateNewUntil is CreateUntil in one write, for a key written once: it
@@ -424,14 +424,29 @@ func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64
 // delete, purge or expiry marker, and with ErrExpired when expiresAt has
 // passed. In a scheduled bucket (BucketOptions.Schedules) the value
 // expires by a message schedule, and a key whose value expired has no
-// entry left: it is refused by expiresAt alone.
+// entry left: it is refused by expiresAt alone (CreateOnceUntil refuses
+// it by its expiry too).
 func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
-	return b.writeUntil(ctx, "creating", key, v, 0, expiresAt)
+	return b.writeUntil(ctx, "creating", key, "", v, 0, expiresAt)
+}
+
+// CreateOnceUntil is CreateNewUntil for a key written once ever, also in
+// a scheduled bucket: it fails with ErrConflict when any key matching
+// scope has an entry. scope is a key pattern (with wildcards) that
+// matches key and ExpiredKey(key), and no key of another value: a
+// scheduled value's expiry leaves no entry under its key (the server
+// purges it), but its expiry stays under ExpiredKey(key) for
+// ExpiryKeep, and refuses the key's second write within that time as a
+// per-key TTL's marker does (for markerTTL). The last sequence is checked
+// on scope in the same write (Nats-Expected-Last-Subject-Sequence-Subject).
+func (b *Bucket[T]) CreateOnceUntil(ctx context.Context, scope, key string, v T, expiresAt time.Time) (uint64, error) {
+	return b.writeUntil(ctx, "creating", key, scope, v, 0, expiresAt)
 }
 
 // writeUntil stores v under key if the key's last entry is at rev (0:
-// none), expiring at expiresAt (expiryOpts).
-func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
+// none), or if no key matching scope has an entry (scope set, rev 0),
+// expiring at expiresAt (expiryOpts).
+func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key, scope string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
 	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	opts, err := b.expiryOpts(key, expiresAt)
@@ -442,8 +457,11 @@ func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key string, v T, rev u
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
 	}
-	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data},
-		append(opts, jetstream.WithExpectLastSequencePerSubject(rev))...)
+	expect := jetstream.WithExpectLastSequencePerSubject(rev)
+	if scope != "" {
+		expect = jetstream.WithExpectLastSequenceForSubject(0, "$KV."+b.name+"."+scope)
+	}
+	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data}, append(opts, expect)...)
 	if isWrongLastSequence(err) {
 		return 0, ErrConflict
 	}

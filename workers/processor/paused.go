@@ -150,6 +150,18 @@ func scheduledPauseKey(thread string, runSeq uint64) string {
 	return pauseKey(thread, runSeq) + "." + scheduledToken
 }
 
+// recordScope is the key pattern under which the record key of one pause
+// and its expiry are stored (kvstate.Bucket.CreateOnceUntil): for a
+// scheduled record "<thread>.<runSeq>.>" (the record, and
+// kvstate.ExpiredKey of it once it fired), else the key itself (a
+// record with a per-key TTL leaves its expiry marker under its key).
+func recordScope(key string) string {
+	if base, ok := strings.CutSuffix(key, "."+scheduledToken); ok {
+		return base + ".>"
+	}
+	return key
+}
+
 // threadOfPauseKey returns the thread of a pause record's key (a key
 // without a dot is an earlier version's record, named by its thread).
 func threadOfPauseKey(key string) string {
@@ -224,13 +236,18 @@ func (s *pauseBucket) Scheduled() bool { return s.b.Scheduled() }
 // from an earlier attempt) counts as stored, and rec's ExpiresAt becomes
 // the stored one's (the record's TTL was set by it). kvstate.ErrExpired
 // when until has passed or the key's record expired already (a pause
-// redelivered after its TTL: a key is written once).
+// redelivered after its TTL: a key is written once). A scheduled record
+// leaves no entry under its key when it fires; its expiry, kept
+// kvstate.ExpiryKeep under kvstate.ExpiredKey(key), refuses the key
+// (recordScope), as a TTL record's marker does for its minute: written
+// again, the record's pause would be ended at once by that expiry when
+// processor-timers delivers it after the thread recorded the pause.
 func (s *pauseBucket) Create(ctx context.Context, key string, rec *pauseRecord, until time.Time) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	_, err = s.b.CreateNewUntil(ctx, key, data, until)
+	_, err = s.b.CreateOnceUntil(ctx, recordScope(key), key, data, until)
 	if !errors.Is(err, kvstate.ErrConflict) {
 		return err
 	}
