@@ -32,6 +32,10 @@ type Delivery struct {
 	NumDelivered uint64
 	// StreamSeq is the message's stream sequence.
 	StreamSeq uint64
+	// Stored is when the stream stored the message (its metadata
+	// timestamp, the server's clock): the same on every delivery. Zero
+	// when unknown (a Delivery built by hand).
+	Stored time.Time
 }
 
 // Handler handles one delivery. nil acks it; an error naks it with backoff
@@ -423,7 +427,7 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 		_ = m.Term()
 		return
 	}
-	d := &Delivery{Subject: m.Subject(), Msg: m, NumDelivered: md.NumDelivered, StreamSeq: md.Sequence.Stream}
+	d := &Delivery{Subject: m.Subject(), Msg: m, NumDelivered: md.NumDelivered, StreamSeq: md.Sequence.Stream, Stored: md.Timestamp}
 	ctx := extract(base, m.Headers())
 	ctx, span := tracer().Start(ctx, "process "+templateOf(m.Subject()), trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrSystem, keyOperation.String("process"), keyOpType.String("process"),

@@ -441,7 +441,8 @@ func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64
 // delete, purge or expiry marker, and with ErrExpired when expiresAt has
 // passed. In a scheduled bucket (BucketOptions.Schedules) the value
 // expires by a message schedule, and a key whose value expired has no
-// entry left: it is refused by expiresAt alone.
+// entry left: a caller that must not write a key twice refuses it by
+// expiresAt (for which it must compute the same expiresAt each time).
 func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
 	return b.writeUntil(ctx, "creating", key, v, 0, expiresAt)
 }

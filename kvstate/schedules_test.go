@@ -2,10 +2,13 @@ package kvstate
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -111,5 +114,52 @@ func TestScheduledBucket(t *testing.T) {
 	}
 	if b3 := openRec(t, js, "plain", BucketOptions{PerKeyTTL: true}); b3.Scheduled() {
 		t.Error("a bucket without Schedules is scheduled")
+	}
+}
+
+// An expiry is kept ExpiryKeep (its Nats-TTL) in a bucket with expiry
+// markers on, so when it goes the server stores a MaxAge marker on its
+// key, which a consumer of the expiries is delivered (with no
+// SchedulerHeader: ExpiredValueKey says it is no value's expiry). Values
+// that share an expiry key leave one marker, not one each: a later
+// expiry replaces the earlier one (rollup), and a replaced expiry leaves
+// none. (Checked with a 2 s keep instead of 24 h.)
+func TestScheduledExpiriesLeaveOneMarkerPerKey(t *testing.T) {
+	js := newJS(t)
+	openRec(t, js, "sched", BucketOptions{PerKeyTTL: true, Schedules: true})
+	ctx := t.Context()
+	c, err := js.CreateOrUpdateConsumer(ctx, "KV_sched", jetstream.ConsumerConfig{
+		FilterSubject: "$KV.sched.*.x.expired", HeadersOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i, key := range []string{"t.1", "t.2"} {
+		opts := ScheduleOpts("sched", "t.x.expired", start.Add(time.Duration(i+1)*time.Second))
+		opts = append(opts, jetstream.WithScheduleTTL(2*time.Second)) // overrides ExpiryKeep
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "$KV.sched." + key, Data: []byte(`{"n":1}`)}, opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	// Three by 4 s (the marker 2 s after the second expiry); a fourth
+	// would come by then too.
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline) && (len(got) < 3 || time.Since(start) < 5*time.Second); {
+		msgs, err := c.Fetch(4, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			continue
+		}
+		for m := range msgs.Messages() {
+			key, ok := ExpiredValueKey("sched", m.Headers())
+			got = append(got, fmt.Sprintf("%s %q %v marker=%q", m.Subject(), key, ok, m.Headers().Get(jetstream.MarkerReasonHeader)))
+		}
+	}
+	want := []string{
+		`$KV.sched.t.x.expired "t.1" true marker=""`,
+		`$KV.sched.t.x.expired "t.2" true marker=""`,
+		`$KV.sched.t.x.expired "" false marker="MaxAge"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("delivered %q, want %q", got, want)
 	}
 }

@@ -501,7 +501,12 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 			err = a.publishFailed(ctx, run, run.Failed.Reason, run.Failed.Detail)
 		}
 	}()
-	save := func() error {
+	// save writes the run when dirty; dispatching says whether the write
+	// dispatches calls (they are published after it). Only such a write
+	// starts runCache's trust window for the step's results; a write that
+	// records a result of a step dispatched earlier keeps the window of
+	// the remembered write it was based on, or is not remembered.
+	save := func(dispatching bool) error {
 		if !dirty {
 			return nil
 		}
@@ -509,7 +514,10 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 		run.Checkpointed = true
 		var nrev uint64
 		var err error
-		st := a.runCache.stamp()
+		st, remember := a.runCache.stamp(), true
+		if !dispatching {
+			st, remember = a.runCache.carried(run.RunID, rev)
+		}
 		if rev == 0 {
 			nrev, err = a.runs.Create(ctx, run.RunID, *run, 0)
 		} else {
@@ -519,7 +527,11 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 			a.runCache.drop(run.RunID) // the bucket may hold anything now
 			return fmt.Errorf("checkpointing run %s: %w", run.RunID, err)
 		}
-		a.runCache.put(run.RunID, run, nrev, st)
+		if remember {
+			a.runCache.put(run.RunID, run, nrev, st)
+		} else {
+			a.runCache.drop(run.RunID)
+		}
 		rev, dirty = nrev, false
 		if tooLarge {
 			return errRunTooLarge
@@ -558,7 +570,7 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 		}
 		if run.count(callDispatched) > 0 {
 			// Checkpoint before dispatching, and before waiting.
-			if err := save(); err != nil {
+			if err := save(len(toSend) > 0); err != nil {
 				return err
 			}
 			for _, c := range toSend {

@@ -34,14 +34,21 @@ const (
 //
 //  1. The delivery is the message's first (bus.Delivery.NumDelivered ==
 //     1): no handler, on any replica, got this tool.result message before.
-//  2. The record was written less than window (runCacheWindow) ago, and
-//     by a connection that has not reconnected since (epoch). A
+//  2. The write that dispatched the calls the record still shows
+//     dispatched was sent less than window (runCacheWindow) ago, by a
+//     connection that has not reconnected since (epoch). A
 //     tool.result's Nats-Msg-Id is derived from its run, call and round,
 //     so JetStream stores a second copy of the same result only a whole
-//     duplicate window after the first; the first was stored after this
+//     duplicate window after the first; the first was stored after that
 //     write (tool.call is published after the checkpoint). So within the
 //     window the delivered message is the only copy there is, and with (1)
-//     nobody has applied this result. (A server that restarts forgets the
+//     nobody has applied this result. A later write of the same step,
+//     which records another call's result and dispatches nothing, keeps
+//     the stamp of the remembered write it was based on (carried), or is
+//     not remembered: stamped itself, it would let a second copy stored
+//     a duplicate window after the first (a tool executor that published
+//     again after a crash) be applied again from memory, and the step
+//     another replica already took be taken a second time. (A server that restarts forgets the
 //     IDs of acked work-queue messages, and could store a copy again
 //     sooner: the agent's connection then reconnects, which ends the
 //     trust in everything remembered before. Not covered: a cluster whose
@@ -113,6 +120,25 @@ func (c *runCache) stamp() stamp {
 		s.epoch = c.epoch()
 	}
 	return s
+}
+
+// carried returns the stamp of the record remembered under id at
+// revision base, for a write based on it that dispatches nothing (it
+// records a result of calls that write dispatched): the calls still
+// dispatched were published after that stamp, not after the new write,
+// so the new write is remembered with it (rule 2). ok is false when no
+// record is remembered at base: the write is then not remembered.
+func (c *runCache) carried(id string, base uint64) (s stamp, ok bool) {
+	if c == nil {
+		return stamp{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, found := c.m[id]
+	if !found || e.rev != base {
+		return stamp{}, false
+	}
+	return stamp{at: e.at, epoch: e.epoch}, true
 }
 
 // put remembers run, written under id at revision rev by a write sent at

@@ -336,3 +336,54 @@ func TestRunCacheBounds(t *testing.T) {
 		t.Error("a nil cache remembered a record")
 	}
 }
+
+// A tool result stored twice (the tool executor published it again after
+// a crash, a whole duplicate window after the first copy) must not be
+// applied again from memory refreshed by a later write of the same step.
+// Here a dispatches look and find; look's result reaches a after a's
+// memory of the dispatch aged out, so a reads the record, applies it and
+// writes (remembering that write, which dispatched nothing); b applies
+// find's first copy and starts the next step (more). find's second copy,
+// stored a duplicate window after the first, reaches a within a window
+// of a's last write: the window of rule 2 counts from the write that
+// dispatched the call, not from any later write, so a must read the
+// record (find is applied there) and take no decision from memory. From
+// memory, a applies find again, calls the model for the step b already
+// took, and ends the run while more still runs.
+func TestSecondCopyAfterWindowNeverDecides(t *testing.T) {
+	r := newRig(t, `{"rules":[],"fallback":"?"}`, allowAll, tool("look", true, `{"type":"object"}`),
+		tool("find", true, `{"type":"object"}`), tool("more", true, `{"type":"object"}`))
+	m := &stepModel{steps: []model.Response{callTools("look", "find"), callTools("more"), {Text: "done"}}}
+	r.a.provider = m
+	b := r.replica(m)
+	if err := r.request("run-c6", user("look and find")); err != nil {
+		t.Fatal(err)
+	}
+	// a's clock: the dispatch at 0; look's result at 1.5 windows (find's
+	// first copy was stored just after the dispatch, its second copy a
+	// duplicate window later, at 2 windows and a bit).
+	r.a.runCache.now = func() time.Time { return time.Now().Add(runCacheWindow * 3 / 2) }
+	if err := r.deliver(r.a, okResult("run-c6", "call_0_0", "looked"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.deliver(b, okResult("run-c6", "call_0_1", "found"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if m.calls() != 2 {
+		t.Fatalf("%d model calls after both results, want 2 (the step with more)", m.calls())
+	}
+	r.a.runCache.now = func() time.Time { return time.Now().Add(2*runCacheWindow + 5*time.Second) }
+	if err := r.deliver(r.a, okResult("run-c6", "call_0_1", "found"), 1); err != nil {
+		t.Fatal(err)
+	}
+	r.noOutcome(300*time.Millisecond, "find's second copy, already applied, while more runs")
+	if m.calls() != 2 {
+		t.Errorf("%d model calls after find's second copy, want still 2 (it was applied already)", m.calls())
+	}
+	if err := r.deliver(b, okResult("run-c6", "call_1_0", "more"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if done := r.completed(); done.Message.Text != "done" {
+		t.Errorf("final = %q, want done", done.Message.Text)
+	}
+}

@@ -57,9 +57,18 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		if err != nil {
 			return err
 		}
-		now := time.Now().UTC()
-		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: now,
-			ExpiresAt: now.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
+		// The pause counts from when PARLEY_RUNS stored run.paused (the
+		// server's clock, which also fires the record's schedule), so
+		// every delivery of it computes the same expiry: one redelivered
+		// after its record expired is refused by that expiry below
+		// (kvstate.ErrExpired), whatever the record left behind.
+		created := d.Stored
+		if created.IsZero() {
+			created = time.Now()
+		}
+		created = created.UTC()
+		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: created,
+			ExpiresAt: created.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
 			Record: p.pauses.key(thread, d.StreamSeq), Grants: t.TurnGrants}
 		for _, pe := range in.Elicitations {
 			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
