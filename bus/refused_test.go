@@ -1,0 +1,89 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/events"
+)
+
+// A publish the server's permissions refuse this connection fails at once
+// with an error naming the subject and the rule, instead of waiting for a
+// JetStream acknowledgement that never comes (30 s of retries, then "no
+// JetStream acknowledgement"): what `parley answer --principal gateway`
+// with an integrator's credentials met. An allowed publish on the same
+// connection, before and after, is acknowledged.
+func TestPublishRefusedByPermissionsFailsAtOnce(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "u", Password: "p", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "ok.>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}}}}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("u", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	handled := make(chan error, 4)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { handled <- err })
+	b, err := New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := b.JetStream().CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"ok.>", "no.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	newEvent := func(id string) *event.Event {
+		e, err := events.NewWithID(id, "/test", events.TypeTurnRequested, "t1", map[string]string{"x": "y"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if _, err := b.Publish(ctx, "ok.1", newEvent("a")); err != nil {
+		t.Fatalf("allowed publish: %v", err)
+	}
+	start := time.Now()
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	_, err = b.Publish(pctx, "no.1", newEvent("b"))
+	took := time.Since(start)
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		t.Fatalf("refused publish: %v after %v, want a permissions violation", err, took)
+	}
+	if took > 5*time.Second {
+		t.Errorf("refused publish failed after %v, want at once", took)
+	}
+	if !strings.Contains(err.Error(), `"no.1"`) {
+		t.Errorf("error %q does not name the subject", err)
+	}
+	select {
+	case herr := <-handled:
+		if !errors.Is(herr, nats.ErrPermissionViolation) {
+			t.Errorf("the connection's own error handler got %v", herr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the connection's own error handler was not called")
+	}
+	if _, err := b.Publish(ctx, "ok.2", newEvent("c")); err != nil {
+		t.Fatalf("allowed publish after the refusal: %v", err)
+	}
+}
