@@ -59,6 +59,8 @@ type Client struct {
 	replicas int
 	startup  RetryPolicy
 	publish  RetryPolicy
+	// refused fails a publish the server's permissions refuse at once.
+	refused *refusals
 }
 
 // New wraps nc. It panics if nc is nil (a programmer error).
@@ -75,7 +77,7 @@ func New(nc *nats.Conn, opts *Options) (*Client, error) {
 	}
 	c := &Client{nc: nc, js: js, logger: opts.Logger, storage: opts.Storage, replicas: opts.Replicas,
 		startup: RetryPolicy{Timeout: opts.StartupTimeout, Logger: opts.Logger},
-		publish: publishPolicy(opts.PublishRetry)}
+		publish: publishPolicy(opts.PublishRetry), refused: watchRefusals(nc)}
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
@@ -359,6 +361,8 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 // publishMsg publishes msg with Nats-Msg-Id id, retrying per c.publish
 // while isPublishRetryable.
 func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
+	ctx, stop := c.refused.watch(ctx, msg.Subject)
+	defer stop()
 	p := c.publish.withDefaults()
 	start := time.Now()
 	deadline := start.Add(p.budget())
@@ -372,6 +376,9 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 					"tries", try, "elapsed", time.Since(start).Round(time.Millisecond).String(), "duplicate", ack.Duplicate)
 			}
 			return ack, nil
+		}
+		if pe := refused(ctx); pe != nil {
+			return nil, pe
 		}
 		if ctx.Err() != nil || !isPublishRetryable(err) {
 			return nil, err
@@ -392,6 +399,9 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if pe := refused(ctx); pe != nil {
+				return nil, pe
+			}
 			return nil, err
 		case <-t.C:
 		}

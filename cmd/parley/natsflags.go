@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,6 +74,44 @@ func (f natsAuthFlags) integratorCredentials() natsauth.Credentials {
 		c.NKeyFile = seed
 	}
 	return c
+}
+
+// credentialsAs returns the credentials to publish as principal (""
+// means the integrator: integratorCredentials): the flags' when they name
+// a credentials file, else parley dev's <data-dir>/auth/<principal>.nk
+// when it exists. Credentials whose file is named after another
+// principal (integrator.nk with --principal gateway), with no
+// --nats-principal to say otherwise, are a usage error: the server lets
+// a principal publish only under its own name and read replies only on
+// its own inbox, so every publish and request would be refused. A
+// credentials file named otherwise is taken to be principal's (its
+// inbox prefix follows).
+func (f natsAuthFlags) credentialsAs(principal string) (natsauth.Credentials, error) {
+	if principal == "" {
+		return f.integratorCredentials(), nil
+	}
+	c := f.credentials(principal)
+	if !c.Authenticated() {
+		seed := filepath.Join(devAuthDir(devDataDir()), natsauth.SeedFile(principal))
+		if _, err := os.Stat(seed); err == nil {
+			c.NKeyFile = seed
+		}
+		return c, nil
+	}
+	if f.NATSPrincipal != "" {
+		return c, nil
+	}
+	file, owner := c.NKeyFile, principalOfFile(c.NKeyFile, ".nk")
+	if owner == "" {
+		file, owner = c.CredsFile, principalOfFile(c.CredsFile, ".creds")
+	}
+	if owner != "" && owner != principal {
+		return c, fmt.Errorf("--principal %s: the credentials %s are %s's, and the NATS server lets a principal publish "+
+			"only under its own name (parley.in.<principal>.…): pass %s's credentials (--nats-nkey <dir>/%s), "+
+			"or leave --principal out to send as %s", principal, file, owner, principal, natsauth.SeedFile(principal), owner)
+	}
+	c.Principal = principal
+	return c, nil
 }
 
 // connectAs connects to the flags' server as principal-named

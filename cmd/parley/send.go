@@ -16,6 +16,7 @@ import (
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -25,20 +26,22 @@ import (
 func integrator(e *env) (*client.Client, func(), error) { return integratorAs(e, "") }
 
 // integratorAs is integrator publishing as principal (--principal; ""
-// means the credentials' principal). The credentials' inbox prefix
-// follows it unless --nats-principal says otherwise.
+// means the credentials' principal), with natsAuthFlags.credentialsAs:
+// credentials named after another principal are a usage error (exit 2)
+// before anything is sent.
 func integratorAs(e *env, principal string) (*client.Client, func(), error) {
-	creds := e.integratorCredentials()
-	if principal != "" && e.NATSPrincipal == "" {
-		creds.Principal = principal
+	creds, err := e.credentialsAs(principal)
+	if err != nil {
+		return nil, nil, &exitError{code: exitUsage, err: err}
 	}
+	who := creds.Principal
 	nc, err := e.connectAs("parley-cli", creds)
 	if errors.Is(err, nats.ErrAuthorization) {
 		// Not transient: nothing was sent, and trying again will not help.
-		hint := "pass the integrator's credentials with --nats-nkey or --nats-creds"
+		hint := "pass " + who + "'s credentials with --nats-nkey or --nats-creds"
 		if !creds.Authenticated() {
 			hint = "no credentials were found: run from the directory that holds parley dev's data dir (" +
-				devDataDir() + "), set PARLEY_DATA_DIR, or pass --nats-nkey <data-dir>/auth/integrator.nk"
+				devDataDir() + "), set PARLEY_DATA_DIR, or pass --nats-nkey <data-dir>/auth/" + natsauth.SeedFile(who)
 		}
 		return nil, nil, &exitError{code: exitRefused, err: fmt.Errorf("%w (nothing was sent)\n%s", err, hint)}
 	}
