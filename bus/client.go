@@ -63,7 +63,10 @@ type Client struct {
 	refused *refusals
 }
 
-// New wraps nc. It panics if nc is nil (a programmer error).
+// New wraps nc. It panics if nc is nil (a programmer error). It sets nc's
+// asynchronous error handler to one that fails a Publish the server's
+// permissions refuse (PermissionError) and then calls the handler nc had:
+// create a Client once per connection, after setting the handler.
 func New(nc *nats.Conn, opts *Options) (*Client, error) {
 	if nc == nil {
 		panic("bus.New: nil *nats.Conn")
