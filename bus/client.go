@@ -94,6 +94,12 @@ func New(nc *nats.Conn, opts *Options) (*Client, error) {
 	return c, nil
 }
 
+// Refused returns a *PermissionError once the server refused this
+// connection's reply inbox (its credentials are another principal's than
+// the inbox prefix names): no acknowledgement or reply can arrive, so a
+// caller retrying a request stops. Nil otherwise.
+func (c *Client) Refused() error { return c.refused.refusedInbox() }
+
 // Conn returns the NATS connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }
 

@@ -87,3 +87,67 @@ func TestPublishRefusedByPermissionsFailsAtOnce(t *testing.T) {
 		t.Fatalf("allowed publish after the refusal: %v", err)
 	}
 }
+
+// Credentials whose reply inbox the server refuses (another principal's
+// inbox prefix) can get no acknowledgement and no reply at all: the first
+// publish fails at once with the refused subscription named, and so does
+// every later one (Client.Refused), instead of each waiting out its
+// retry budget.
+func TestReplyInboxRefusedFailsAtOnce(t *testing.T) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "u", Password: "p", Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "ok.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_u.>"}},
+			}},
+			{Username: "admin", Password: "p"},
+		}}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	admin, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	ajs, _ := jetstream.New(admin)
+	if _, err := ajs.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"ok.>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	// u's credentials, taken for another principal's: inbox _INBOX_v.
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("u", "p"), nats.CustomInboxPrefix("_INBOX_v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b, err := New(nc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.NewWithID("a", "/test", events.TypeTurnRequested, "t1", map[string]string{"x": "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for i := range 2 {
+		start := time.Now()
+		_, err := b.Publish(ctx, "ok.1", e)
+		var pe *PermissionError
+		if !errors.As(err, &pe) || !pe.Inbox || !strings.HasPrefix(pe.Subject, "_INBOX_v.") {
+			t.Fatalf("publish %d with a refused inbox: %v after %v, want a PermissionError naming the inbox", i, err, time.Since(start))
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("publish %d failed after %v, want at once", i, took)
+		}
+	}
+	if !errors.Is(b.Refused(), nats.ErrPermissionViolation) {
+		t.Errorf("Refused() = %v, want the inbox's permissions violation", b.Refused())
+	}
+}

@@ -403,6 +403,9 @@ func (c *Client) orderedConsumer(ctx context.Context, cfg jetstream.OrderedConsu
 			return nil, fmt.Errorf("reading %s: the stream does not exist yet (parley's workers create it: start them, e.g. `parley dev`)", events.StreamChat)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case c.bus.Refused() != nil:
+			// The server refused the reply inbox: no answer can come.
+			return nil, fmt.Errorf("reading %s: %w", events.StreamChat, c.bus.Refused())
 		case !transient(err) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled):
 			return nil, fmt.Errorf("reading %s: %s", events.StreamChat, Explain(err))
 		}
