@@ -112,7 +112,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 		if !opts.Schedules || !opts.PerKeyTTL {
 			return nil
 		}
-		scheduled, err = enableSchedules(ctx, js, "KV_"+name, p.Logger)
+		scheduled, err = enableSchedules(ctx, js, name, p.Logger)
 		return err
 	})
 	if err != nil {
@@ -173,11 +173,12 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 // (nats-server 2.12).
 const minScheduleAPILevel = 2
 
-// enableSchedules turns message schedules on for stream (with
+// enableSchedules turns message schedules on for bucket's stream (with
 // DiscardOld, which they require) and reports whether it has them: false
 // when the server's JetStream API level is below minScheduleAPILevel
 // (logged once per call: the bucket's writes then use per-key TTLs).
-func enableSchedules(ctx context.Context, js jetstream.JetStream, stream string, log *slog.Logger) (bool, error) {
+func enableSchedules(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) (bool, error) {
+	stream := "KV_" + bucket
 	ai, err := js.AccountInfo(ctx)
 	if err != nil {
 		return false, bus.NotVisibleYet(err)
@@ -209,17 +210,12 @@ func enableSchedules(ctx context.Context, js jetstream.JetStream, stream string,
 		}
 	}
 	// The empty value every expiry copies (expirySourceKey).
-	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: subjectOf(stream, expirySourceKey)},
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + bucket + "." + expirySourceKey},
 		jetstream.WithExpectLastSequencePerSubject(0))
 	if err != nil && !isWrongLastSequence(err) {
 		return false, err
 	}
 	return true, nil
-}
-
-// subjectOf is the subject of key in the bucket whose stream is stream.
-func subjectOf(stream, key string) string {
-	return "$KV." + strings.TrimPrefix(stream, "KV_") + "." + key
 }
 
 // expirySourceKey holds the empty value a scheduled expiry copies
@@ -373,31 +369,23 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Durati
 // (it lives until deleted): a record that must expire is rewritten with
 // UpdateUntil, which refuses a past expiry instead.
 func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl time.Duration) (uint64, error) {
+	if ttl > 0 {
+		return b.publish(ctx, "updating", key, v, rev, jetstream.WithMsgTTL(roundTTL(ttl)))
+	}
 	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
 	}
-	if ttl <= 0 {
-		nrev, err := b.kv.Update(ctx, key, data, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			return 0, ErrConflict
-		}
-		if err != nil {
-			return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
-		}
-		return nrev, nil
-	}
-	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data},
-		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(roundTTL(ttl)))
-	if isWrongLastSequence(err) {
+	nrev, err := b.kv.Update(ctx, key, data, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return 0, ErrConflict
 	}
 	if err != nil {
 		return 0, fmt.Errorf("updating %s/%s: %w", b.name, key, err)
 	}
-	return ack.Sequence, nil
+	return nrev, nil
 }
 
 // ErrExpired is returned by CreateUntil and UpdateUntil when the record's
@@ -450,12 +438,19 @@ func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expires
 // writeUntil stores v under key if the key's last entry is at rev (0:
 // none), expiring at expiresAt (expiryOpts).
 func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
-	defer cancel()
 	opts, err := b.expiryOpts(key, expiresAt)
 	if err != nil {
 		return 0, fmt.Errorf("%s %s/%s: %w", verb, b.name, key, err)
 	}
+	return b.publish(ctx, verb, key, v, rev, opts...)
+}
+
+// publish writes v under key straight to the bucket's subject with the
+// publish options opts, if the key's last entry is at rev (0: none):
+// ErrConflict otherwise. verb names the write in errors.
+func (b *Bucket[T]) publish(ctx context.Context, verb, key string, v T, rev uint64, opts ...jetstream.PublishOpt) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
