@@ -145,59 +145,47 @@ func (p *Processor) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
-	run := func(f func(context.Context) error) {
+	consume := func(spec bus.ConsumerSpec, h bus.Handler) {
 		wg.Go(func() {
-			if err := f(ctx); err != nil {
+			if err := p.bus.Consume(ctx, spec, h); err != nil {
 				errs <- err
 				cancel()
 			}
 		})
 	}
-	run(func(ctx context.Context) error {
-		return p.bus.Consume(ctx, bus.ConsumerSpec{
-			// Every input subject, so that one that does not parse is
-			// dead-lettered with the reason rather than left in the stream.
-			Stream: events.StreamInput, Durable: "processor", Concurrency: p.opts.Concurrency,
-			FilterSubjects: []string{events.SubjectInputAll},
-			Compensate:     p.compensate,
-			OnUndecodable:  p.onUndecodable,
-		}, p.HandleInput)
-	})
-	run(func(ctx context.Context) error {
-		return p.bus.Consume(ctx, bus.ConsumerSpec{
-			Stream: events.StreamRuns, Durable: "processor-runs", Concurrency: p.opts.Concurrency,
-			Compensate: p.compensate,
-		}, p.HandleRun)
-	})
-	run(func(ctx context.Context) error {
-		// Expiries of scheduled pause records (pauseExpiryKey),
-		// headers only: a durable consumer, so an expiry that happens
-		// while every processor is down is handled when one starts
-		// (within kvstate.ExpiryKeep). The records' writes are on other
-		// subjects, and not delivered.
-		return p.bus.Consume(ctx, bus.ConsumerSpec{
-			Stream: "KV_" + kvstate.BucketPaused, Durable: "processor-timers", Concurrency: p.opts.Concurrency,
-			FilterSubjects: []string{pausedSubjects + ".*" + pauseExpirySuffix},
-			Raw:            true, HeadersOnly: true, DeliverNew: true,
-			Description: "parley processors: expiries of paused turns",
-		}, p.HandleExpiry)
-	})
-	run(func(ctx context.Context) error {
-		// Expiry markers of pause records with a per-key TTL (pauseKey,
-		// and an earlier version's under the thread ID), headers only.
-		// Every write of such a record is delivered too (a marker shares
-		// its key's subject). An earlier version filtered on every key
-		// ("$KV.parley_paused.>"); while one runs beside this one, the
-		// consumer's filter changes with whichever started last, and
-		// this one is delivered writes of scheduled records too, which
-		// it acks as they are.
-		return p.bus.Consume(ctx, bus.ConsumerSpec{
-			Stream: "KV_" + kvstate.BucketPaused, Durable: "processor-expiry", Concurrency: p.opts.Concurrency,
-			FilterSubjects: []string{pausedSubjects + ".*", pausedSubjects + ".*.*"},
-			Raw:            true, HeadersOnly: true, DeliverNew: true,
-			Description: "parley processors: expiry markers of paused turns",
-		}, p.HandleExpiry)
-	})
+	// expiries is a headers-only durable consumer of the pause records'
+	// bucket stream: an expiry that happens while every processor is down
+	// is handled when one starts.
+	expiries := func(durable, description string, filters ...string) bus.ConsumerSpec {
+		return bus.ConsumerSpec{Stream: "KV_" + kvstate.BucketPaused, Durable: durable, Concurrency: p.opts.Concurrency,
+			FilterSubjects: filters, Raw: true, HeadersOnly: true, DeliverNew: true, Description: description}
+	}
+	consume(bus.ConsumerSpec{
+		// Every input subject, so that one that does not parse is
+		// dead-lettered with the reason rather than left in the stream.
+		Stream: events.StreamInput, Durable: "processor", Concurrency: p.opts.Concurrency,
+		FilterSubjects: []string{events.SubjectInputAll},
+		Compensate:     p.compensate,
+		OnUndecodable:  p.onUndecodable,
+	}, p.HandleInput)
+	consume(bus.ConsumerSpec{
+		Stream: events.StreamRuns, Durable: "processor-runs", Concurrency: p.opts.Concurrency,
+		Compensate: p.compensate,
+	}, p.HandleRun)
+	// Expiries of scheduled pause records (pauseExpiryKey), within
+	// kvstate.ExpiryKeep of them. The records' writes are on other
+	// subjects, and not delivered.
+	consume(expiries("processor-timers", "parley processors: expiries of paused turns",
+		pausedSubjects+".*"+pauseExpirySuffix), p.HandleExpiry)
+	// Expiry markers of pause records with a per-key TTL (pauseKey, and
+	// an earlier version's under the thread ID). Every write of such a
+	// record is delivered too (a marker shares its key's subject). An
+	// earlier version filtered on every key ("$KV.parley_paused.>");
+	// while one runs beside this one, the consumer's filter changes with
+	// whichever started last, and this one is delivered writes of
+	// scheduled records too, which it acks as they are.
+	consume(expiries("processor-expiry", "parley processors: expiry markers of paused turns",
+		pausedSubjects+".*", pausedSubjects+".*.*"), p.HandleExpiry)
 	wg.Wait()
 	close(errs)
 	return <-errs
