@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/bus/bustest"
 	"github.com/parley-dev/parley/events"
 )
 
@@ -22,20 +23,10 @@ import (
 // with an integrator's credentials met. An allowed publish on the same
 // connection, before and after, is acknowledged.
 func TestPublishRefusedByPermissionsFailsAtOnce(t *testing.T) {
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "u", Password: "p", Permissions: &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "ok.>"}},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
-		}}}}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(5 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := bustest.NewServerWithUsers(t, &server.User{Username: "u", Password: "p", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "ok.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}})
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo("u", "p"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,23 +85,10 @@ func TestPublishRefusedByPermissionsFailsAtOnce(t *testing.T) {
 // every later one (Client.Refused), instead of each waiting out its
 // retry budget.
 func TestReplyInboxRefusedFailsAtOnce(t *testing.T) {
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "u", Password: "p", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "ok.>"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_u.>"}},
-			}},
-			{Username: "admin", Password: "p"},
-		}}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(5 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := bustest.NewServerWithUsers(t, &server.User{Username: "u", Password: "p", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "ok.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_u.>"}},
+	}}, &server.User{Username: "admin", Password: "p"})
 	admin, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", "p"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/bus/bustest"
 )
 
 // Credentials taken for another principal's (their reply inbox refused
@@ -17,23 +18,10 @@ import (
 // not after the whole retry budget with "no answer from the NATS server
 // in time" (what `parley send` said after 30 s).
 func TestWatchWithRefusedInboxFailsAtOnce(t *testing.T) {
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "integrator", Password: "p", Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "parley.in.integrator.>"}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_integrator.>"}},
-			}},
-			{Username: "admin", Password: "p"},
-		}}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(5 * time.Second) {
-		t.Fatal("server not ready")
-	}
+	srv := bustest.NewServerWithUsers(t, &server.User{Username: "integrator", Password: "p", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"$JS.API.>", "parley.in.integrator.>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_integrator.>"}},
+	}}, &server.User{Username: "admin", Password: "p"})
 	admin, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", "p"))
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,14 @@ type Server struct {
 // test if the server does not become ready within 10 seconds.
 func NewServer(tb testing.TB) *Server {
 	tb.Helper()
+	return NewServerWithUsers(tb)
+}
+
+// NewServerWithUsers is NewServer with users (user name and password,
+// and each one's permissions), which then are the only clients it
+// accepts; with none it accepts anyone.
+func NewServerWithUsers(tb testing.TB, users ...*server.User) *Server {
+	tb.Helper()
 	dir := tb.TempDir()
 	s, err := server.NewServer(&server.Options{
 		ServerName: "bustest",
@@ -32,6 +40,7 @@ func NewServer(tb testing.TB) *Server {
 		StoreDir:   dir,
 		NoLog:      true,
 		NoSigs:     true,
+		Users:      users,
 	})
 	if err != nil {
 		tb.Fatalf("starting nats-server: %v", err)
