@@ -69,11 +69,18 @@ func (f natsAuthFlags) integratorCredentials() natsauth.Credentials {
 	if c.Authenticated() {
 		return c
 	}
-	seed := filepath.Join(devAuthDir(devDataDir()), natsauth.SeedFile(natsauth.Integrator))
-	if _, err := os.Stat(seed); err == nil {
-		c.NKeyFile = seed
-	}
+	c.NKeyFile = devSeed(natsauth.Integrator)
 	return c
+}
+
+// devSeed is principal's nkey seed in parley dev's data dir
+// (<data-dir>/auth/<principal>.nk), or "" when there is none.
+func devSeed(principal string) string {
+	seed := filepath.Join(devAuthDir(devDataDir()), natsauth.SeedFile(principal))
+	if _, err := os.Stat(seed); err != nil {
+		return ""
+	}
+	return seed
 }
 
 // credentialsAs returns the credentials to publish as principal (""
@@ -92,10 +99,7 @@ func (f natsAuthFlags) credentialsAs(principal string) (natsauth.Credentials, er
 	}
 	c := f.credentials(principal)
 	if !c.Authenticated() {
-		seed := filepath.Join(devAuthDir(devDataDir()), natsauth.SeedFile(principal))
-		if _, err := os.Stat(seed); err == nil {
-			c.NKeyFile = seed
-		}
+		c.NKeyFile = devSeed(principal)
 		return c, nil
 	}
 	if f.NATSPrincipal != "" {
