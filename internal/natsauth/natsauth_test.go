@@ -157,6 +157,12 @@ func TestForbidden(t *testing.T) {
 		{"integrator", "parley.chat.t1.elicitation.responded"},
 		{"integrator", "$KV.parley_tools.delete_entities"},
 		{"integrator", "$KV.parley_paused.t1"},
+		// A forged pause expiry (or scheduled record) would end another
+		// party's pause: only the processor writes the bucket.
+		{"integrator", "$KV.parley_paused.t1.pause.expired"},
+		{"integrator", "$KV.parley_paused.t1.7.pause"},
+		{"gateway", "$KV.parley_paused.t1.pause.expired"},
+		{"agent", "$KV.parley_paused.t1.pause.expired"},
 		{"integrator", "$KV.parley_threads.t1"},
 		{"integrator", "$KV.parley_content.entity.1"},
 		{"integrator", "$JS.API.DIRECT.GET.KV_parley_paused"},
