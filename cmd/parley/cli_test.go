@@ -33,6 +33,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"gate", "--replicas", "6"}, "--replicas must be 1 to 5"},
 		{[]string{"dev", "--concurrency=-1"}, "--concurrency must be at least 1"},
 		{[]string{"bench", "--concurrency", "0"}, "--concurrency must be at least 1"},
+		{[]string{"bench", "--profile-phase", "turns", "--cpuprofile", "x"}, "--profile-phase must be one of floor, floor_min, turn"},
+		{[]string{"bench", "--profile-phase", "turn"}, "--profile-phase needs --cpuprofile or --memprofile"},
 		{[]string{"send", "-t", "t1", ""}, "message text: required"},
 		{[]string{"send", "-t", "t1", " ", " "}, "message text: required"},
 		{[]string{"send", "-t", "a b", "hi"}, "--thread"},

@@ -60,7 +60,15 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress receives one line per phase. Optional. Default: discard.
 	Progress io.Writer
+	// OnPhase, when set, is called as each phase starts (with its name:
+	// one of Phases) and the function it returns as the phase ends, on
+	// success or error; `parley bench --profile-phase` starts and stops
+	// its CPU and heap profiles there. Optional.
+	OnPhase func(phase string) (end func())
 }
+
+// Phases are the names of Run's phases, in the order it runs them.
+var Phases = []string{"floor", "floor_min", "turn", "confirm", "veto", "held"}
 
 func (o *Options) defaults() error {
 	if o.Duration <= 0 {
@@ -121,6 +129,10 @@ type FloorFigures struct {
 	ResumeP99  float64 `json:"resume_p99_ms"`
 	CyclesPerS float64 `json:"cycles_per_s"`
 	Samples    int     `json:"samples"`
+	// PerTurn and PerCycle are what one read turn and one confirm cycle
+	// of the throughput measurements cost the process.
+	PerTurn  PerOp `json:"per_turn"`
+	PerCycle PerOp `json:"per_confirm_cycle"`
 }
 
 // FloorMinFigures are the minimal floor's figures, measured as parley's
@@ -133,6 +145,10 @@ type FloorMinFigures struct {
 	ConfirmResumeP99  float64 `json:"confirm_resume_p99_ms"`
 	ConfirmCyclesPerS float64 `json:"confirm_cycles_per_s"`
 	Samples           int     `json:"samples"`
+	// PerTurn and PerConfirmCycle are what one read turn and one confirm
+	// cycle of the throughput measurements cost the process.
+	PerTurn         PerOp `json:"per_turn"`
+	PerConfirmCycle PerOp `json:"per_confirm_cycle"`
 }
 
 // TurnFigures are full turns with one read-only tool call.
@@ -142,6 +158,9 @@ type TurnFigures struct {
 	TurnsPerS   float64 `json:"turns_per_s"`
 	Samples     int     `json:"samples"`
 	Concurrency int     `json:"concurrency"`
+	// PerTurn is what one turn of the throughput measurement cost the
+	// process (CPU, allocations).
+	PerTurn PerOp `json:"per_turn"`
 }
 
 // ConfirmFigures are turns that pause for a tool confirmation.
@@ -150,6 +169,9 @@ type ConfirmFigures struct {
 	ResumeP99  float64 `json:"resume_p99_ms"`
 	CyclesPerS float64 `json:"cycles_per_s"`
 	Samples    int     `json:"samples"`
+	// PerCycle is what one confirm cycle of the throughput measurement
+	// cost the process (CPU, allocations).
+	PerCycle PerOp `json:"per_confirm_cycle"`
 }
 
 // VetoFigures compare the pre-execute request-reply with raw core NATS.
@@ -257,6 +279,13 @@ func (r *Report) computeRatios() {
 		"min_confirm_resume_p50":   ratio(r.Confirm.ResumeP50, r.FloorMin.ConfirmResumeP50),
 		"min_confirm_resume_p99":   ratio(r.Confirm.ResumeP99, r.FloorMin.ConfirmResumeP99),
 		"min_confirm_cycles_per_s": ratio(r.Confirm.CyclesPerS, r.FloorMin.ConfirmCyclesPerS),
+
+		"cpu_per_turn":                 ratio(r.Turn.PerTurn.CPUms, r.Floor.PerTurn.CPUms),
+		"cpu_per_confirm_cycle":        ratio(r.Confirm.PerCycle.CPUms, r.Floor.PerCycle.CPUms),
+		"min_cpu_per_turn":             ratio(r.Turn.PerTurn.CPUms, r.FloorMin.PerTurn.CPUms),
+		"min_cpu_per_confirm_cycle":    ratio(r.Confirm.PerCycle.CPUms, r.FloorMin.PerConfirmCycle.CPUms),
+		"min_allocs_per_turn":          ratio(r.Turn.PerTurn.Allocs, r.FloorMin.PerTurn.Allocs),
+		"min_allocs_per_confirm_cycle": ratio(r.Confirm.PerCycle.Allocs, r.FloorMin.PerConfirmCycle.Allocs),
 	}
 }
 
@@ -278,6 +307,10 @@ func WriteTable(w io.Writer, r *Report) error {
 		{"confirm resume p50 (ms), c=1", f3(r.Confirm.ResumeP50), f3(r.Floor.ResumeP50), x("confirm_resume_p50"), f3(fm.ConfirmResumeP50), x("min_confirm_resume_p50")},
 		{"confirm resume p99 (ms), c=1", f3(r.Confirm.ResumeP99), f3(r.Floor.ResumeP99), x("confirm_resume_p99"), f3(fm.ConfirmResumeP99), x("min_confirm_resume_p99")},
 		{fmt.Sprintf("confirm cycles/s, c=%d", c), f0(r.Confirm.CyclesPerS), f0(r.Floor.CyclesPerS), x("confirm_cycles_per_s"), f0(fm.ConfirmCyclesPerS), x("min_confirm_cycles_per_s")},
+		{"CPU ms per read turn", f3(r.Turn.PerTurn.CPUms), f3(r.Floor.PerTurn.CPUms), x("cpu_per_turn"), f3(fm.PerTurn.CPUms), x("min_cpu_per_turn")},
+		{"CPU ms per confirm cycle", f3(r.Confirm.PerCycle.CPUms), f3(r.Floor.PerCycle.CPUms), x("cpu_per_confirm_cycle"), f3(fm.PerConfirmCycle.CPUms), x("min_cpu_per_confirm_cycle")},
+		{"allocations per read turn", f0(r.Turn.PerTurn.Allocs), f0(r.Floor.PerTurn.Allocs), "", f0(fm.PerTurn.Allocs), x("min_allocs_per_turn")},
+		{"allocations per confirm cycle", f0(r.Confirm.PerCycle.Allocs), f0(r.Floor.PerCycle.Allocs), "", f0(fm.PerConfirmCycle.Allocs), x("min_allocs_per_confirm_cycle")},
 		{"bus messages per read turn", fmt.Sprint(r.Ops.Turn["total"]), "", "", fmt.Sprint(r.OpsFloorMin.Turn["total"]), ""},
 		{"bus messages per confirm cycle", fmt.Sprint(r.Ops.Confirm["total"]), "", "", fmt.Sprint(r.OpsFloorMin.Confirm["total"]), ""},
 		{"veto request-reply p50 (ms)", f3(r.Veto.P50), f3(r.Veto.RawP50) + " raw", x("veto_p50"), "", ""},
@@ -379,7 +412,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	for _, s := range steps {
 		progress("%s", s.name)
-		if err := s.fn(); err != nil {
+		end := func() {}
+		if opts.OnPhase != nil {
+			end = opts.OnPhase(s.name)
+		}
+		err := s.fn()
+		end()
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
 		if err := ctx.Err(); err != nil {

@@ -42,6 +42,20 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
+	// What a turn and a confirm cycle cost the process, for parley and
+	// both floors.
+	perOp := map[string][]string{"turn": {"per_turn"}, "confirm": {"per_confirm_cycle"},
+		"floor": {"per_turn", "per_confirm_cycle"}, "floor_min": {"per_turn", "per_confirm_cycle"}}
+	for section, keys := range perOp {
+		for _, k := range keys {
+			m, _ := got[section][k].(map[string]any)
+			for _, f := range []string{"cpu_ms", "allocs", "alloc_kb"} {
+				if v, ok := m[f].(float64); !ok || v <= 0 {
+					t.Errorf("report %s.%s.%s = %v, want a positive number", section, k, f, m[f])
+				}
+			}
+		}
+	}
 	// The minimal floor is the chain the issue defines: 6 JetStream
 	// publishes, 1 request-reply and 3 KV writes per read turn.
 	for kind, n := range map[string]int{"js_publish": 6, "request_reply": 1, "kv_write": 3, "kv_get": 0} {

@@ -63,13 +63,15 @@ func latency(ctx context.Context, d time.Duration, op func() (time.Duration, err
 }
 
 // throughput runs op on c goroutines back to back for d and returns
-// completed operations per second (the in-flight ones finish and count).
-func throughput(ctx context.Context, c int, d time.Duration, op func(worker int) error) (float64, error) {
+// completed operations per second (the in-flight ones finish and count)
+// and what one operation cost the process on average.
+func throughput(ctx context.Context, c int, d time.Duration, op func(worker int) error) (float64, PerOp, error) {
 	var n atomic.Int64
 	var first error
 	var once sync.Once
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	before := sampleCost()
 	start := time.Now()
 	end := start.Add(d)
 	var wg sync.WaitGroup
@@ -85,10 +87,12 @@ func throughput(ctx context.Context, c int, d time.Duration, op func(worker int)
 		})
 	}
 	wg.Wait()
+	elapsed := time.Since(start)
+	after := sampleCost()
 	if first != nil {
-		return 0, first
+		return 0, PerOp{}, first
 	}
-	return round1(float64(n.Load()) / time.Since(start).Seconds()), nil
+	return round1(float64(n.Load()) / elapsed.Seconds()), perOp(before, after, n.Load()), nil
 }
 
 // warm runs a few turns and confirm cycles so consumers, buckets and
@@ -109,7 +113,7 @@ func warm(ctx context.Context, t target, env *benchEnv, name string, opts *Optio
 			return err
 		}
 	}
-	_, err := throughput(ctx, opts.Concurrency, min(opts.Duration/10, time.Second), func(w int) error {
+	_, _, err := throughput(ctx, opts.Concurrency, min(opts.Duration/10, time.Second), func(w int) error {
 		_, err := readTurn(ctx, t, newThreads(env, name+"warmc", w).fresh())
 		return err
 	})
@@ -117,8 +121,9 @@ func warm(ctx context.Context, t target, env *benchEnv, name string, opts *Optio
 }
 
 // turnFigures measures read-turn latency at concurrency 1 and turns/s at
-// opts.Concurrency, each for half of the phase's budget.
-func turnFigures(ctx context.Context, t target, env *benchEnv, phase string, opts *Options) (p50, p99, rate float64, samples int, err error) {
+// opts.Concurrency, each for half of the phase's budget, and what one turn
+// of the throughput half cost the process.
+func turnFigures(ctx context.Context, t target, env *benchEnv, phase string, opts *Options) (p50, p99, rate float64, samples int, cost PerOp, err error) {
 	th := newThreads(env, phase+"l", 0)
 	ds, err := latency(ctx, opts.Duration/2, func() (time.Duration, error) { return readTurn(ctx, t, th.next()) })
 	if err != nil {
@@ -129,16 +134,17 @@ func turnFigures(ctx context.Context, t target, env *benchEnv, phase string, opt
 	for w := range ths {
 		ths[w] = newThreads(env, phase+"t", w)
 	}
-	rate, err = throughput(ctx, opts.Concurrency, opts.Duration/2, func(w int) error {
+	rate, cost, err = throughput(ctx, opts.Concurrency, opts.Duration/2, func(w int) error {
 		_, err := readTurn(ctx, t, ths[w].next())
 		return err
 	})
-	return p50, p99, rate, len(ds), err
+	return p50, p99, rate, len(ds), cost, err
 }
 
 // confirmFigures measures resume latency at concurrency 1 and full confirm
-// cycles/s at opts.Concurrency, each for half of the phase's budget.
-func confirmFigures(ctx context.Context, t target, env *benchEnv, phase string, opts *Options) (p50, p99, rate float64, samples int, err error) {
+// cycles/s at opts.Concurrency, each for half of the phase's budget, and
+// what one cycle of the throughput half cost the process.
+func confirmFigures(ctx context.Context, t target, env *benchEnv, phase string, opts *Options) (p50, p99, rate float64, samples int, cost PerOp, err error) {
 	th := newThreads(env, phase+"l", 0)
 	ds, err := latency(ctx, opts.Duration/2, func() (time.Duration, error) { return confirmCycle(ctx, t, th.next()) })
 	if err != nil {
@@ -149,11 +155,11 @@ func confirmFigures(ctx context.Context, t target, env *benchEnv, phase string, 
 	for w := range ths {
 		ths[w] = newThreads(env, phase+"t", w)
 	}
-	rate, err = throughput(ctx, opts.Concurrency, opts.Duration/2, func(w int) error {
+	rate, cost, err = throughput(ctx, opts.Concurrency, opts.Duration/2, func(w int) error {
 		_, err := confirmCycle(ctx, t, ths[w].next())
 		return err
 	})
-	return p50, p99, rate, len(ds), err
+	return p50, p99, rate, len(ds), cost, err
 }
 
 // floorPhase measures the floor: turns and confirm cycles, each for the
@@ -164,10 +170,10 @@ func floorPhase(ctx context.Context, f *floor, opts *Options, out *FloorFigures)
 	}
 	var n1, n2 int
 	var err error
-	if out.TurnP50, out.TurnP99, out.TurnsPerS, n1, err = turnFigures(ctx, f, f.env, "floorturn", opts); err != nil {
+	if out.TurnP50, out.TurnP99, out.TurnsPerS, n1, out.PerTurn, err = turnFigures(ctx, f, f.env, "floorturn", opts); err != nil {
 		return err
 	}
-	if out.ResumeP50, out.ResumeP99, out.CyclesPerS, n2, err = confirmFigures(ctx, f, f.env, "floorconfirm", opts); err != nil {
+	if out.ResumeP50, out.ResumeP99, out.CyclesPerS, n2, out.PerCycle, err = confirmFigures(ctx, f, f.env, "floorconfirm", opts); err != nil {
 		return err
 	}
 	out.Samples = n1 + n2
@@ -181,10 +187,10 @@ func floorMinPhase(ctx context.Context, m *minFloor, opts *Options, out *FloorMi
 	}
 	var n1, n2 int
 	var err error
-	if out.TurnP50, out.TurnP99, out.TurnsPerS, n1, err = turnFigures(ctx, m, m.env, "minturn", opts); err != nil {
+	if out.TurnP50, out.TurnP99, out.TurnsPerS, n1, out.PerTurn, err = turnFigures(ctx, m, m.env, "minturn", opts); err != nil {
 		return err
 	}
-	if out.ConfirmResumeP50, out.ConfirmResumeP99, out.ConfirmCyclesPerS, n2, err = confirmFigures(ctx, m, m.env, "minconfirm", opts); err != nil {
+	if out.ConfirmResumeP50, out.ConfirmResumeP99, out.ConfirmCyclesPerS, n2, out.PerConfirmCycle, err = confirmFigures(ctx, m, m.env, "minconfirm", opts); err != nil {
 		return err
 	}
 	out.Samples = n1 + n2
@@ -197,7 +203,7 @@ func turnPhase(ctx context.Context, s *system, opts *Options, out *TurnFigures) 
 	}
 	var err error
 	out.Concurrency = opts.Concurrency
-	out.P50, out.P99, out.TurnsPerS, out.Samples, err = turnFigures(ctx, s, s.env, "turn", opts)
+	out.P50, out.P99, out.TurnsPerS, out.Samples, out.PerTurn, err = turnFigures(ctx, s, s.env, "turn", opts)
 	if err == nil {
 		err = s.failed()
 	}
@@ -206,7 +212,7 @@ func turnPhase(ctx context.Context, s *system, opts *Options, out *TurnFigures) 
 
 func confirmPhase(ctx context.Context, s *system, opts *Options, out *ConfirmFigures) error {
 	var err error
-	out.ResumeP50, out.ResumeP99, out.CyclesPerS, out.Samples, err = confirmFigures(ctx, s, s.env, "confirm", opts)
+	out.ResumeP50, out.ResumeP99, out.CyclesPerS, out.Samples, out.PerCycle, err = confirmFigures(ctx, s, s.env, "confirm", opts)
 	if err == nil {
 		err = s.failed()
 	}
