@@ -194,8 +194,10 @@ func TestBrowserDemoConversations(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "delete-confirmation.png")
 	run(t, ctx, "decline with instructions",
+		chromedp.Click(form+`button[data-action=decline]`),
+		chromedp.WaitVisible(form+`[data-field=instructions] input`),
 		chromedp.SendKeys(form+`[data-field=instructions] input`, "keep them for now"),
-		chromedp.Click(form+`button[data-action=decline]`))
+		chromedp.Click(form+`button[data-action=send-decline]`))
 	waitText(t, ctx, "deleted nothing")
 	if s.drafts() != 10 {
 		t.Fatalf("drafts = %d after a decline, want 10", s.drafts())

@@ -436,6 +436,10 @@ function renderQuestion(q) {
     card.append(markdown(q.message));
   }
   let renderable = true;
+  // A confirmation asks for nothing before its answer: its only property
+  // (instructions for the agent) is asked after Decline, in the decline
+  // panel, and sent only with the decline.
+  const declinePanel = tc ? el("div", { class: "decline-panel", hidden: true }) : null;
   for (const [name, p] of Object.entries(props)) {
     const fid = "f-" + id + "-" + name;
     const field = el("div", { class: "field", "data-field": name });
@@ -459,8 +463,9 @@ function renderQuestion(q) {
     const recheck = () => setFieldError(card, name, checkField(input, p, required.has(name)));
     input.addEventListener("input", recheck);
     input.addEventListener("change", recheck);
-    form.append(field);
+    (declinePanel || form).append(field);
   }
+  if (declinePanel) form.append(declinePanel);
   if (!renderable) {
     // No form: the turn's restatement (turn.paused) says what is asked;
     // the person answers it in a message, or declines or cancels here.
@@ -471,7 +476,9 @@ function renderQuestion(q) {
   const answer = async (action) => {
     const content = {};
     let bad = false;
-    if (action === "accept" || (tc && action === "decline")) {
+    // A confirmation's accept carries no content: instructions go only
+    // with a decline (what the person wants instead).
+    if ((action === "accept" && !tc) || (tc && action === "decline")) {
       for (const [name, p] of Object.entries(props)) {
         const input = form.querySelector('[name="' + CSS.escape(name) + '"]');
         if (!input) continue;
@@ -500,15 +507,44 @@ function renderQuestion(q) {
   if (!renderable) {
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
   } else if (tc) {
-    actions.append(el("button", { type: "submit", "data-action": "accept", text: "Allow" }));
-    actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
+    // Allow is a button of its own (type "button"), never the form's submit:
+    // no keystroke in a field of a confirmation answers it. Decline opens the
+    // panel that asks what to do instead; "Send decline" sends it.
+    const allow = el("button", { type: "button", "data-action": "accept", text: "Allow", onclick: () => answer("accept") });
+    const openDecline = () => {
+      declinePanel.hidden = false;
+      allow.hidden = true;
+      decline.hidden = true;
+      send.hidden = false;
+      back.hidden = false;
+      declinePanel.querySelector("input, textarea")?.focus();
+    };
+    const closeDecline = () => {
+      declinePanel.hidden = true;
+      allow.hidden = false;
+      decline.hidden = false;
+      send.hidden = true;
+      back.hidden = true;
+      decline.focus();
+    };
+    const decline = el("button", { type: "button", "data-action": "decline", text: "Decline…", onclick: openDecline });
+    const send = el("button", { type: "button", "data-action": "send-decline", text: "Send decline", hidden: true, onclick: () => answer("decline") });
+    const back = el("button", { type: "button", "data-action": "back", text: "Back", hidden: true, onclick: closeDecline });
+    actions.append(allow, decline, send, back);
   } else {
     actions.append(el("button", { type: "submit", "data-action": "accept", text: "Submit" }));
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
   }
   actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
   form.append(actions);
-  form.addEventListener("submit", (ev) => { ev.preventDefault(); if (renderable) answer("accept"); });
+  // Enter in a form's field submits the form: for a question that is its
+  // answer; for a confirmation it does nothing (only a click, or a key on
+  // the focused button, answers a confirmation).
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (tc) { card.querySelector(".state").textContent = "Use the buttons to answer."; return; }
+    if (renderable) answer("accept");
+  });
   card.append(form);
   state.questions.set(id, card);
   addItem(card);
