@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 )
 
 // A confirmed claim lasts only as long as the processor's ownership it was
@@ -260,7 +261,7 @@ func (o *ownership) checkedTo(ctx context.Context, thread string, r rec, seq uin
 		if err == nil {
 			return rec{t, rev}, nil
 		}
-		if !isWrongRevision(err) && !errors.Is(err, jetstream.ErrKeyExists) {
+		if !kvstate.IsConflict(err) {
 			return rec{}, fmt.Errorf("recording the checked events of %s: %w", thread, err)
 		}
 		if r, err = o.get(ctx, thread); err != nil {

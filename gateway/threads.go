@@ -191,7 +191,7 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			return ThreadOwner{}, err
 		}
 		if !used {
-			if _, err := o.createClaim(ctx, thread, owner, ""); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			if _, err := o.createClaim(ctx, thread, owner, ""); err != nil && !kvstate.IsConflict(err) {
 				return ThreadOwner{}, err
 			}
 		}
@@ -261,7 +261,7 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 		if grant != has {
 			val, _ := json.Marshal(t)
 			_, err = o.kv.Update(ctx, "t."+thread, val, rev)
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || isWrongRevision(err) {
+			if kvstate.IsConflict(err) {
 				continue // another replica changed it: read again
 			}
 			if err != nil {

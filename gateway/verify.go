@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 )
 
 // A gateway claim follows the processor's verdict (docs/SECURITY.md
@@ -281,7 +282,7 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 			r.ThreadOwner = t
 			break
 		}
-		if !isWrongRevision(err) && !errors.Is(err, jetstream.ErrKeyExists) {
+		if !kvstate.IsConflict(err) {
 			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
 		}
 		if r, err = o.get(ctx, thread); err != nil {
@@ -327,7 +328,7 @@ func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep 
 		if err == nil {
 			break
 		}
-		if !isWrongRevision(err) {
+		if !kvstate.IsConflict(err) {
 			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
 		}
 		if r, err = o.get(ctx, thread); errors.Is(err, errNotOwner) {
@@ -354,16 +355,9 @@ func nextItem(ctx context.Context, items <-chan item) (it item, ok bool) {
 	return it, ok
 }
 
-// isWrongRevision reports whether err is JetStream refusing a write whose
-// expected last revision is not the key's (another replica wrote first).
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
 // createClaim creates user's pending claim on thread for the message
-// eventID ("" for a claim made by a share); jetstream.ErrKeyExists when
-// the thread is claimed already.
+// eventID ("" for a claim made by a share); an error for which
+// kvstate.IsConflict holds when the thread is claimed already.
 func (o *ownership) createClaim(ctx context.Context, thread, user, eventID string) (rec, error) {
 	from, err := o.nextChatSeq(ctx)
 	if err != nil {
@@ -372,7 +366,7 @@ func (o *ownership) createClaim(ctx context.Context, thread, user, eventID strin
 	t := ThreadOwner{Owner: user, CreatedAt: time.Now().UTC(), Verdict: VerdictPending, EventID: eventID, FromSeq: from}
 	val, _ := json.Marshal(t)
 	rev, err := o.kv.Create(ctx, "t."+thread, val)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if kvstate.IsConflict(err) {
 		return rec{}, err
 	}
 	if err != nil {
@@ -399,7 +393,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 				return rec{}, false, errNotOwner
 			}
 			r, err := o.createClaim(ctx, thread, user, eventID)
-			if errors.Is(err, jetstream.ErrKeyExists) {
+			if kvstate.IsConflict(err) {
 				continue // another request claimed it first: read its claim
 			}
 			if err != nil {
@@ -412,7 +406,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 			// Another user's claim made by a share and never followed by
 			// a message: void after ShareClaimTTL, so a name cannot be
 			// squatted by sharing it.
-			if err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev)); err != nil && !isWrongRevision(err) {
+			if err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev)); err != nil && !kvstate.IsConflict(err) {
 				return rec{}, false, fmt.Errorf("releasing an unused claim of %s: %w", thread, err)
 			}
 			continue
@@ -465,7 +459,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 			t.EventID = eventID
 			val, _ := json.Marshal(t)
 			rev, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
-			if isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyExists) {
+			if kvstate.IsConflict(err) {
 				continue // changed meanwhile: read it again
 			}
 			if err != nil {

@@ -212,7 +212,7 @@ func enableSchedules(ctx context.Context, js jetstream.JetStream, bucket string,
 	// The empty value every expiry copies (expirySourceKey).
 	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + bucket + "." + expirySourceKey},
 		jetstream.WithExpectLastSequencePerSubject(0))
-	if err != nil && !isWrongLastSequence(err) {
+	if err != nil && !IsConflict(err) {
 		return false, err
 	}
 	return true, nil
@@ -353,7 +353,7 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Durati
 		opts = append(opts, jetstream.KeyTTL(roundTTL(ttl)))
 	}
 	rev, err := b.kv.Create(ctx, key, data, opts...)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	if IsConflict(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
@@ -379,7 +379,7 @@ func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl
 		return 0, fmt.Errorf("encoding %s/%s: %w", b.name, key, err)
 	}
 	nrev, err := b.kv.Update(ctx, key, data, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	if IsConflict(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
@@ -457,7 +457,7 @@ func (b *Bucket[T]) publish(ctx context.Context, verb, key string, v T, rev uint
 	}
 	ack, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: "$KV." + b.name + "." + key, Data: data},
 		append(opts, jetstream.WithExpectLastSequencePerSubject(rev))...)
-	if isWrongLastSequence(err) {
+	if IsConflict(err) {
 		return 0, ErrConflict
 	}
 	if err != nil {
@@ -490,7 +490,7 @@ func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
 		opts = append(opts, jetstream.LastRevision(rev))
 	}
 	err := b.kv.Delete(ctx, key, opts...)
-	if isWrongLastSequence(err) || errors.Is(err, jetstream.ErrKeyExists) {
+	if IsConflict(err) {
 		return ErrConflict
 	}
 	if err != nil {
@@ -499,13 +499,25 @@ func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
 	return nil
 }
 
-func isWrongLastSequence(err error) bool {
-	var ae *jetstream.APIError
-	if errors.As(err, &ae) {
-		return ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+// IsConflict reports whether err is JetStream refusing a revision-checked
+// write because another writer got there first: a KV Create over an
+// existing key (jetstream.ErrKeyExists), an Update or Delete whose
+// expected revision is no longer the key's (jetstream.ErrKeyRevisionMismatch),
+// or a publish whose expected last subject sequence is not the stream's.
+// The server reports the last as API error 10071 on a single server and
+// 10164 on a replicated (R>1) stream; both count. It is the one
+// classifier of write conflicts in parley: callers retry (or give way)
+// on true.
+func IsConflict(err error) bool {
+	if err == nil {
+		return false
 	}
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+	if errors.Is(err, ErrConflict) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // roundTTL rounds up to whole seconds, minimum 1s (the server truncates to

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/parley-dev/parley/kvstate"
 )
 
 // The floor is a minimal program of the same operation mix as a parley
@@ -421,18 +423,11 @@ func (r *floorRole) mutateThread(ctx context.Context, thread string) error {
 		if _, rev, err = r.get(ctx, floorThreads, thread); err != nil {
 			return err
 		}
-		if _, err = r.write(ctx, floorThreads, thread, rev, r.f.sizes.kvThread); err == nil ||
-			!errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSequence(err) {
+		if _, err = r.write(ctx, floorThreads, thread, rev, r.f.sizes.kvThread); err == nil || !kvstate.IsConflict(err) {
 			return err
 		}
 	}
 	return err
-}
-
-func isWrongLastSequence(err error) bool {
-	var ae *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
-		errors.As(err, &ae) && ae.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 func (r *floorRole) publish(ctx context.Context, subject string, h nats.Header, size int) error {
@@ -507,7 +502,7 @@ func (r *floorRole) runs(ctx context.Context, m jetstream.Msg) error {
 		// The record starts with "<run> <tool> " so the answer can resume it.
 		rec := append([]byte(h.Get(hdrRun)+" "+h.Get(hdrTool)+" "), r.f.pad(sz.kvPaused)...)[:max(sz.kvPaused, 64)]
 		kv := r.kv[floorPaused]
-		if _, err := kv.Create(ctx, thread, rec, jetstream.KeyTTL(24*time.Hour)); errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := kv.Create(ctx, thread, rec, jetstream.KeyTTL(24*time.Hour)); kvstate.IsConflict(err) {
 			_, rev, err := r.get(ctx, floorPaused, thread)
 			if err != nil {
 				return err

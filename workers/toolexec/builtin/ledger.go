@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -127,7 +128,7 @@ func (s *Site) once(ctx context.Context, tool string, req Request, plan planFunc
 			return Result{}, fmt.Errorf("encoding ledger %s: %w", key, err)
 		}
 		rev, err := s.kv.Create(ctx, key, data)
-		if errors.Is(err, jetstream.ErrKeyExists) && attempt < 3 {
+		if kvstate.IsConflict(err) && attempt < 3 {
 			continue // a concurrent execution recorded first: replay its record
 		}
 		if err != nil {
@@ -171,7 +172,7 @@ func (s *Site) applyAndMark(ctx context.Context, key string, rec *ledgerRecord, 
 		return fmt.Errorf("encoding ledger %s: %w", key, err)
 	}
 	// A revision mismatch means a concurrent execution marked it first.
-	if _, err := s.kv.Update(ctx, key, data, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if _, err := s.kv.Update(ctx, key, data, rev); err != nil && !kvstate.IsConflict(err) {
 		return fmt.Errorf("marking ledger %s applied: %w", key, err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/kvstate"
 )
 
 // Entity types and statuses.
@@ -191,12 +192,12 @@ func (s *Site) seed(ctx context.Context) error {
 		}
 		// Update with revision 0 succeeds only if the key never held a
 		// message, unlike Create, which also succeeds over a delete marker.
-		if _, err := s.kv.Update(ctx, entityKey(e.ID), data, 0); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if _, err := s.kv.Update(ctx, entityKey(e.ID), data, 0); err != nil && !kvstate.IsConflict(err) {
 			return fmt.Errorf("seeding entity %s: %w", e.ID, err)
 		}
 	}
 	marker, _ := json.Marshal(map[string]any{"at": s.now(), "entities": len(fixture)})
-	if _, err := s.kv.Create(ctx, seededKey, marker); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := s.kv.Create(ctx, seededKey, marker); err != nil && !kvstate.IsConflict(err) {
 		return fmt.Errorf("writing %s: %w", seededKey, err)
 	}
 	return nil

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -133,7 +133,7 @@ func (t createEvent) Call(ctx context.Context, req Request) (Result, error) {
 		// Revision 0: only if the key never held a value, so an event
 		// created and deleted since is not brought back.
 		_, err = t.s.kv.Update(ctx, entityKey(rec.Event.ID), data, 0)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if kvstate.IsConflict(err) {
 			return nil
 		}
 		return err
@@ -276,7 +276,7 @@ func (s *Site) setStatus(ctx context.Context, id, status string) error {
 			return err
 		}
 		_, err = s.kv.Update(ctx, entityKey(id), data, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if kvstate.IsConflict(err) {
 			continue // changed meanwhile: re-read
 		}
 		if err != nil {
