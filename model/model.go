@@ -68,6 +68,12 @@ type Response struct {
 	// SuggestedReplies are next prompts the model proposes to the user
 	// (with a final answer only).
 	SuggestedReplies []string `json:"suggestedReplies,omitempty"`
+	// ToolCallsError, when not empty, says why the tool calls of the
+	// answer could not be read (a streamed call the stream never opened,
+	// a call without a name, arguments that are not JSON). ToolCalls then
+	// holds what could be read of them, and none of them may run: the
+	// agent answers each with this error, so the model can ask again.
+	ToolCallsError string `json:"toolCallsError,omitempty"`
 }
 
 // Provider completes a conversation. An *Error ends the turn with its

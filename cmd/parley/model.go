@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ func (m modelFlags) check() error {
 	if _, err := openai.LoadAgents(m.Agents); err != nil {
 		return fmt.Errorf("--agents: %w", err)
 	}
-	_, err := m.provider("")
+	_, err := m.provider("", nil)
 	return err
 }
 
@@ -59,8 +60,9 @@ func (m modelFlags) apiKey() (string, error) {
 }
 
 // newProvider returns the agent's model: the OpenAI-compatible provider
-// when --model-url is set, else the scripted model of --rules.
-func newProvider(a agentFlags) (model.Provider, error) {
+// (logging to log) when --model-url is set, else the scripted model of
+// --rules.
+func newProvider(a agentFlags, log *slog.Logger) (model.Provider, error) {
 	m := a.modelFlags
 	if m.ModelURL == "" {
 		return model.LoadScripted(a.Rules)
@@ -69,11 +71,12 @@ func newProvider(a agentFlags) (model.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.provider(key)
+	return m.provider(key, log)
 }
 
-// provider builds the OpenAI-compatible provider with key.
-func (m modelFlags) provider(key string) (*openai.Provider, error) {
+// provider builds the OpenAI-compatible provider with key, logging to log
+// (nil: slog.Default()).
+func (m modelFlags) provider(key string, log *slog.Logger) (*openai.Provider, error) {
 	agents, err := openai.LoadAgents(m.Agents)
 	if err != nil {
 		return nil, err
@@ -86,5 +89,5 @@ func (m modelFlags) provider(key string) (*openai.Provider, error) {
 		retries = -1 // openai.Config: negative means none
 	}
 	return openai.New(openai.Config{BaseURL: m.ModelURL, Model: m.Model, APIKey: key, Timeout: m.ModelTimeout,
-		MaxRetries: retries, Agents: agents}, nil)
+		MaxRetries: retries, Agents: agents, Logger: log}, nil)
 }

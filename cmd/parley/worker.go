@@ -191,7 +191,7 @@ func roleWorker(role string, cfg roleConfig, log *slog.Logger) (starter.Worker, 
 		return starter.Processor(c, processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency,
 			TrustedPrincipals: trusted}), nil
 	case starter.RoleAgent:
-		provider, err := newProvider(cfg.agent)
+		provider, err := newProvider(cfg.agent, log)
 		if err != nil {
 			return nil, err
 		}

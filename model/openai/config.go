@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -44,6 +45,9 @@ type Config struct {
 	MaxRetryDelay time.Duration
 	// Agents holds per-agent settings, by agent name.
 	Agents Agents
+	// Logger receives what the provider notices and works around (a
+	// stream that ends without a finish_reason). Nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // Agents is the agents configuration file (JSON):

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -31,6 +33,7 @@ type Provider struct {
 	cfg    Config
 	client oai.Client
 	host   string
+	log    *slog.Logger
 }
 
 // New checks cfg and returns a Provider. httpClient may be nil
@@ -58,7 +61,11 @@ func New(cfg Config, httpClient *http.Client) (*Provider, error) {
 	if u, err := url.Parse(cfg.BaseURL); err == nil {
 		host = u.Hostname()
 	}
-	return &Provider{cfg: cfg, client: oai.NewClient(opts...), host: host}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Provider{cfg: cfg, client: oai.NewClient(opts...), host: host, log: log}, nil
 }
 
 // ProviderName is the gen_ai.provider.name metrics carry: "openai" (the
@@ -90,7 +97,7 @@ func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Respo
 		attempts = attempt
 		resp, err := p.attempt(ctx, params, names, attempt, req.OnDelta)
 		if err == nil {
-			if s.SuggestReplies && len(resp.ToolCalls) == 0 {
+			if s.SuggestReplies && len(resp.ToolCalls) == 0 && resp.ToolCallsError == "" {
 				resp.Text, resp.SuggestedReplies = splitSuggestions(resp.Text)
 				chunk := schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text}
 				if cs, _ := foldedCitations(resp.Chunks); len(cs) > 0 {
@@ -135,21 +142,16 @@ func (p *Provider) Complete(ctx context.Context, req model.Request) (model.Respo
 	return model.Response{}, &model.Error{Reason: model.ReasonUnavailable, Status: status, Attempts: attempts, Err: lastErr}
 }
 
-// toolCall is a tool call being assembled from stream chunks.
-type toolCall struct {
-	id, name string
-	args     []byte
-}
-
 // attempt makes one streaming HTTP request.
 func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewParams, names nameMap, attempt int, onDelta func(model.Delta)) (model.Response, error) {
 	actx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	stream := p.client.Chat.Completions.NewStreaming(actx, params)
+	var end doneWatch
+	stream := p.client.Chat.Completions.NewStreaming(actx, params, option.WithMiddleware(end.middleware))
 	defer stream.Close()
 	var (
 		resp     model.Response
-		calls    = map[int64]*toolCall{}
+		calls    = newAssembler(names)
 		finished bool
 		usage    *model.Usage
 		anns     []oai.ChatCompletionMessageAnnotation
@@ -175,18 +177,7 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 			}
 			anns = append(anns, annotations(ch.Delta)...)
 			for _, tc := range ch.Delta.ToolCalls {
-				c := calls[tc.Index]
-				if c == nil {
-					c = &toolCall{}
-					calls[tc.Index] = c
-				}
-				if tc.ID != "" {
-					c.id = tc.ID
-				}
-				if tc.Function.Name != "" {
-					c.name += tc.Function.Name
-				}
-				c.args = append(c.args, tc.Function.Arguments...)
+				calls.add(tc)
 			}
 			if ch.FinishReason != "" {
 				finished = true
@@ -196,46 +187,88 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 	if err := stream.Err(); err != nil {
 		return model.Response{}, err
 	}
-	if !finished {
-		return model.Response{}, errStreamCut
-	}
 	folded, err := schema.FoldChunks(resp.Chunks...)
 	if err != nil {
 		return model.Response{}, err
 	}
+	resp.ToolCalls, resp.ToolCallsError = calls.result()
+	if resp.ToolCallsError != "" && len(resp.ToolCalls) == 0 {
+		// Not one call can be read, so there is none to tell the model
+		// about: the attempt failed, like a cut stream.
+		return model.Response{}, fmt.Errorf("%w: %s", errUnreadable, resp.ToolCallsError)
+	}
+	if !finished {
+		// [DONE] without a finish_reason (seen from several servers): the
+		// answer is whole when it has text or tool calls that can all be
+		// read; with nothing usable, or without [DONE] (a cut stream), the
+		// attempt is retried.
+		usable := resp.ToolCallsError == "" && (folded.Text != "" || len(resp.ToolCalls) > 0)
+		if !end.seen || !usable {
+			if end.seen {
+				return model.Response{}, errNoFinish
+			}
+			return model.Response{}, errStreamCut
+		}
+		p.log.WarnContext(ctx, "the model's stream ended with [DONE] but no finish_reason; its answer is taken as finished",
+			"model", resp.Model, "text_bytes", len(folded.Text), "tool_calls", len(resp.ToolCalls))
+	}
 	resp.Text = folded.Text
 	resp.Usage = usage
-	if cs := citations(anns, folded.Text); len(cs) > 0 && len(calls) == 0 {
+	if cs := citations(anns, folded.Text); len(cs) > 0 && len(resp.ToolCalls) == 0 {
 		// The model's sources, anchored in the whole answer: the answer
 		// becomes one chunk carrying them (anchors count from its start).
 		chunk := schema.ChatMessage{Role: schema.RoleAssistant, Text: folded.Text}
 		chunk.Meta.SetCitations(cs)
 		resp.Chunks = []schema.ChatMessage{chunk}
 	}
-	idx := make([]int64, 0, len(calls))
-	for i := range calls {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
-		c := calls[i]
-		resp.ToolCalls = append(resp.ToolCalls, schema.ToolCall{ID: c.id, Name: names.parley(c.name), Arguments: arguments(c.args)})
-	}
 	return resp, nil
 }
 
-// arguments returns the model's arguments as JSON: {} when empty, and
-// malformed JSON as a JSON string (so the tool's input-schema check tells
-// the model its arguments are not an object, instead of losing them).
-func arguments(b []byte) json.RawMessage {
-	if len(b) == 0 {
-		return json.RawMessage(`{}`)
+// doneWatch records whether a response body carried the stream's end
+// marker, a "data: [DONE]" line (the SDK's stream ends the same way at
+// [DONE] and at the end of the body, which a cut stream also reaches).
+type doneWatch struct {
+	// seen: the marker passed.
+	seen bool
+	// line holds the first bytes of the line being read.
+	line []byte
+}
+
+// doneLines are the end marker's lines (SSE allows one space after the
+// colon, or none).
+var doneLines = [...]string{"data: [DONE]", "data:[DONE]"}
+
+// middleware wraps the response body of the request to watch it.
+func (w *doneWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	resp, err := next(req)
+	if err == nil && resp != nil && resp.Body != nil {
+		resp.Body = &doneReader{ReadCloser: resp.Body, w: w}
 	}
-	if json.Valid(b) {
-		return json.RawMessage(b)
+	return resp, err
+}
+
+// doneReader is a body read through a doneWatch.
+type doneReader struct {
+	io.ReadCloser
+	w *doneWatch
+}
+
+func (r *doneReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	w := r.w
+	for _, b := range p[:n] {
+		if b == '\n' || b == '\r' {
+			w.line = w.line[:0]
+			continue
+		}
+		if len(w.line) < len(doneLines[0]) {
+			w.line = append(w.line, b)
+			if l := string(w.line); l == doneLines[0] || l == doneLines[1] {
+				w.seen = true
+			}
+		}
 	}
-	s, _ := json.Marshal(string(b))
-	return s
+	return n, err
 }
 
 // params builds the request body: settings, tools the agent may use, and

@@ -13,8 +13,18 @@ import (
 	"github.com/parley-dev/parley/model"
 )
 
-// errStreamCut is a stream that ended before a finish_reason.
+// errStreamCut is a stream that ended before a finish_reason and before
+// its [DONE].
 var errStreamCut = errors.New("the response stream ended before the model finished")
+
+// errUnreadable is a stream whose tool calls could not be read, not one
+// of them (see assembler).
+var errUnreadable = errors.New("the model's tool calls could not be read")
+
+// errNoFinish is a stream that ended with [DONE] but neither a
+// finish_reason nor anything usable (text, or tool calls that can all be
+// read).
+var errNoFinish = errors.New("the response stream ended with [DONE] but no finish_reason, and without text or complete tool calls")
 
 // classify decides what a failed attempt means: retry (after at least
 // wait, from Retry-After when the server sent one) or a final *model.Error.

@@ -111,6 +111,18 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 		span.SetAttributes(semconv.GenAIUsageInputTokens(int(u.InputTokens)), semconv.GenAIUsageOutputTokens(int(u.OutputTokens)))
 		run.Usage = append(run.Usage, events.CallUsage{Step: step, Model: resp.Model, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens})
 	}
+	if resp.ToolCallsError != "" {
+		// The model asked for tool calls that could not be read: none
+		// runs (one of them may be two calls merged, or cut short).
+		a.log.ErrorContext(ctx, "the model's tool calls could not be read; none is run and the model is told why",
+			"run_id", run.RunID, "step", step, "calls", len(resp.ToolCalls), "error", resp.ToolCallsError)
+		span.AddEvent("unreadable tool calls", trace.WithAttributes(attribute.String("parley.error", resp.ToolCallsError)))
+		if len(resp.ToolCalls) == 0 {
+			run.Failed = &events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: model.ReasonRejected,
+				Detail: "the model's tool calls could not be read: " + resp.ToolCallsError}
+			return nil
+		}
+	}
 	if len(resp.ToolCalls) == 0 {
 		run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text})
 		final := schema.ChatMessage{Role: schema.RoleAssistant, Text: resp.Text}
@@ -158,10 +170,22 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 		msgCalls[i] = tc
 		msgCalls[i].ID = modelID
 		tc.ID = id
-		run.Calls = append(run.Calls, &CallState{Call: tc, ModelCallID: modelID, Status: callNew})
+		c := &CallState{Call: tc, ModelCallID: modelID, Status: callNew}
+		if resp.ToolCallsError != "" {
+			c.Status, c.Result = callDone, unreadableCalls(tc.Name, resp.ToolCallsError)
+		}
+		run.Calls = append(run.Calls, c)
 	}
 	run.Messages = append(run.Messages, model.Message{Role: model.RoleAssistant, Text: resp.Text, ToolCalls: msgCalls})
 	return nil
+}
+
+// unreadableCalls is the tool error of a call of a model step whose tool
+// calls could not be read (model.Response.ToolCallsError): no call of the
+// step ran, and the model is asked to send them again.
+func unreadableCalls(name, why string) *schema.CallToolResult {
+	return schema.ErrorResult(fmt.Sprintf("%s was not run, so nothing changed: the tool calls of your last answer could not be read (%s). "+
+		"None of them was run. Send the tool calls again, each with its own id, name and JSON arguments.", name, why))
 }
 
 // complete calls the provider under ctx, returning when ctx ends even if

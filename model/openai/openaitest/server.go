@@ -25,6 +25,10 @@ type Reply struct {
 	Body string
 	// File is a recorded SSE stream (text/event-stream) sent for 200.
 	File string
+	// Events, when File is empty, is the stream sent for 200: each
+	// element is the data of one server-sent event ("data: <e>\n\n"), a
+	// chat.completion.chunk object or the literal [DONE].
+	Events []string
 	// CutAfter, when > 0, ends the stream after that many bytes of File,
 	// closing the connection without the rest (a stream cut mid-way).
 	CutAfter int
@@ -76,6 +80,20 @@ func (s *Server) Add(replies ...Reply) {
 	s.replies = append(s.replies, replies...)
 }
 
+// stream is the SSE text of a 200 reply: File's content, or Events as
+// one event each.
+func (r *Reply) stream() (string, error) {
+	if r.File == "" {
+		var b strings.Builder
+		for _, e := range r.Events {
+			b.WriteString("data: " + e + "\n\n")
+		}
+		return b.String(), nil
+	}
+	data, err := os.ReadFile(r.File)
+	return string(data), err
+}
+
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	var req map[string]any
@@ -110,13 +128,12 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, rep.Body)
 		return
 	}
-	data, err := os.ReadFile(rep.File)
+	text, err := rep.stream()
 	if err != nil {
 		s.t.Errorf("openaitest: %v", err)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	text := string(data)
 	for k, v := range rep.Replace {
 		text = strings.ReplaceAll(text, k, v)
 	}

@@ -1,0 +1,236 @@
+package openai
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	oai "github.com/openai/openai-go/v3"
+
+	"github.com/parley-dev/parley/schema"
+)
+
+// Streamed tool calls are assembled the way robust clients do, because
+// OpenAI-compatible servers differ from the API reference in ways seen in
+// the wild: some repeat the whole function name (or a growing prefix of
+// it) in every delta, some leave out "index", some give parallel calls the
+// same index with different ids, some reuse one id at distinct indexes.
+// openai-go's ChatCompletionAccumulator keys calls by index alone and
+// appends every name fragment, which merges such calls into one
+// ("list_entitiesget_entity" with both argument objects glued together),
+// so parley does not use it. The rules, per tool-call delta:
+//
+//   - a delta with an id not seen before starts a new call, whatever its
+//     index;
+//   - a delta with an id seen before continues that call, unless it names
+//     another index than that call's (an id reused by a parallel call):
+//     then the call at its index, or a new one;
+//   - a delta without an id continues the call last opened at its index,
+//     or without an index the call last opened;
+//   - a name delta that equals the name held, or is a prefix of it, is not
+//     appended; one that extends it (the whole name so far and more)
+//     replaces it; other fragments are appended — unless the name held is
+//     already a whole offered tool name and the result would not be the
+//     start of one: then the delta starts a new call (parallel calls
+//     sharing an index without ids);
+//   - arguments concatenate per call; when the concatenation is not JSON
+//     but reading each fragment that repeats everything before it as a
+//     replacement is (servers that send cumulative arguments), that is
+//     used.
+//
+// What still cannot be read — arguments for a call the stream never
+// opened, a call without a name, arguments that are not JSON — is reported
+// (model.Response.ToolCallsError), never run and never merged.
+
+// toolCall is a tool call being assembled from stream chunks.
+type toolCall struct {
+	id, name string
+	// index is the index the call was opened at (hasIndex false: none).
+	index    int64
+	hasIndex bool
+	// args are the argument fragments concatenated; cumulative reads a
+	// fragment that starts with everything before it as a replacement.
+	args, cumulative []byte
+	// orphan: arguments arrived for a call the stream never opened with
+	// an id or a name.
+	orphan bool
+}
+
+// assembler assembles the tool calls of one streamed answer (choice 0).
+type assembler struct {
+	names   nameMap
+	calls   []*toolCall
+	byID    map[string]*toolCall
+	byIndex map[int64]*toolCall
+	last    *toolCall
+}
+
+func newAssembler(names nameMap) *assembler {
+	return &assembler{names: names, byID: map[string]*toolCall{}, byIndex: map[int64]*toolCall{}}
+}
+
+// open starts a new call for d.
+func (a *assembler) open(d oai.ChatCompletionChunkChoiceDeltaToolCall) *toolCall {
+	c := &toolCall{id: d.ID, index: d.Index, hasIndex: d.JSON.Index.Valid()}
+	a.calls = append(a.calls, c)
+	if c.id != "" && a.byID[c.id] == nil {
+		a.byID[c.id] = c
+	}
+	return c
+}
+
+// add takes one tool-call delta.
+func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
+	hasIndex := d.JSON.Index.Valid()
+	var c *toolCall
+	switch {
+	case d.ID != "" && a.byID[d.ID] != nil:
+		c = a.byID[d.ID]
+		if hasIndex && c.hasIndex && c.index != d.Index {
+			// The same id at another index: a parallel call reusing it.
+			c = a.byIndex[d.Index]
+		}
+	case d.ID != "":
+		c = a.open(d)
+	case hasIndex:
+		c = a.byIndex[d.Index]
+	default:
+		c = a.last
+	}
+	name, args := d.Function.Name, d.Function.Arguments
+	if c == nil {
+		if name == "" && args == "" {
+			return // nothing to hold
+		}
+		c = a.open(d)
+		c.orphan = name == ""
+	}
+	if name != "" {
+		merged, fresh := a.mergeName(c.name, name)
+		if fresh {
+			c = a.open(d)
+		}
+		c.name, c.orphan = merged, false
+	}
+	if args != "" {
+		if len(c.args) > 0 && strings.HasPrefix(args, string(c.cumulative)) {
+			c.cumulative = []byte(args)
+		} else {
+			c.cumulative = append(c.cumulative, args...)
+		}
+		c.args = append(c.args, args...)
+	}
+	if hasIndex {
+		a.byIndex[d.Index] = c
+	}
+	a.last = c
+}
+
+// mergeName returns the name a call holding held has after a name delta
+// d, and whether d starts a new call instead (then the name is d). See the
+// rules above; where both readings are possible the one that is, or
+// begins, an offered name wins, and otherwise a repeat is not appended.
+func (a *assembler) mergeName(held, d string) (name string, fresh bool) {
+	if held == "" {
+		return d, false
+	}
+	appended := held + d
+	var other string
+	switch {
+	case strings.HasPrefix(d, held):
+		other = d // the whole name again, or a longer prefix of it
+	case strings.HasPrefix(held, d):
+		other = held // a prefix already held
+	default:
+		if a.offered(held) && !a.offeredPrefix(appended) {
+			return d, true
+		}
+		return appended, false
+	}
+	if !a.offered(other) && !a.offeredPrefix(other) && a.offeredPrefix(appended) {
+		return appended, false
+	}
+	return other, false
+}
+
+// offered reports whether name is an API name offered to the model.
+func (a *assembler) offered(name string) bool {
+	_, ok := a.names[name]
+	return ok
+}
+
+// offeredPrefix reports whether an offered API name starts with s.
+func (a *assembler) offeredPrefix(s string) bool {
+	for n := range a.names {
+		if strings.HasPrefix(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// result returns the calls with parley's tool names, in the order the
+// stream opened them, and what makes them unreadable ("" when nothing).
+// A call without a name is left out (it cannot be shown to the model as
+// a call); an unreadable call's arguments are kept as a JSON string.
+func (a *assembler) result() ([]schema.ToolCall, string) {
+	var out []schema.ToolCall
+	var problems []string
+	for i, c := range a.calls {
+		what := describe(i, c)
+		switch {
+		case c.orphan:
+			problems = append(problems, what+": arguments arrived for a call the stream never opened with an id or a name")
+			continue
+		case c.name == "":
+			problems = append(problems, what+": the call has no name")
+			continue
+		}
+		args, err := arguments(c.args, c.cumulative)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: the arguments are not valid JSON (%v)", what, err))
+		}
+		out = append(out, schema.ToolCall{ID: c.id, Name: a.names.parley(c.name), Arguments: args})
+	}
+	return out, strings.Join(problems, "; ")
+}
+
+// describe names call i (from 0) of the stream for an error: its name, id
+// and index as far as the stream gave them.
+func describe(i int, c *toolCall) string {
+	s := fmt.Sprintf("tool call %d", i+1)
+	var parts []string
+	if c.name != "" {
+		parts = append(parts, c.name)
+	}
+	if c.id != "" {
+		parts = append(parts, "id "+c.id)
+	}
+	if c.hasIndex {
+		parts = append(parts, fmt.Sprintf("index %d", c.index))
+	}
+	if len(parts) > 0 {
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
+}
+
+// arguments returns a call's arguments as JSON: {} when empty, the
+// concatenated fragments when they are JSON, else the cumulative reading
+// when it is. Otherwise it returns the fragments as a JSON string (so
+// they stay readable in the conversation) and the JSON error.
+func arguments(concat, cumulative []byte) (json.RawMessage, error) {
+	if len(strings.TrimSpace(string(concat))) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	var v any
+	err := json.Unmarshal(concat, &v)
+	if err == nil {
+		return json.RawMessage(concat), nil
+	}
+	if json.Valid(cumulative) {
+		return json.RawMessage(cumulative), nil
+	}
+	s, _ := json.Marshal(string(concat))
+	return s, err
+}

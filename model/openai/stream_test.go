@@ -1,0 +1,277 @@
+package openai_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/model/openai"
+	"github.com/parley-dev/parley/model/openai/openaitest"
+	"github.com/parley-dev/parley/schema"
+)
+
+// Streams as OpenAI-compatible servers send them, built chunk by chunk:
+// the shapes below are each seen from some server in the wild.
+
+// noIndex leaves "index" out of a tool-call delta.
+const noIndex = -1
+
+// done is the data of the stream's last event.
+const done = "[DONE]"
+
+// chunk is one chat.completion.chunk with delta (a JSON object) for
+// choice 0, and finish as its finish_reason ("" for null).
+func chunk(delta, finish string) string {
+	fr := "null"
+	if finish != "" {
+		fr = `"` + finish + `"`
+	}
+	return `{"id":"chatcmpl-T1","object":"chat.completion.chunk","created":1764500000,"model":"gpt-test",` +
+		`"choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":` + fr + `}],"usage":null}`
+}
+
+// tc is one tool-call delta: index (noIndex: absent), id and name (left
+// out when empty) and an arguments fragment.
+func tc(index int, id, name, args string) string {
+	m := map[string]any{"function": map[string]any{"arguments": args}}
+	if index != noIndex {
+		m["index"] = index
+	}
+	if id != "" {
+		m["id"], m["type"] = id, "function"
+	}
+	if name != "" {
+		m["function"].(map[string]any)["name"] = name
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// calls is a chunk carrying tool-call deltas.
+func calls(deltas ...string) string {
+	return chunk(`{"tool_calls":[`+strings.Join(deltas, ",")+`]}`, "")
+}
+
+// text is a chunk carrying content.
+func text(s string) string {
+	b, _ := json.Marshal(s)
+	return chunk(`{"content":`+string(b)+`}`, "")
+}
+
+// finish is the chunk carrying the finish_reason.
+func finish(reason string) string { return chunk(`{}`, reason) }
+
+// role is the opening chunk most servers send.
+var role = chunk(`{"role":"assistant","content":""}`, "")
+
+// usage is the usage-only chunk (empty choices) sent with include_usage.
+const usage = `{"id":"chatcmpl-T1","object":"chat.completion.chunk","created":1764500000,"model":"gpt-test","choices":[],` +
+	`"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`
+
+// split cuts s into pieces of n bytes.
+func split(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return append(out, s)
+}
+
+var getTool = schema.Tool{Name: "get_entity", Description: "Get one entity.", InputSchema: json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"}}}`)}
+
+// call renders a tool call for comparison.
+func call(id, name, args string) string { return id + " " + name + " " + args }
+
+// TestStreamedToolCalls drives every way a server streams tool calls
+// through the provider over HTTP (server-sent events): calls are assembled
+// by id, a repeated name is not appended, arguments concatenate per call,
+// and a stream that cannot be assembled is a step error, never a merged
+// call.
+func TestStreamedToolCalls(t *testing.T) {
+	listEvent := `{"type":"event"}`
+	about := `{"title":"About us"}`
+	var manyArgs []string
+	for _, piece := range split(`{"type": "article", "status": "draft"}`, 2) {
+		manyArgs = append(manyArgs, calls(tc(0, "", "", piece)))
+	}
+	for _, tt := range []struct {
+		name   string
+		stream []string
+		// want are the calls (id name args) when the stream is readable.
+		want []string
+		// wantText is the answer text.
+		wantText string
+		// wantErr are substrings of Response.ToolCallsError.
+		wantErr []string
+	}{
+		{name: "name repeated in every delta",
+			stream: []string{role, calls(tc(0, "call_a", "list_entities", "")), calls(tc(0, "", "list_entities", `{"type":`)),
+				calls(tc(0, "", "list_entities", `"event"}`)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent)}},
+		{name: "name and id repeated in every delta",
+			stream: []string{calls(tc(0, "call_a", "list_entities", `{"type":`)), calls(tc(0, "call_a", "list_entities", `"event"}`)),
+				calls(tc(1, "call_b", "get_entity", `{"title":`)), calls(tc(1, "call_b", "get_entity", `"About us"}`)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent), call("call_b", "get_entity", about)}},
+		{name: "name repeated as a growing prefix",
+			stream: []string{calls(tc(0, "call_a", "list", "")), calls(tc(0, "", "list_ent", `{"type":`)),
+				calls(tc(0, "", "list_entities", `"event"}`)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent)}},
+		{name: "name prefix already held",
+			stream: []string{calls(tc(0, "call_a", "list_entities", "")), calls(tc(0, "", "list", `{"type":`)),
+				calls(tc(0, "", "list_", `"event"}`)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent)}},
+		{name: "name split in fragments",
+			stream: []string{calls(tc(0, "call_a", "list_", "")), calls(tc(0, "", "entities", listEvent)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", listEvent)}},
+		{name: "no index with distinct ids",
+			stream: []string{calls(tc(noIndex, "call_a", "list_entities", "")), calls(tc(noIndex, "", "", listEvent)),
+				calls(tc(noIndex, "call_b", "get_entity", "")), calls(tc(noIndex, "", "", about)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent), call("call_b", "get_entity", about)}},
+		{name: "shared index 0 with different ids",
+			stream: []string{calls(tc(0, "call_a", "list_entities", "")), calls(tc(0, "", "", `{"type":`)), calls(tc(0, "", "", `"event"}`)),
+				calls(tc(0, "call_b", "get_entity", "")), calls(tc(0, "", "", about)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent), call("call_b", "get_entity", about)}},
+		{name: "shared index 0 with different ids in one chunk",
+			stream: []string{calls(tc(0, "call_a", "list_entities", listEvent), tc(0, "call_b", "get_entity", about)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", listEvent), call("call_b", "get_entity", about)}},
+		{name: "shared index 0 without ids, a second name",
+			stream: []string{calls(tc(0, "", "list_entities", listEvent)), calls(tc(0, "", "get_entity", about)), finish("tool_calls"), done},
+			want:   []string{call("", "list_entities", listEvent), call("", "get_entity", about)}},
+		{name: "normal indexed parallel calls, interleaved",
+			stream: []string{role, calls(tc(0, "call_a", "get_entity", "")), calls(tc(0, "", "", `{"title":"About u`)),
+				calls(tc(1, "call_b", "list_entities", "")), calls(tc(1, "", "", listEvent)), calls(tc(0, "", "", `s"}`)),
+				finish("tool_calls"), usage, done},
+			want: []string{call("call_a", "get_entity", about), call("call_b", "list_entities", listEvent)}},
+		{name: "parallel calls reusing one id at distinct indexes",
+			stream: []string{calls(tc(0, "call_a", "list_entities", "")), calls(tc(1, "call_a", "get_entity", "")),
+				calls(tc(0, "", "", listEvent)), calls(tc(1, "", "", about)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent), call("call_a", "get_entity", about)}},
+		{name: "id only on the first delta",
+			stream: []string{calls(tc(0, "call_a", "list_entities", "")), calls(tc(0, "", "", `{"type"`)), calls(tc(0, "", "", `:"event"}`)),
+				calls(tc(1, "call_b", "get_entity", "")), calls(tc(1, "", "", about)), finish("tool_calls"), done},
+			want: []string{call("call_a", "list_entities", listEvent), call("call_b", "get_entity", about)}},
+		{name: "arguments split across many deltas",
+			stream: slices.Concat([]string{calls(tc(0, "call_a", "list_entities", ""))}, manyArgs, []string{finish("tool_calls"), done}),
+			want:   []string{call("call_a", "list_entities", `{"type": "article", "status": "draft"}`)}},
+		{name: "arguments repeated cumulatively",
+			stream: []string{calls(tc(0, "call_a", "list_entities", `{"type":`)), calls(tc(0, "", "", `{"type":"event"}`)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", listEvent)}},
+		{name: "empty arguments",
+			stream: []string{calls(tc(0, "call_a", "list_entities", "")), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", `{}`)}},
+		{name: "text then tool calls",
+			stream: []string{text("Let me look."), calls(tc(0, "call_a", "list_entities", listEvent)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", listEvent)}, wantText: "Let me look."},
+		{name: "finish_reason stop with tool calls",
+			stream: []string{calls(tc(0, "call_a", "list_entities", listEvent)), finish("stop"), done},
+			want:   []string{call("call_a", "list_entities", listEvent)}},
+		{name: "[DONE] without finish_reason after text",
+			stream:   []string{role, text("Hello"), text(" there."), usage, done},
+			wantText: "Hello there."},
+		{name: "[DONE] without finish_reason after complete tool calls",
+			stream: []string{calls(tc(0, "call_a", "list_entities", "")), calls(tc(0, "", "", listEvent)),
+				calls(tc(1, "call_b", "get_entity", about)), done},
+			want: []string{call("call_a", "list_entities", listEvent), call("call_b", "get_entity", about)}},
+		{name: "arguments for an index never opened",
+			stream: []string{calls(tc(0, "call_a", "list_entities", listEvent)), calls(tc(1, "", "", about)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", listEvent)}, wantErr: []string{"index 1", "never opened"}},
+		{name: "invalid JSON arguments",
+			stream:  []string{calls(tc(0, "call_a", "list_entities", `{"type":`)), calls(tc(1, "call_b", "get_entity", about)), finish("tool_calls"), done},
+			want:    []string{call("call_a", "list_entities", `"{\"type\":"`), call("call_b", "get_entity", about)},
+			wantErr: []string{"list_entities", "call_a", "not valid JSON"}},
+		{name: "a call with an id but no name",
+			stream: []string{calls(tc(0, "call_a", "list_entities", listEvent)), calls(tc(1, "call_b", "", about)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "list_entities", listEvent)}, wantErr: []string{"call_b", "no name"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := openaitest.New(t, openaitest.Reply{Events: tt.stream})
+			var logs bytes.Buffer
+			p, err := openai.New(openai.Config{BaseURL: srv.URL(), Model: "gpt-test", Timeout: 5 * time.Second,
+				MaxRetries: 2, MaxRetryDelay: 3 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := p.Complete(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Text: "go"}},
+				Tools: []schema.Tool{listTool, getTool}})
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			var got []string
+			for _, c := range resp.ToolCalls {
+				got = append(got, call(c.ID, c.Name, string(c.Arguments)))
+				if c.Name != listTool.Name && c.Name != getTool.Name {
+					t.Errorf("call %q: not a tool offered (a merged call?)", c.Name)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("tool calls:\n got  %q\n want %q", got, tt.want)
+			}
+			if resp.Text != tt.wantText {
+				t.Errorf("text = %q, want %q", resp.Text, tt.wantText)
+			}
+			if len(tt.wantErr) == 0 && resp.ToolCallsError != "" {
+				t.Errorf("ToolCallsError = %q, want none", resp.ToolCallsError)
+			}
+			for _, w := range tt.wantErr {
+				if !strings.Contains(resp.ToolCallsError, w) {
+					t.Errorf("ToolCallsError = %q, lacks %q", resp.ToolCallsError, w)
+				}
+			}
+			if n := len(srv.Requests()); n != 1 {
+				t.Errorf("requests = %d, want 1 (a finished stream is not retried)", n)
+			}
+			noFinish := strings.HasPrefix(tt.name, "[DONE] without finish_reason")
+			if logged := strings.Contains(logs.String(), "no finish_reason"); logged != noFinish {
+				t.Errorf("log = %q; want the missing finish_reason logged: %v", logs.String(), noFinish)
+			}
+		})
+	}
+}
+
+// A stream that ends without a finish_reason and without anything usable
+// (no text, no complete tool call) is retried; so is one closed without
+// [DONE] (cut), whatever arrived.
+func TestStreamWithoutFinishReasonRetried(t *testing.T) {
+	good := openaitest.Reply{Events: []string{text("Hello."), finish("stop"), done}}
+	for _, tt := range []struct {
+		name   string
+		stream []string
+	}{
+		{"[DONE] and nothing usable", []string{role, usage, done}},
+		{"[DONE] after an empty content delta", []string{role, text(""), done}},
+		{"[DONE] after incomplete tool-call arguments", []string{calls(tc(0, "call_a", "list_entities", `{"type":`)), done}},
+		{"[DONE] after arguments never opened", []string{calls(tc(0, "", "", `{}`)), done}},
+		{"finished, but no call can be read", []string{calls(tc(noIndex, "", "", `{}`)), finish("tool_calls"), done}},
+		{"closed without [DONE] after text", []string{role, text("Hel")}},
+		{"closed without [DONE] after complete tool calls", []string{calls(tc(0, "call_a", "list_entities", `{}`))}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := openaitest.New(t, openaitest.Reply{Events: tt.stream}, good)
+			var retried []error
+			resp, err := newProvider(t, srv, "").Complete(context.Background(), model.Request{Tools: []schema.Tool{listTool},
+				OnRetry: func(_ int, _ time.Duration, err error) { retried = append(retried, err) }})
+			if err != nil || resp.Text != "Hello." || len(resp.ToolCalls) != 0 {
+				t.Fatalf("Complete = %+v, %v; want the second attempt's text", resp, err)
+			}
+			if n := len(srv.Requests()); n != 2 || len(retried) != 1 {
+				t.Errorf("requests = %d, retries %v; want 2 requests, 1 retry", n, retried)
+			}
+		})
+	}
+	t.Run("always [DONE] and nothing usable", func(t *testing.T) {
+		empty := openaitest.Reply{Events: []string{role, done}}
+		srv := openaitest.New(t, empty, empty, empty)
+		_, err := newProvider(t, srv, "").Complete(context.Background(), model.Request{})
+		me := model.AsError(err)
+		if me == nil || me.Reason != model.ReasonUnavailable || me.Attempts != 3 || !strings.Contains(me.Error(), "finish_reason") {
+			t.Fatalf("err = %v, want model_unavailable after 3 attempts naming the missing finish_reason", err)
+		}
+	})
+}
