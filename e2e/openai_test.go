@@ -375,3 +375,101 @@ func TestOpenAIUserContextReachesModel(t *testing.T) {
 		}
 	}
 }
+
+// toolMessages returns the content of the tool messages of a recorded
+// request, by tool_call_id.
+func toolMessages(req map[string]any) map[string]string {
+	out := map[string]string{}
+	for _, m := range req["messages"].([]any) {
+		m := m.(map[string]any)
+		if m["role"] == "tool" {
+			out[m["tool_call_id"].(string)], _ = m["content"].(string)
+		}
+	}
+	return out
+}
+
+// Two parallel calls streamed at one index (0) with different ids, as some
+// servers send them, are two calls: both run, and each result goes back to
+// the model under its own id.
+func TestOpenAIParallelCallsSharingIndex(t *testing.T) {
+	d, calls := openaitest.ToolDelta, openaitest.ToolCalls
+	shared := openaitest.Reply{Events: []string{openaitest.Role(),
+		calls(d(0, "call_Sh0", "get_entity", "")), calls(d(0, "", "", `{"title": "About us"}`)),
+		calls(d(0, "call_Sh1", "list_entities", "")), calls(d(0, "", "", `{"type": `)), calls(d(0, "", "", `"event"}`)),
+		openaitest.Finish("tool_calls"), openaitest.Usage(540, 44), openaitest.Done}}
+	s, srv := startOpenAI(t, shared, reply("text_after_parallel.sse"))
+	s.send("oa12", "show me About and the events")
+	tc := s.turnCompleted("oa12", 1)
+	if tc.Message.Text != "Here is the About page and the events." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("model requests = %d, want 2", len(reqs))
+	}
+	results, ids := toolIDs(reqs[1])
+	if strings.Join(results, ",") != "call_Sh0,call_Sh1" || strings.Join(ids, ",") != "call_Sh0,call_Sh1" {
+		t.Errorf("second request: results %q, calls %q, want call_Sh0 and call_Sh1", results, ids)
+	}
+	msgs := toolMessages(reqs[1])
+	if !strings.Contains(msgs["call_Sh0"], "About us") || !strings.Contains(msgs["call_Sh1"], "event") {
+		t.Errorf("tool results sent to the model = %q, want get_entity's page and list_entities' events", msgs)
+	}
+	var tools []string
+	for _, dec := range tc.Decisions {
+		tools = append(tools, dec.Tool)
+	}
+	if strings.Join(tools, ",") != "get_entity,list_entities" {
+		t.Errorf("decisions for %q, want get_entity and list_entities", tools)
+	}
+}
+
+// A streamed answer whose tool calls cannot be read (here a delete whose
+// arguments are cut short) runs none of them — no question, nothing
+// deleted — and the model is told why in each call's result.
+func TestOpenAIUnreadableToolCallsRunNothing(t *testing.T) {
+	srv := openaitest.New(t)
+	s := start(t, options{provider: openAIProvider(t, srv)})
+	id := s.firstDraft()
+	d, calls := openaitest.ToolDelta, openaitest.ToolCalls
+	srv.Add(openaitest.Reply{Events: []string{
+		calls(d(0, "call_Del", "delete_entities", `{"ids": ["`+id+`"`)),
+		calls(d(1, "call_Lst", "list_entities", `{"type": "article"}`)),
+		openaitest.Finish("tool_calls"), openaitest.Done}}, reply("text.sse"))
+	s.send("oa13", "delete one draft")
+	tc := s.turnCompleted("oa13", 1)
+	if tc.Message.Text != "Hello! I can list, publish or delete your content." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	if q := s.rec.matching("oa13", events.TypeElicitationRequested); len(q) != 0 {
+		t.Errorf("%d questions asked, want none (no call may run)", len(q))
+	}
+	if n, l := s.drafts(), s.ledger(); n != 10 || len(l) != 0 {
+		t.Errorf("drafts = %d, ledger %v: want 10 and nothing done", n, l)
+	}
+	if len(tc.Decisions) != 0 {
+		t.Errorf("decisions = %+v, want none", tc.Decisions)
+	}
+	msgs := toolMessages(srv.Requests()[1])
+	for _, cid := range []string{"call_Del", "call_Lst"} {
+		if m := msgs[cid]; !strings.Contains(m, "could not be read") || !strings.Contains(m, "not valid JSON") {
+			t.Errorf("tool result for %s sent to the model = %q, want the reason the calls could not be read", cid, m)
+		}
+	}
+}
+
+// A stream that ends with [DONE] but no finish_reason after its text is a
+// finished answer: the turn completes from the one request.
+func TestOpenAIDoneWithoutFinishReason(t *testing.T) {
+	s, srv := startOpenAI(t, openaitest.Reply{Events: []string{openaitest.Role(), openaitest.Text("Hello"),
+		openaitest.Text(" there."), openaitest.Done}})
+	s.send("oa14", "hello")
+	if tc := s.turnCompleted("oa14", 1); tc.Message.Text != "Hello there." {
+		t.Errorf("text = %q", tc.Message.Text)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("model requests = %d, want 1 (not retried)", n)
+	}
+}

@@ -18,61 +18,19 @@ import (
 
 // Streams as OpenAI-compatible servers send them, built chunk by chunk:
 // the shapes below are each seen from some server in the wild.
+const (
+	noIndex = openaitest.NoIndex
+	done    = openaitest.Done
+)
 
-// noIndex leaves "index" out of a tool-call delta.
-const noIndex = -1
-
-// done is the data of the stream's last event.
-const done = "[DONE]"
-
-// chunk is one chat.completion.chunk with delta (a JSON object) for
-// choice 0, and finish as its finish_reason ("" for null).
-func chunk(delta, finish string) string {
-	fr := "null"
-	if finish != "" {
-		fr = `"` + finish + `"`
-	}
-	return `{"id":"chatcmpl-T1","object":"chat.completion.chunk","created":1764500000,"model":"gpt-test",` +
-		`"choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":` + fr + `}],"usage":null}`
-}
-
-// tc is one tool-call delta: index (noIndex: absent), id and name (left
-// out when empty) and an arguments fragment.
-func tc(index int, id, name, args string) string {
-	m := map[string]any{"function": map[string]any{"arguments": args}}
-	if index != noIndex {
-		m["index"] = index
-	}
-	if id != "" {
-		m["id"], m["type"] = id, "function"
-	}
-	if name != "" {
-		m["function"].(map[string]any)["name"] = name
-	}
-	b, _ := json.Marshal(m)
-	return string(b)
-}
-
-// calls is a chunk carrying tool-call deltas.
-func calls(deltas ...string) string {
-	return chunk(`{"tool_calls":[`+strings.Join(deltas, ",")+`]}`, "")
-}
-
-// text is a chunk carrying content.
-func text(s string) string {
-	b, _ := json.Marshal(s)
-	return chunk(`{"content":`+string(b)+`}`, "")
-}
-
-// finish is the chunk carrying the finish_reason.
-func finish(reason string) string { return chunk(`{}`, reason) }
-
-// role is the opening chunk most servers send.
-var role = chunk(`{"role":"assistant","content":""}`, "")
-
-// usage is the usage-only chunk (empty choices) sent with include_usage.
-const usage = `{"id":"chatcmpl-T1","object":"chat.completion.chunk","created":1764500000,"model":"gpt-test","choices":[],` +
-	`"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}}`
+var (
+	tc     = openaitest.ToolDelta
+	calls  = openaitest.ToolCalls
+	text   = openaitest.Text
+	finish = openaitest.Finish
+	role   = openaitest.Role()
+	usage  = openaitest.Usage(10, 5)
+)
 
 // split cuts s into pieces of n bytes.
 func split(s string, n int) []string {
