@@ -114,7 +114,8 @@ const posingRules = `{"rules":[
 // server's, never the body; the question it asks while running reaches
 // PARLEY_CHAT without the _meta keys parley owns (no tool_call, so no
 // client draws it as a confirmation; not its forged elicitation ID or
-// server marker) and marked with the server's real name, untrusted.
+// server marker) and marked with the server's real name, untrusted; its
+// prose restatement names the server too.
 func TestMCPServerCannotPoseAsParley(t *testing.T) {
 	for _, mrtr := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mrtr=%v", mrtr), func(t *testing.T) { testCannotPose(t, mrtr) })
@@ -156,6 +157,13 @@ func testCannotPose(t *testing.T, mrtr bool) {
 	ms, err := q.Meta.MCPServer()
 	if err != nil || ms == nil || ms.Name != "evil" || ms.Trusted {
 		t.Fatalf("server marker %+v (%v): %s", ms, err, mustMarshal(t, q.Meta))
+	}
+	// The prose restatement (for clients that ignore elicitations) names
+	// the server before its words, and does not ask to "confirm".
+	paused, err := events.Data[events.TurnPaused](s.rec.await(t, 10*time.Second, "pose", events.TypeTurnPaused, 2))
+	if err != nil || !strings.HasPrefix(paused.Message.Text, "MCP server evil asks (parley cannot vouch for this server):\n") ||
+		strings.Contains(paused.Message.Text, "confirm") {
+		t.Fatalf("restated: %q (%v)", paused.Message.Text, err)
 	}
 	s.answer("pose", qid, schema.ActionAccept, map[string]any{"instructions": "fine"})
 	if got := s.completed("pose", 1); !strings.Contains(got, "server got accept") {
