@@ -178,7 +178,7 @@ var catalog = []Entry{
 	of(KindTurnPaused, Entry{Summary: "The turn waits for answers; the question restated in prose.",
 		Visibility: Public,
 		Routes:     []Route{chatRoute(ChatTurnPaused, processor, integrators)}}),
-	of(KindElicitationRequested, Entry{Summary: "A question for a person: MCP elicitation/create params with _meta[\"drupal.org/ai.elicitation_id\"].",
+	of(KindElicitationRequested, Entry{Summary: "A question for a person: MCP elicitation/create params with _meta[\"drupal.org/ai.elicitation_id\"]; one an MCP server asked also carries _meta[\"dev.parley/mcp_server\"] = {name, trusted, secretFields?}.",
 		Visibility: Public,
 		Routes:     []Route{chatRoute(ChatElicitationRequested, processor, integrators)}}),
 	of(KindElicitationRejected, Entry{Summary: "An answer was refused; the reason names the rule.",

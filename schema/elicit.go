@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strings"
 )
 
 // Revision is an MCP protocol revision, e.g. "2025-06-18". It chooses which
@@ -204,13 +205,28 @@ type ToolCallMeta struct {
 const InstructionsProperty = "instructions"
 
 // NewConfirmationRequest builds the confirmation elicitation for a tool call
-// (design section 4): the message comes from the trusted tool definition
+// (design section 4): the message comes from the registered tool definition
 // (never from model output), the call rides _meta["drupal.org/ai.tool_call"],
 // and the form asks only for optional instructions.
+//
+// A tool of an MCP server that is not trusted (its definition's
+// _meta["dev.parley/mcp"] says so, see MCPTool) is worded in parley's own
+// words, by its registered name: "a tool from MCP server evil that parley
+// cannot vouch for"; the server's title and description follow, quoted
+// line by line and labelled as the server's, and its annotations (only a
+// title is left of them at registration) are not carried, so clients show
+// the tool as what parley knows it to be: not read-only, destructive.
 func NewConfirmationRequest(tool *Tool, call ToolCall) *ElicitRequestParams {
-	msg := fmt.Sprintf("Allow the agent to run %q?", tool.DisplayName())
-	if tool.Description != "" {
-		msg += "\n\n" + tool.Description
+	ann := tool.Annotations
+	var msg string
+	if mt := tool.MCPTool(); mt != nil && !mt.Trusted {
+		msg = untrustedToolMessage(tool, call, mt.Server)
+		ann = nil
+	} else {
+		msg = fmt.Sprintf("Allow the agent to run %q?", tool.DisplayName())
+		if tool.Description != "" {
+			msg += "\n\n" + tool.Description
+		}
 	}
 	return &ElicitRequestParams{
 		Message: msg,
@@ -224,9 +240,41 @@ func NewConfirmationRequest(tool *Tool, call ToolCall) *ElicitRequestParams {
 			},
 		},
 		Meta: Meta{MetaToolCall: ToolCallMeta{
-			Name: call.Name, ToolID: call.ID, Arguments: call.Arguments, Annotations: tool.Annotations,
+			Name: call.Name, ToolID: call.ID, Arguments: call.Arguments, Annotations: ann,
 		}},
 	}
+}
+
+// untrustedToolMessage words the confirmation of a tool of the untrusted
+// MCP server named server: parley's words first, then what the server says
+// about the tool (its title and description), each line quoted ("> "), so
+// that the server's text can neither end the quote nor pass for parley's.
+func untrustedToolMessage(tool *Tool, call ToolCall, server string) string {
+	name := call.Name
+	if name == "" {
+		name = tool.Name
+	}
+	msg := fmt.Sprintf("Allow the agent to run %q? It is a tool from MCP server %q that parley cannot vouch for: "+
+		"the server is not trusted, so parley treats the tool as able to change anything, whatever the server says about it.", name, server)
+	title := tool.Title
+	if title == "" && tool.Annotations != nil {
+		title = tool.Annotations.Title
+	}
+	var said []string
+	if title != "" {
+		said = append(said, "Title: "+title)
+	}
+	if tool.Description != "" {
+		said = append(said, strings.Split(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(tool.Description), "\n")...)
+	}
+	if len(said) == 0 {
+		return msg
+	}
+	msg += fmt.Sprintf("\n\nServer %q describes it as follows (its own words, not checked by parley):", server)
+	for _, l := range said {
+		msg += "\n> " + l
+	}
+	return msg
 }
 
 // IsToolConfirmation reports whether the request carries

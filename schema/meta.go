@@ -264,6 +264,11 @@ func (m Meta) Validate() error {
 			if err = metaDecode(m[k], &s); err == nil && s == "" {
 				vs.add(p, "must not be empty")
 			}
+		case MetaMCPServer:
+			var ms MCPServerMeta
+			if err = metaDecode(m[k], &ms); err == nil && ms.Name == "" {
+				vs.add(p+".name", "required")
+			}
 		case MetaWidgets:
 			var ws map[string]json.RawMessage
 			if err = metaDecode(m[k], &ws); err == nil {

@@ -217,7 +217,8 @@ func extraRule(kw string, raw json.RawMessage, rev Revision) string {
 //   - _meta passes Meta.Validate, and every widget hint in
 //     _meta["drupal.org/ai.widgets"] names a property;
 //   - a tool confirmation (see IsToolConfirmation) asks only for the
-//     optional string property "instructions".
+//     optional string property "instructions", and is not marked as an
+//     MCP server's question (MetaMCPServer).
 //
 // The error is a *ValidationError with one violation per rule broken, e.g.
 // "requestedSchema.properties.age.minimum: must not be greater than
@@ -263,6 +264,9 @@ func (p *ElicitRequestParams) Validate(rev Revision) error {
 	}
 	if p.IsToolConfirmation() && !isConfirmationSchema(&p.RequestedSchema) {
 		vs.add("requestedSchema", `a tool confirmation must ask only for the optional string property "instructions"`)
+	}
+	if _, ok := p.Meta[MetaMCPServer]; ok && p.IsToolConfirmation() {
+		vs.add(metaPath(MetaToolCall), "an MCP server's question is never a tool confirmation (parley alone asks those)")
 	}
 	return vs.err()
 }

@@ -571,6 +571,9 @@ func (s *chatSession) ask(id string) error {
 		res schema.ElicitResult
 		err error
 	)
+	for _, l := range askedBy(req) {
+		s.say("[%s]", l)
+	}
 	if req.IsToolConfirmation() {
 		res, err = s.confirm(req)
 	} else if req.IsURLMode() {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/parley-dev/parley/client/threadstate"
+	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -21,5 +24,37 @@ func TestRenderMessageCitations(t *testing.T) {
 		"  suggestions: Open on Monday? | Menu"
 	if got := renderMessage(m, renderChat); got != want {
 		t.Errorf("renderMessage =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A question an MCP server asked (_meta["dev.parley/mcp_server"]) is
+// labelled with the server in `parley events` and never called a
+// confirmation; an untrusted server and secret-looking fields are warned
+// of.
+func TestRenderServerQuestion(t *testing.T) {
+	q := schema.ElicitRequestParams{Message: "Sign in again", RequestedSchema: schema.RequestedSchema{Type: "object",
+		Properties: map[string]*schema.PropertySchema{"site_password": {Type: "string"}}},
+		Meta: schema.Meta{schema.MetaElicitationID: "q1",
+			"dev.parley/mcp_server": map[string]any{"name": "evil", "trusted": false, "secretFields": []any{"site_password"}}}}
+	e, err := events.KindElicitationRequested.New(events.SourceProcessor, "e1", "th", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := render(threadstate.Change{Event: e, Data: q}, renderLog, false)
+	for _, w := range []string{"form asked by MCP server evil", "server evil is not trusted", "looks like a secret (site_password)", `q1 "Sign in again"`} {
+		if !strings.Contains(got, w) {
+			t.Errorf("render lacks %q:\n%s", w, got)
+		}
+	}
+	if strings.Contains(got, "confirmation") {
+		t.Errorf("a server's question rendered as a confirmation:\n%s", got)
+	}
+	// parley's own form: no label.
+	q.Meta = schema.Meta{schema.MetaElicitationID: "q2"}
+	if got := render(threadstate.Change{Event: e, Data: q}, renderLog, false); strings.Contains(got, "asked by") {
+		t.Errorf("parley's own form labelled:\n%s", got)
+	}
+	if l := askedBy(&schema.ElicitRequestParams{Meta: schema.Meta{"dev.parley/mcp_server": map[string]any{"name": "ok", "trusted": true}}}); len(l) != 1 || l[0] != "asked by MCP server ok" {
+		t.Errorf("trusted server: %q", l)
 	}
 }

@@ -81,6 +81,11 @@ func render(ch threadstate.Change, mode renderMode, mine bool) string {
 		if d.IsToolConfirmation() {
 			kind = "confirmation"
 		}
+		if notice := askedBy(&d); len(notice) > 0 {
+			// A server's question is never parley's confirmation (schema
+			// refuses one marked as both; the tool-executor strips the marker).
+			kind = "form " + strings.Join(notice, "; ")
+		}
 		return body(fmt.Sprintf("%s %s %q%s", kind, id, d.Message, fields(&d.RequestedSchema)), chat)
 	case events.ElicitationResponded:
 		content := ""
@@ -116,6 +121,31 @@ func render(ch threadstate.Change, mode renderMode, mine bool) string {
 		return body(progressLine(d), "  … "+statusOf(d))
 	}
 	return body(string(ev.Data()), "")
+}
+
+// askedBy says who asked a question that an MCP server asked
+// (_meta["dev.parley/mcp_server"], set by parley's tool-executor): "asked
+// by MCP server <name>", then a warning when the server is not trusted
+// and one naming the fields that look like they ask for a secret
+// (schema.SecretFields); nil for a question parley itself asked.
+func askedBy(req *schema.ElicitRequestParams) []string {
+	ms, err := req.Meta.MCPServer()
+	if err != nil {
+		return []string{"asked by an MCP server whose name is unreadable (" + err.Error() + ")",
+			"! parley cannot vouch for it: do not give it passwords, keys or other secrets"}
+	}
+	if ms == nil {
+		return nil
+	}
+	out := []string{"asked by MCP server " + ms.Name}
+	if !ms.Trusted {
+		out = append(out, fmt.Sprintf("! server %s is not trusted: parley cannot vouch for this question or what the server does with the answer", ms.Name))
+	}
+	if len(ms.SecretFields) > 0 {
+		out = append(out, fmt.Sprintf("! it asks for what looks like a secret (%s): MCP forbids asking for passwords, keys, tokens or payment details in a form; do not enter them here",
+			strings.Join(ms.SecretFields, ", ")))
+	}
+	return out
 }
 
 // statusOf is what a progress notification says: its status item

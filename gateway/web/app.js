@@ -12,6 +12,7 @@ const META = {
   suggestions: "drupal.org/ai.suggested_replies",
   status: "drupal.org/ai.status_item",
   widgets: "drupal.org/ai.widgets",
+  mcpServer: "dev.parley/mcp_server",
 };
 
 const T = {
@@ -412,6 +413,8 @@ function renderQuestion(q) {
   const tc = meta[META.toolCall];
   const card = el("li", { class: "msg question", "data-elicitation": id, role: "group", "aria-label": tc ? "Confirmation" : "Question" });
   card.append(el("p", { class: "state", role: "status", text: "" }));
+  const notice = serverNotice(meta);
+  if (notice) card.append(notice);
   const form = el("form", { novalidate: true });
   const props = (q.requestedSchema && q.requestedSchema.properties) || {};
   const required = new Set((q.requestedSchema && q.requestedSchema.required) || []);
@@ -550,6 +553,29 @@ function renderQuestion(q) {
   addItem(card);
 }
 
+// serverNotice labels a question an MCP server asked: parley's tool-executor
+// sets _meta["dev.parley/mcp_server"] = {name, trusted, secretFields?} on
+// every server question (a server cannot: parley strips its own keys from
+// what servers send). It says who asks, warns when parley cannot vouch for
+// the server, and names fields that look like they ask for a secret.
+// null for a question parley itself asked.
+function serverNotice(meta) {
+  const s = meta[META.mcpServer];
+  if (!s || typeof s !== "object") return null;
+  const name = typeof s.name === "string" && s.name ? s.name : "(unnamed)";
+  const box = el("div", { class: "asked-by" + (s.trusted === true ? "" : " untrusted"), "data-mcp-server": name, role: "note" });
+  box.append(el("p", { class: "label", text: "Asked by MCP server " + name }));
+  if (s.trusted !== true) {
+    box.append(el("p", { class: "warning", text: "parley cannot vouch for this server (it is not marked trusted), nor for what it does with your answer." }));
+  }
+  const secrets = Array.isArray(s.secretFields) ? s.secretFields.filter((f) => typeof f === "string") : [];
+  if (secrets.length) {
+    box.append(el("p", { class: "warning secret", text: "It asks for what looks like a secret (" + secrets.join(", ") +
+      "). MCP forbids asking for passwords, keys, tokens or payment details in a form: do not enter them here." }));
+  }
+  return box;
+}
+
 // renderURLQuestion shows a URL-mode elicitation (MCP 2025-11-25): the
 // server asks the person to open a web page out of band. The host and the
 // full URL are shown as text, never as a link: the page never opens or
@@ -558,6 +584,8 @@ function renderQuestion(q) {
 function renderURLQuestion(q, id) {
   const card = el("li", { class: "msg question url-question", "data-elicitation": id, role: "group", "aria-label": "Web page to open" });
   card.append(el("p", { class: "state", role: "status", text: "" }));
+  const notice = serverNotice(q._meta || {});
+  if (notice) card.append(notice);
   // The server's message is shown as plain text, not Markdown: in a card
   // that asks for consent to open a page, a link whose text names one host
   // and whose target is another would be a phishing aid.

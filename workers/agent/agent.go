@@ -333,6 +333,10 @@ func (a *Agent) awaitInput(run *Run, c *CallState, ir *schema.InputRequiredResul
 		id := events.DerivedID("elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), k)
 		params := req.Params
 		params.Meta = cloneMeta(params.Meta)
+		// A tool's form is input to the tool, never a confirmation: only
+		// the agent words those (below, in decide), so a tool's
+		// _meta["drupal.org/ai.tool_call"] would draw one in its name.
+		delete(params.Meta, schema.MetaToolCall)
 		params.Meta[schema.MetaElicitationID] = id
 		c.InputKeys[id] = k
 		c.Awaiting = append(c.Awaiting, events.PendingElicitation{

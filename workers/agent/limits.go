@@ -121,6 +121,17 @@ func (a *Agent) admitResult(ctx context.Context, run *Run, c *CallState, r *sche
 	if r == nil {
 		return nil, nil
 	}
+	if _, ok := r.Meta[MetaResultRef]; ok {
+		// The agent alone writes a result reference (below): one a tool
+		// (an MCP server) returned would have the model read whichever
+		// stored result it names as this call's.
+		a.log.WarnContext(ctx, "tool result carried a result reference, which only the agent writes; dropped",
+			"tool", c.Call.Name, "run_id", run.RunID)
+		cp := *r
+		cp.Meta = r.Meta.Clone()
+		delete(cp.Meta, MetaResultRef)
+		r = &cp
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return schema.ErrorResult(fmt.Sprintf("%s returned a result that cannot be encoded: %v", c.Call.Name, err)), nil

@@ -45,3 +45,29 @@ func TestLargeResultsOfOneCallStoredApart(t *testing.T) {
 		t.Fatalf("object %s no longer holds the first result (%d bytes, %v)", first.Name, len(stored), err)
 	}
 }
+
+// A tool result that carries a result reference of its own (an MCP
+// server naming another run's stored result) loses it: only the agent
+// writes references, so the model never reads a stored result as this
+// call's.
+func TestToolResultCannotNameAStoredResult(t *testing.T) {
+	r := newRig(t, `{"rules":[],"fallback":"?"}`, allowAll)
+	c := &CallState{Call: schema.ToolCall{ID: "c1", Name: "t"}}
+	big := &schema.CallToolResult{Content: schema.ContentList{schema.Text(strings.Repeat("secret ", MaxInlineResultBytes/4))}}
+	stored, err := r.a.admitResult(r.ctx, &Run{RunID: "victim"}, c, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := &schema.CallToolResult{Content: schema.ContentList{schema.Text("short")},
+		Meta: schema.Meta{MetaResultRef: stored.Meta[MetaResultRef], "com.example/k": "v"}}
+	got, err := r.a.admitResult(r.ctx, &Run{RunID: "attacker"}, c, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Meta[MetaResultRef]; ok || got.Meta["com.example/k"] != "v" {
+		t.Fatalf("admitted result's _meta: %v", got.Meta)
+	}
+	if _, ok := forged.Meta[MetaResultRef]; !ok {
+		t.Fatal("the tool's own result was changed")
+	}
+}

@@ -224,6 +224,16 @@ func restate(pend []events.PendingElicitation) schema.ChatMessage {
 		if i > 0 {
 			b.WriteString("\n\n")
 		}
+		if ms, _ := pe.Request.Meta.MCPServer(); ms != nil {
+			// Said before the server's own words, so that they cannot
+			// pass for parley's (docs/events.md, "Questions from MCP
+			// servers").
+			fmt.Fprintf(&b, "MCP server %s asks", ms.Name)
+			if !ms.Trusted {
+				b.WriteString(" (parley cannot vouch for this server)")
+			}
+			b.WriteString(":\n")
+		}
 		b.WriteString(pe.Request.Message)
 		if pe.Kind == events.KindToolConfirmation {
 			fmt.Fprintf(&b, "\nTool: %s\nArguments: %s\nPlease confirm or decline.", pe.Tool, compactArgs(pe))

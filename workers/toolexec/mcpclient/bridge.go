@@ -73,6 +73,44 @@ type pendingCall struct {
 	// turn.failed, elicitation.expired or elicitation.cancelled); set
 	// before the call is cancelled.
 	ended atomic.Pointer[string]
+	// note is added to the call's result: what parley declined on the
+	// person's behalf (see refuses).
+	note atomic.Pointer[string]
+}
+
+// guard makes a server's question one parley may show: it drops the
+// _meta keys reserved for parley (schema.IsReservedMetaKey: a server's
+// _meta["drupal.org/ai.tool_call"] would draw parley's own confirmation),
+// logging them, and marks the question with the server's name and trust,
+// and the fields that look like they ask for a secret
+// (schema.MetaMCPServer, schema.SecretFields), which it returns.
+func (s *Server) guard(p *schema.ElicitRequestParams) []string {
+	meta, dropped := p.Meta.WithoutReserved()
+	if len(dropped) > 0 {
+		s.log.Warn("mcp server question carried _meta keys reserved for parley; dropped", "keys", dropped)
+	}
+	meta = meta.Clone()
+	secrets := schema.SecretFields(p)
+	meta.SetMCPServer(schema.MCPServerMeta{Name: s.name, Trusted: s.cfg.Trusted, SecretFields: secrets})
+	p.Meta = meta
+	return secrets
+}
+
+// refuses reports whether a form asking for secrets (guard) is declined
+// without asking the person: when the server is not trusted. MCP
+// 2025-11-25 says "Servers MUST NOT use form mode elicitation to request
+// sensitive information such as passwords, API keys, access tokens, or
+// payment credentials"; a server that does anyway and that the deployment
+// does not vouch for is not given the chance. A trusted server's question
+// is asked, with a warning on those fields.
+func (s *Server) refuses(secrets []string) bool { return !s.cfg.Trusted && len(secrets) > 0 }
+
+// secretsRefused is the note added to the result of a call whose server
+// had its request for secrets declined, so the model can tell the person.
+func secretsRefused(server string, fields []string) string {
+	return fmt.Sprintf("[parley declined, without asking the user, a form in which MCP server %s asked for what looks like a secret (%s): "+
+		"MCP forbids asking for passwords, keys, tokens or payment details in a form, and server %s is not trusted.]",
+		server, strings.Join(fields, ", "), server)
 }
 
 type elicitQ struct {
@@ -158,7 +196,11 @@ func (t *tool) await(ctx context.Context, pc *pendingCall) (builtin.Result, erro
 		if why := pc.ended.Load(); why != nil && o.err != nil {
 			return builtin.Result{Call: turnEnded(s.name+"__"+t.name, events.Type(*why))}, nil
 		}
-		return t.finish(o)
+		res, err := t.finish(o)
+		if note := pc.note.Load(); note != nil && err == nil && res.Call != nil {
+			res.Call.Content = append(res.Call.Content, schema.Text(*note))
+		}
+		return res, err
 	case q := <-pc.questions:
 		s.pmu.Lock()
 		if s.pending == nil {
@@ -354,6 +396,7 @@ func (s *Server) urlRequired(tool string, je *jsonrpc.Error) builtin.Result {
 	}
 	reqs := map[string]schema.InputRequest{}
 	for i, p := range data.Elicitations {
+		s.guard(&p)
 		if !p.IsURLMode() {
 			return fail(fmt.Sprintf("elicitations[%d].mode: must be \"url\"", i))
 		}
@@ -433,6 +476,15 @@ func (s *Server) onElicit(ctx context.Context, req *mcp.ElicitRequest) (*mcp.Eli
 	params, err := elicitFromSDK(req.Params)
 	if err != nil {
 		return nil, err
+	}
+	if secrets := s.guard(&params); s.refuses(secrets) {
+		s.log.Warn("untrusted mcp server asked for what looks like a secret in a form, which MCP forbids; declined without asking the person",
+			"fields", secrets, "running_calls", ids)
+		if n == 1 && r.pc != nil {
+			note := secretsRefused(s.name, secrets)
+			r.pc.note.Store(&note)
+		}
+		return &mcp.ElicitResult{Action: string(schema.ActionDecline)}, nil
 	}
 	if s.opts.Elicit != nil {
 		res, err := s.opts.Elicit(ctx, s.name, r.call, params)

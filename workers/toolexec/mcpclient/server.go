@@ -54,8 +54,8 @@ const maxStderrLine = 4096
 
 // MetaServer is the _meta key parley adds to the registered definition of
 // an MCP server's tool: {"server": name, "tool": the server's tool name,
-// "trusted": bool}.
-const MetaServer = "dev.parley/mcp"
+// "trusted": bool} (schema.MCPToolMeta).
+const MetaServer = schema.MetaMCPTool
 
 // ProgressFunc receives a progress notification of a running call: p's
 // token is the call's ID (schema.StringToken(call.Call.ID)), whatever
@@ -411,11 +411,16 @@ func (s *Server) newTool(def schema.Tool) *tool {
 			def.Annotations = nil
 		}
 	}
-	def.Meta = def.Meta.Clone()
+	// parley's own keys are parley's to write (schema.IsReservedMetaKey).
+	meta, dropped := def.Meta.WithoutReserved()
+	if len(dropped) > 0 {
+		s.log.Warn("mcp tool definition carried _meta keys reserved for parley; dropped", "tool", name, "keys", dropped)
+	}
+	def.Meta = meta.Clone()
 	if def.Meta == nil {
 		def.Meta = schema.Meta{}
 	}
-	def.Meta[MetaServer] = map[string]any{"server": s.name, "tool": name, "trusted": s.cfg.Trusted}
+	def.Meta[MetaServer] = schema.MCPToolMeta{Server: s.name, Tool: name, Trusted: s.cfg.Trusted}
 	return &tool{s: s, name: name, def: def}
 }
 
@@ -595,8 +600,14 @@ func (s *Server) inputRequired(res *mcp.CallToolResult) (builtin.Result, error) 
 		}
 		if r.Params.Mode == "form" { // the same as no mode; see elicitFromSDK
 			r.Params.Mode = ""
-			wire.InputRequests[k] = r
 		}
+		if secrets := s.guard(&r.Params); s.refuses(secrets) {
+			s.log.Warn("untrusted mcp server asked for what looks like a secret in a form, which MCP forbids; declined without asking the person",
+				"fields", secrets, "input_request", k)
+			return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("The call was not completed: %s (inputRequests.%s).",
+				strings.TrimSuffix(strings.TrimPrefix(secretsRefused(s.name, secrets), "["), "]"), k))}, nil
+		}
+		wire.InputRequests[k] = r
 	}
 	ir := &schema.InputRequiredResult{ResultType: schema.ResultTypeInputRequired, InputRequests: wire.InputRequests, RequestState: res.RequestState}
 	if err := ir.Validate(schema.Rev20251125); err != nil {

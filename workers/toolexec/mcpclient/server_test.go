@@ -120,7 +120,7 @@ func TestTrust(t *testing.T) {
 		def.DisplayName() != "Read it" {
 		t.Fatalf("untrusted read: %s", mustJSON(t, def))
 	}
-	if m, _ := def.Meta[MetaServer].(map[string]any); m["trusted"] != false || m["server"] != "test" || m["tool"] != "read" {
+	if m := def.MCPTool(); m == nil || m.Trusted || m.Server != "test" || m.Tool != "read" {
 		t.Fatalf("_meta: %v", def.Meta)
 	}
 	if n := len(trusted.Tools()); n != 11 {

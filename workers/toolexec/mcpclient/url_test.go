@@ -64,8 +64,9 @@ func callWith(t *testing.T, s *Server, name string, req builtin.Request) builtin
 
 // A server's URL-mode elicitation/create (MCP 2025-11-25) is bridged to
 // the person like a form: parley declares the url capability, the
-// question keeps its url and elicitationId and has no form, and the
-// person's accept goes back without content.
+// question keeps its url and elicitationId, has no form and is marked
+// with the server that asks, and the person's accept goes back without
+// content.
 func TestURLModeElicitationBridged(t *testing.T) {
 	s, _ := startURLServer(t)
 	r := callWith(t, s, "visit", builtin.Request{})
@@ -73,7 +74,7 @@ func TestURLModeElicitationBridged(t *testing.T) {
 		t.Fatalf("want input required, got %s", mustJSON(t, r.Call))
 	}
 	q := r.InputRequired.InputRequests[BridgeKey].Params
-	if got := mustJSON(t, q); got != `{"mode":"url","message":"Sign in to Example","url":"https://auth.example.com/authorize?state=abc","elicitationId":"el-1"}` {
+	if got := mustJSON(t, q); got != `{"mode":"url","message":"Sign in to Example","url":"https://auth.example.com/authorize?state=abc","elicitationId":"el-1","_meta":{"dev.parley/mcp_server":{"name":"test","trusted":true}}}` {
 		t.Fatalf("question %s", got)
 	}
 	if err := r.InputRequired.Validate(schema.Rev20251125); err != nil {
@@ -95,7 +96,7 @@ func TestURLElicitationRequiredError(t *testing.T) {
 	if r.InputRequired == nil {
 		t.Fatalf("want input required, got %s", mustJSON(t, r.Call))
 	}
-	if got := mustJSON(t, r.InputRequired.InputRequests); got != `{"url-0":{"method":"elicitation/create","params":{"mode":"url","message":"Authorize access","url":"https://auth.example.com/consent","elicitationId":"el-2"}}}` {
+	if got := mustJSON(t, r.InputRequired.InputRequests); got != `{"url-0":{"method":"elicitation/create","params":{"mode":"url","message":"Authorize access","url":"https://auth.example.com/consent","elicitationId":"el-2","_meta":{"dev.parley/mcp_server":{"name":"test","trusted":true}}}}}` {
 		t.Fatalf("input requests %s", got)
 	}
 	state := r.InputRequired.RequestState
