@@ -32,7 +32,14 @@ const T = {
 
 // drafts: streamed assistant text per turn ID, shown until the turn's
 // authoritative message (turn.completed) replaces it.
-const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map(), drafts: new Map() };
+// awaiting: answered cards whose turn has not completed yet (their
+// one-line summary gains the reply's first line). titles: thread titles
+// by ID, from GET /v1/threads.
+const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map(), drafts: new Map(), awaiting: [], titles: new Map() };
+
+// SUGGESTIONS are the phrases the empty page offers: the demo's three
+// scenarios, in words the scripted model (model/default_rules.json) knows.
+const SUGGESTIONS = ["Delete the draft articles", "Create an event called Launch party", "Publish the draft articles"];
 
 // ---- DOM helpers -----------------------------------------------------------
 
@@ -150,7 +157,7 @@ function markdown(src) {
 function entityCard(block, meta) {
   const e = meta[META.entity];
   const title = block.title || block.name || (e && e.id) || block.uri;
-  const card = el("div", { class: "entity", role: "group", "aria-label": "Entity " + title });
+  const card = el("div", { class: "entity", role: "group", "aria-label": "Entity " + title, "data-entity-id": e && typeof e.id === "string" ? e.id : null });
   if (e) card.append(el("span", { class: "kind", text: [e.entity_type, e.bundle !== e.entity_type && e.bundle].filter(Boolean).join(" · ") }));
   card.append(el("strong", {}, link(block.uri, title)));
   if (block.description) card.append(el("span", { text: block.description }));
@@ -248,10 +255,43 @@ function renderMessage(msg, cls) {
   return li;
 }
 
-function addItem(node) {
+// addItem appends an item to the thread, before the working indicator,
+// and scrolls it into view: a reply or a question by its start (so a
+// long one is read from its first line), anything else by its end.
+function addItem(node, top) {
   const list = document.getElementById("messages");
-  list.append(node);
-  node.scrollIntoView({ block: "end" });
+  list.querySelector(".empty-hint")?.remove();
+  const working = document.getElementById("working");
+  if (working && working.parentNode === list) list.insertBefore(node, working);
+  else list.append(node);
+  node.scrollIntoView({ block: top ? "start" : "end" });
+}
+
+// setWorking shows (text) or hides (null) the in-thread indicator that a
+// turn is running: a slow model or tool shows "Working…" (or its progress
+// message) until the turn pauses, completes or fails.
+function setWorking(text) {
+  const list = document.getElementById("messages");
+  let w = document.getElementById("working");
+  if (text === null) { w?.remove(); return; }
+  if (!w) w = el("li", { id: "working", class: "msg working", role: "status", "aria-live": "polite", "aria-busy": "true" });
+  w.replaceChildren(el("span", { class: "spinner", "aria-hidden": "true" }), el("span", { text }));
+  if (w.parentNode !== list || w !== list.lastElementChild) list.append(w);
+}
+
+// emptyHint is the page of a thread with nothing in it yet: three things
+// to try, each a button that sends it.
+function emptyHint() {
+  const box = el("div", { class: "suggestions", role: "group", "aria-label": "Things to try" });
+  for (const text of SUGGESTIONS) box.append(el("button", { type: "button", text, onclick: () => sendMessage(text, null) }));
+  return el("li", { class: "empty-hint" }, el("p", { text: "Nothing here yet. Try one of these:" }), box);
+}
+
+// hhmm is a time of day, 24-hour, in the page's time zone.
+function hhmm(t) {
+  const d = t ? new Date(t) : new Date();
+  const n = isNaN(d) ? new Date() : d;
+  return String(n.getHours()).padStart(2, "0") + ":" + String(n.getMinutes()).padStart(2, "0");
 }
 
 // ---- questions ------------------------------------------------------------------
@@ -370,6 +410,28 @@ function setFieldError(card, name, text) {
   return true;
 }
 
+// FORMAT_RULE is what a field of a string format says when what was
+// typed is not a value of that format.
+const FORMAT_RULE = { date: "not a valid date (YYYY-MM-DD)", "date-time": "not a valid date and time", email: "not a valid email address", uri: "not a valid URL" };
+
+// isDate reports whether s is an RFC 3339 full-date naming a real day.
+function isDate(s) {
+  const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(s);
+  if (!m) return false;
+  const d = new Date(Date.UTC(+m[1], +m[2] - 1, +m[3]));
+  return d.getUTCFullYear() === +m[1] && d.getUTCMonth() === +m[2] - 1 && d.getUTCDate() === +m[3];
+}
+
+// orderedProperties returns a form's properties in the order a person
+// fills them: the required ones in the order of "required" (a form's
+// property order does not survive the JSON objects it travels in), then
+// the rest in the order given — as parley chat asks them.
+function orderedProperties(props, required) {
+  const names = Object.keys(props);
+  const first = required.filter((n, i) => Object.hasOwn(props, n) && required.indexOf(n) === i);
+  return [...first, ...names.filter((n) => !first.includes(n))].map((n) => [n, props[n]]);
+}
+
 // checkField mirrors the server's checks for one field; "" when valid.
 function checkField(input, p, required) {
   const v = readField(input, p);
@@ -379,7 +441,11 @@ function checkField(input, p, required) {
     if (p.maxItems !== undefined && v.length > p.maxItems) return "choose at most " + p.maxItems;
     return "";
   }
+  // Something typed that is not a value (an impossible date such as
+  // 02/30/2026) is not "missing": say what a valid one looks like.
+  if (input.validity && input.validity.badInput) return FORMAT_RULE[p.format] || "not a valid value";
   if (v === undefined) return required ? "required" : "";
+  if (typeof v === "string" && p.format === "date" && !isDate(v)) return FORMAT_RULE.date;
   if (input.validity && !input.validity.valid) return input.validationMessage || "not valid";
   if (typeof v === "string") {
     if (p.minLength !== undefined && v.length < p.minLength) return "at least " + p.minLength + " characters";
@@ -393,16 +459,153 @@ function checkField(input, p, required) {
   return "";
 }
 
+// settle ends a question card: its controls are disabled and it collapses
+// to its one-line state (a button shows the rest again).
 function settle(card, text) {
-  card.classList.add("settled");
+  card.classList.add("settled", "collapsed");
   card.querySelector(".state").textContent = text;
   card.querySelectorAll("button, input, select, textarea").forEach((n) => { n.disabled = true; });
+  let toggle = card.querySelector(":scope > .toggle");
+  if (!toggle) {
+    toggle = el("button", { type: "button", class: "toggle", "aria-expanded": "false", text: "Details" });
+    toggle.addEventListener("click", () => {
+      const open = card.classList.toggle("collapsed") === false;
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.textContent = open ? "Hide" : "Details";
+    });
+    card.querySelector(".state").after(toggle);
+  }
+  toggle.disabled = false;
 }
 
 function unsettle(card) {
-  card.classList.remove("settled");
+  card.classList.remove("settled", "collapsed");
+  card.querySelector(":scope > .toggle")?.remove();
   card.querySelector(".state").textContent = "Please correct the marked fields.";
   card.querySelectorAll("button, input, select, textarea").forEach((n) => { n.disabled = false; });
+}
+
+// answered settles a card someone answered, as one line: "Allowed by
+// you, 14:02"; the reply's first line follows when its turn completes.
+function answered(card, action, who, time) {
+  const tc = card.classList.contains("confirmation");
+  const word = action === "accept" ? (tc ? "Allowed" : "Answered") : action === "decline" ? "Declined" : "Cancelled";
+  settle(card, word + " by " + who + ", " + hhmm(time));
+  if (!state.awaiting.includes(card)) state.awaiting.push(card);
+}
+
+// firstLine is a reply's first line, for an answered card's summary.
+function firstLine(text) {
+  const line = String(text || "").trim().split("\n")[0].trim().replace(/:$/, "");
+  return line.length > 80 ? line.slice(0, 79) + "…" : line;
+}
+
+// ---- confirmations ----------------------------------------------------------
+
+// entityIDs returns the string values of "id" and "ids" keys anywhere in
+// a tool call's arguments (the entities parley chat names), at most 50.
+function entityIDs(v, key, out) {
+  out = out || [];
+  if (Array.isArray(v)) v.forEach((c) => entityIDs(c, key, out));
+  else if (v && typeof v === "object") for (const [k, c] of Object.entries(v)) entityIDs(c, k, out);
+  else if (typeof v === "string" && (key === "id" || key === "ids") && !out.includes(v) && out.length < 50) out.push(v);
+  return out;
+}
+
+// lookupEntities finds the site entities with these IDs through GET
+// /v1/lookup/entities: one query for the IDs' common prefix, then one per
+// ID still missing (at most 10). It resolves to a Map of ID → entity
+// ({id, label, entity_type, bundle, status}), or null when no lookup
+// answered.
+async function lookupEntities(ids) {
+  const found = new Map();
+  const ask = async (q) => {
+    let resp;
+    try { resp = await api("GET", "/v1/lookup/entities?" + new URLSearchParams({ q: q.slice(0, 200), limit: "50" })); } catch (_) { return false; }
+    if (resp.status !== 200) return false;
+    const { entities } = await resp.json().catch(() => ({ entities: [] }));
+    for (const e of Array.isArray(entities) ? entities : []) if (e && ids.includes(String(e.id))) found.set(String(e.id), e);
+    return true;
+  };
+  let prefix = ids[0] || "", ok = false;
+  for (const id of ids) while (!id.startsWith(prefix)) prefix = prefix.slice(0, -1);
+  if (ids.length > 1 && prefix.trim().length >= 2) ok = await ask(prefix);
+  for (const id of ids.filter((i) => !found.has(i)).slice(0, 10)) {
+    if (!(await ask(id))) break;
+    ok = true;
+  }
+  return ok ? found : null;
+}
+
+function plural(n, noun) {
+  if (n === 1) return noun;
+  return /[^aeiou]y$/.test(noun) ? noun.slice(0, -1) + "ies" : noun + "s";
+}
+
+// confirmTitle says what a confirmed call will do, in words: "Delete 10
+// draft articles?" — the verb from the tool's name, the count of the
+// entities its arguments name, their kind and status when the lookup
+// knows them all; without entities, the tool's title.
+function confirmTitle(tc, ann, ids, found) {
+  if (!ids.length) return String(ann.title || tc.name || "Run a tool") + "?";
+  const word = String(tc.name || "").split(/[_.\s-]/)[0] || "use";
+  let noun = "entity", status = "";
+  const ents = found ? ids.map((id) => found.get(id)).filter(Boolean) : [];
+  if (ents.length === ids.length) {
+    const kinds = [...new Set(ents.map((e) => String(e.bundle || e.entity_type || "")))];
+    const sts = [...new Set(ents.map((e) => String(e.status || "")))];
+    if (kinds.length === 1 && kinds[0]) noun = kinds[0];
+    if (sts.length === 1 && sts[0]) status = sts[0] + " ";
+  }
+  return word[0].toUpperCase() + word.slice(1) + " " + ids.length + " " + status + plural(ids.length, noun) + "?";
+}
+
+// argValue renders one argument value as a readable list: arrays as
+// lists, objects as nested terms, entity IDs with their titles.
+function argValue(v, found) {
+  if (Array.isArray(v)) {
+    const ul = el("ul", { class: "arg-list" });
+    for (const c of v.slice(0, 50)) ul.append(el("li", {}, argValue(c, found)));
+    if (v.length > 50) ul.append(el("li", { text: "(and " + (v.length - 50) + " more)" }));
+    return ul;
+  }
+  if (v && typeof v === "object") {
+    const dl = el("dl", { class: "args" });
+    for (const [k, c] of Object.entries(v)) dl.append(el("dt", { text: k }), el("dd", {}, argValue(c, found)));
+    return dl;
+  }
+  if (typeof v === "string") {
+    const e = found && found.get(v);
+    if (!e) return el("span", { text: v });
+    return el("span", {}, el("strong", { class: "entity-title", text: "“" + String(e.label || v) + "”" }), " ", el("code", { text: v }),
+      e.status ? " · " + String(e.status) : "");
+  }
+  return el("code", { text: JSON.stringify(v) });
+}
+
+function renderArgs(dl, args, found) {
+  dl.replaceChildren();
+  for (const [k, v] of Object.entries(args)) dl.append(el("dt", { text: k }), el("dd", {}, argValue(v, found)));
+}
+
+// markDeleted shows the entity cards of deleted entities as deleted: no
+// live link, a "deleted" badge.
+function markDeleted(ids) {
+  for (const card of document.querySelectorAll("#messages .entity[data-entity-id]")) {
+    if (!ids.includes(card.dataset.entityId) || card.classList.contains("deleted")) continue;
+    card.classList.add("deleted");
+    for (const a of card.querySelectorAll("a")) a.replaceWith(el("s", { text: a.textContent }));
+    const badge = card.querySelector(".badge");
+    if (badge) badge.textContent = "deleted";
+    else card.append(el("span", { class: "badge", text: "deleted" }));
+  }
+}
+
+// checkDeleted asks the site which entities of an allowed delete are gone
+// (the lookup no longer finds them) and marks their cards.
+async function checkDeleted(ids) {
+  const found = await lookupEntities(ids);
+  if (found) markDeleted(ids.filter((id) => !found.has(id)));
 }
 
 function renderQuestion(q) {
@@ -411,7 +614,7 @@ function renderQuestion(q) {
   if (!id || state.questions.has(id)) return;
   if (q.mode === "url") return renderURLQuestion(q, id);
   const tc = meta[META.toolCall];
-  const card = el("li", { class: "msg question", "data-elicitation": id, role: "group", "aria-label": tc ? "Confirmation" : "Question" });
+  const card = el("li", { class: "msg question" + (tc ? " confirmation" : ""), "data-elicitation": id, role: "group", "aria-label": tc ? "Confirmation" : "Question" });
   card.append(el("p", { class: "state", role: "status", text: "" }));
   const notice = serverNotice(meta);
   if (notice) card.append(notice);
@@ -419,22 +622,39 @@ function renderQuestion(q) {
   const props = (q.requestedSchema && q.requestedSchema.properties) || {};
   const required = new Set((q.requestedSchema && q.requestedSchema.required) || []);
   const widgets = (meta[META.widgets] && typeof meta[META.widgets] === "object") ? meta[META.widgets] : {};
+  const ann = (tc && tc.annotations) || {};
+  const destructive = !!tc && ann.readOnlyHint !== true && ann.destructiveHint !== false;
   if (tc) {
-    const ann = tc.annotations || {};
-    card.append(el("h3", { text: ann.title || tc.name }));
+    // What will happen, in words ("Delete 10 draft articles?"), the
+    // arguments as a readable list with the entities' titles, and the raw
+    // JSON behind a disclosure.
+    const args = (tc.arguments && typeof tc.arguments === "object" && !Array.isArray(tc.arguments)) ? tc.arguments : {};
+    const ids = entityIDs(args);
+    card.toolCall = { name: String(tc.name || ""), ids };
+    const h = el("h3", { text: confirmTitle(tc, ann, ids, null) });
+    card.append(h);
+    card.append(el("p", { class: "tool-name" }, "Tool: ", el("strong", { text: String(ann.title || tc.name) }), " ", el("code", { text: String(tc.name) })));
     card.append(markdown(q.message));
     const badges = el("div", { class: "badges", "aria-label": "Tool annotations" });
     const flag = (on, label, danger) => on && badges.append(el("span", { class: "badge" + (danger ? " danger" : ""), text: label }));
     flag(ann.readOnlyHint === true, "read-only");
-    flag(ann.readOnlyHint !== true && ann.destructiveHint !== false, "destructive", true);
+    flag(destructive, "destructive", true);
     flag(ann.idempotentHint === true, "idempotent");
     flag(ann.openWorldHint !== false, "open world");
     card.append(badges);
     const dl = el("dl", { class: "args", "aria-label": "Arguments" });
-    for (const [k, v] of Object.entries(tc.arguments || {})) {
-      dl.append(el("dt", { text: k }), el("dd", {}, el("code", { text: typeof v === "string" ? v : JSON.stringify(v) })));
-    }
+    renderArgs(dl, args, null);
     card.append(dl);
+    let raw = "";
+    try { raw = JSON.stringify(tc.arguments, null, 2); } catch (_) { raw = String(tc.arguments); }
+    card.append(el("details", { class: "raw" }, el("summary", { text: "Raw arguments (JSON)" }), el("pre", {}, el("code", { text: raw }))));
+    if (ids.length) {
+      lookupEntities(ids).then((found) => {
+        if (!found || !found.size) return;
+        h.textContent = confirmTitle(tc, ann, ids, found);
+        renderArgs(dl, args, found);
+      });
+    }
   } else {
     card.append(markdown(q.message));
   }
@@ -443,12 +663,13 @@ function renderQuestion(q) {
   // (instructions for the agent) is asked after Decline, in the decline
   // panel, and sent only with the decline.
   const declinePanel = tc ? el("div", { class: "decline-panel", hidden: true }) : null;
-  for (const [name, p] of Object.entries(props)) {
+  for (const [name, p] of orderedProperties(props, [...required])) {
     const fid = "f-" + id + "-" + name;
     const field = el("div", { class: "field", "data-field": name });
     let input;
     try { input = fieldInput(name, p, fid); } catch (_) { renderable = false; continue; }
-    const label = (p.title || name) + (required.has(name) ? " (required)" : "");
+    const label = tc && name === "instructions" && !p.title ? "What should the agent do instead? (optional)"
+      : (p.title || name) + (required.has(name) ? " (required)" : "");
     if (p.type === "boolean") field.append(el("label", { for: fid }, input, " " + label));
     else if (p.type === "array") field.append(el("span", { id: fid + "-label", text: label }), input);
     else field.append(el("label", { for: fid, text: label }), input);
@@ -495,8 +716,14 @@ function renderQuestion(q) {
     if (bad) { card.querySelector("[aria-invalid=true]")?.focus(); return; }
     const body = { action };
     if (Object.keys(content).length) body.content = content;
+    card.dataset.answering = action;
     const resp = await api("POST", "/v1/threads/" + state.thread + "/elicitations/" + encodeURIComponent(id), body);
-    if (resp.status === 202) { settle(card, action === "accept" ? (tc ? "Allowed." : "Answered.") : action === "decline" ? "Declined." : "Cancelled."); return; }
+    if (resp.status === 202) {
+      if (!card.classList.contains("settled")) answered(card, action, "you", null);
+      if (action === "accept") setWorking("Working…");
+      return;
+    }
+    delete card.dataset.answering;
     const p = await resp.json().catch(() => ({}));
     if (p.reason === "invalid_content") {
       unsettle(card);
@@ -513,7 +740,9 @@ function renderQuestion(q) {
     // Allow is a button of its own (type "button"), never the form's submit:
     // no keystroke in a field of a confirmation answers it. Decline opens the
     // panel that asks what to do instead; "Send decline" sends it.
-    const allow = el("button", { type: "button", "data-action": "accept", text: "Allow", onclick: () => answer("accept") });
+    // A destructive call's Allow has the danger style; no button of the
+    // card takes the focus when it appears.
+    const allow = el("button", { type: "button", class: destructive ? "danger" : "primary", "data-action": "accept", text: "Allow", onclick: () => answer("accept") });
     const openDecline = () => {
       declinePanel.hidden = false;
       allow.hidden = true;
@@ -539,6 +768,8 @@ function renderQuestion(q) {
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
   }
   actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
+  // Allow comes last, set apart from Decline and Cancel.
+  if (tc && renderable) actions.append(actions.querySelector("[data-action=accept]"));
   form.append(actions);
   // Enter in a form's field submits the form: for a question that is its
   // answer; for a confirmation it does nothing (only a click, or a key on
@@ -550,7 +781,7 @@ function renderQuestion(q) {
   });
   card.append(form);
   state.questions.set(id, card);
-  addItem(card);
+  addItem(card, true);
 }
 
 // serverNotice labels a question an MCP server asked: parley's tool-executor
@@ -663,33 +894,82 @@ function endDraft(turnId, completed) {
   draft.li.append(el("p", { class: "badge", text: "(interrupted: this answer was not finished)" }));
 }
 
+// DENIAL is a line of the tool result a vetoed call gives the model
+// (docs/events.md): a reply's lines that only repeat it are shown as the
+// veto notice instead.
+const DENIAL = /^Execution of \S+ was denied: .*$/;
+
+function withoutDenials(text) {
+  return String(text || "").split("\n").filter((l) => !DENIAL.test(l.trim())).join("\n").trim();
+}
+
+// onTurnCompleted shows a turn's end: a notice per vetoed call ("Blocked
+// by policy gate: <reason>"), the reply (scrolled to its start), the
+// reply's first line on the cards answered in the turn, and the entities
+// an allowed delete removed as deleted.
+function onTurnCompleted(d) {
+  endDraft(d.turnId, true);
+  setWorking(null);
+  const decisions = Array.isArray(d.decisions) ? d.decisions.filter((x) => x && typeof x === "object") : [];
+  const vetoes = decisions.filter((x) => x.decision === "veto");
+  for (const v of vetoes) {
+    addItem(el("li", { class: "msg notice veto", role: "status", "data-tool": String(v.tool || "") },
+      el("strong", { text: "Blocked by policy " + String(v.policy || "(unknown)") }), ": " + String(v.reason || "no reason given"),
+      el("span", { class: "tool", text: " (" + String(v.tool || "a tool") + " did not run)" })));
+  }
+  let msg = d.message || {};
+  if (vetoes.length) {
+    const content = (Array.isArray(msg.content) ? msg.content : []).filter((b) => !(b && b.type === "text" && !withoutDenials(b.text)));
+    msg = { ...msg, text: withoutDenials(msg.text), content };
+  }
+  const empty = !String(msg.text || "").trim() && !(msg.content || []).length;
+  if (!empty) addItem(renderMessage(msg, "assistant"), true);
+  const line = empty && vetoes.length ? "blocked by policy" : firstLine(msg.text);
+  for (const card of state.awaiting) if (line && !card.querySelector(".outcome")) card.querySelector(".state").append(el("span", { class: "outcome", text: " · " + line }));
+  state.awaiting = [];
+  for (const card of state.questions.values()) if (!card.classList.contains("settled")) settle(card, "Closed.");
+  for (const x of decisions) {
+    const card = x.elicitationId && state.questions.get(x.elicitationId);
+    if (x.action === "accept" && card && card.toolCall && /^delete/i.test(card.toolCall.name) && card.toolCall.ids.length) checkDeleted(card.toolCall.ids);
+  }
+}
+
+// answerer names who answered a question: "you" when this page sent that
+// answer, else the user the answer names.
+function answerer(card, d) {
+  if (card.dataset.answering === d.action) return "you";
+  const by = d.answeredBy;
+  const name = typeof by === "string" ? by : by && typeof by === "object" ? (by.onBehalfOf || by.principal) : "";
+  return name ? String(name) : "another user";
+}
+
 function onEvent(ce) {
   const d = ce.data || {};
   const status = document.getElementById("status");
   switch (ce.type) {
-    case T.delta: onDelta(d); status.textContent = "Writing…"; break;
-    case T.turnRequested: addItem(renderMessage(d.message || {}, "user")); status.textContent = "Thinking…"; break;
-    case T.turnCompleted: endDraft(d.turnId, true); addItem(renderMessage(d.message || {}, "assistant")); status.textContent = "";
-      for (const card of state.questions.values()) if (!card.classList.contains("settled")) settle(card, "Closed.");
-      break;
+    case T.delta: onDelta(d); setWorking(null); status.textContent = "Writing…"; break;
+    case T.turnRequested: addItem(renderMessage(d.message || {}, "user")); setWorking("Working…"); status.textContent = "Thinking…"; break;
+    case T.turnCompleted: onTurnCompleted(d); status.textContent = ""; break;
     case T.turnPaused: {
       // The restatement is for questions this page cannot show as a form:
       // when every question of the pause is on screen as a card, the prose
       // would only say the same thing twice.
       const ids = d.elicitationIds || [];
       const shown = (id) => { const c = state.questions.get(id); return c && c.dataset.unrenderable !== "true"; };
+      setWorking(null);
       if (ids.length === 0 || !ids.every(shown)) addItem(renderMessage(d.message || {}, "restated"));
       status.textContent = "Waiting for your answer";
       break;
     }
-    case T.turnFailed: endDraft(d.turnId, false); addItem(el("li", { class: "msg error", role: "alert", text: "The turn failed: " + (d.detail || d.reason) })); status.textContent = ""; break;
-    case T.turnRejected: addItem(el("li", { class: "msg error", role: "alert", text: "Message refused: " + d.reason + (d.errors ? " — " + d.errors.map((e) => e.path + ": " + e.rule).join("; ") : "") })); status.textContent = ""; break;
+    case T.turnFailed: endDraft(d.turnId, false); setWorking(null); state.awaiting = []; addItem(el("li", { class: "msg error", role: "alert", text: "The turn failed: " + (d.detail || d.reason) })); status.textContent = ""; break;
+    case T.turnRejected: setWorking(null); addItem(el("li", { class: "msg error", role: "alert", text: "Message refused: " + d.reason + (d.errors ? " — " + d.errors.map((e) => e.path + ": " + e.rule).join("; ") : "") })); status.textContent = ""; break;
     case T.elicitRequested: renderQuestion(d); break;
-    case T.elicitExpired: endDraft(d.turnId, false); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Expired: this question was not answered in time."); } status.textContent = ""; break;
+    case T.elicitExpired: endDraft(d.turnId, false); setWorking(null); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Expired: this question was not answered in time."); } status.textContent = ""; break;
     case T.elicitCancelled: if (d.reason && /new user message/.test(d.reason)) endDraft(d.turnId, false); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Withdrawn: " + (d.reason || "no longer needed") + "."); } break;
     case T.elicitResponded: {
       const c = state.questions.get(d.elicitationId);
-      if (c && !c.classList.contains("settled")) settle(c, d.action === "accept" ? "Answered." : d.action === "decline" ? "Declined." : "Cancelled.");
+      if (c && !c.classList.contains("settled")) answered(c, d.action, answerer(c, d), ce.time);
+      if (c && d.action === "accept") setWorking("Working…");
       break;
     }
     case T.elicitRejected: {
@@ -700,7 +980,12 @@ function onEvent(ce) {
       }
       break;
     }
-    case T.progress: status.textContent = d.message || ("Working… " + (d.total ? Math.round(100 * d.progress / d.total) + "%" : "")); break;
+    case T.progress: {
+      const text = (typeof d.message === "string" && d.message) || ("Working… " + (d.total ? Math.round(100 * d.progress / d.total) + "%" : ""));
+      status.textContent = text;
+      setWorking(text);
+      break;
+    }
   }
   const meta = d.message && d.message._meta;
   if (meta && meta[META.status]) status.textContent = String(meta[META.status]);
@@ -723,7 +1008,7 @@ async function followLoop(thread, ctl) {
       const headers = { Authorization: "Bearer " + state.token };
       if (state.lastID) headers["Last-Event-ID"] = String(state.lastID);
       const resp = await fetch("/v1/threads/" + thread + "/events", { headers, signal: ctl.signal });
-      if (resp.status === 401) { signOut(); return; }
+      if (resp.status === 401) { signOut(true); return; }
       if (resp.status === 404) {
         // Not ours, or nothing yet (the first message claims it); after
         // events were shown, the share was revoked.
@@ -765,13 +1050,18 @@ async function api(method, path, body) {
     headers: { Authorization: "Bearer " + state.token, ...(body ? { "Content-Type": "application/json" } : {}) },
     body: body ? JSON.stringify(body) : undefined,
   });
-  if (resp.status === 401) signOut();
+  if (resp.status === 401) signOut(true);
   return resp;
 }
 
+// sendMessage posts a user message to the open thread, for the agent
+// chosen in the composer's Agent field (none: the default agent).
 async function sendMessage(text) {
   if (!state.thread) openThread(newThreadID());
-  const resp = await api("POST", "/v1/threads/" + state.thread + "/messages", { text });
+  const body = { text };
+  const agent = document.getElementById("agent").value.trim();
+  if (agent) body.agent = agent;
+  const resp = await api("POST", "/v1/threads/" + state.thread + "/messages", body);
   if (resp.status !== 202) {
     const p = await resp.json().catch(() => ({}));
     addItem(el("li", { class: "msg error", role: "alert", text: "Not sent: " + (p.detail || resp.status) }));
@@ -829,8 +1119,9 @@ function openThread(id) {
   state.lastID = 0;
   state.questions.clear();
   state.drafts.clear();
-  document.getElementById("messages").replaceChildren();
-  document.getElementById("thread-title").textContent = id;
+  state.awaiting = [];
+  document.getElementById("messages").replaceChildren(emptyHint());
+  document.getElementById("thread-title").textContent = state.titles.get(id) || id;
   document.querySelectorAll("#threads button").forEach((b) => b.setAttribute("aria-current", b.dataset.thread === id ? "true" : "false"));
   history.replaceState(null, "", "#thread=" + encodeURIComponent(id));
   follow(id);
@@ -842,16 +1133,31 @@ async function loadThreads() {
   if (resp.status !== 200) return;
   const { threads } = await resp.json();
   const ul = document.getElementById("threads");
+  // A thread is listed by its title (its first message, from the
+  // gateway) when it has one, else by its ID.
+  for (const t of threads) if (typeof t.title === "string" && t.title.trim()) state.titles.set(t.thread, t.title.trim());
   ul.replaceChildren(...threads.map((t) => el("li", {}, el("button", {
     type: "button", "data-thread": t.thread, "aria-current": t.thread === state.thread ? "true" : "false",
-    text: t.thread, onclick: () => openThread(t.thread),
+    title: t.thread, text: state.titles.get(t.thread) || t.thread, onclick: () => { openThread(t.thread); closeSidebar(); },
   }))));
+  if (state.titles.has(state.thread)) document.getElementById("thread-title").textContent = state.titles.get(state.thread);
 }
 
-function signOut() {
+function closeSidebar() {
+  document.getElementById("app").classList.remove("threads-open");
+  document.getElementById("threads-toggle").setAttribute("aria-expanded", "false");
+}
+
+// signOut shows the login card; refused says the token was tried and not
+// accepted (wrong, or from an earlier parley dev), and where a good one is.
+function signOut(refused) {
+  const had = state.token !== "";
   sessionStorage.removeItem("parley-token");
   state.token = "";
   if (state.abort) state.abort.abort();
+  document.getElementById("login-error").textContent = refused && had
+    ? "Token not accepted: it is wrong, or from an earlier run of parley dev. Use the token this gateway's parley dev printed (“Gateway token”), also in .parley/gateway-token."
+    : "";
   document.getElementById("app").hidden = true;
   document.getElementById("login").hidden = false;
 }
@@ -875,7 +1181,11 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.setItem("parley-token", state.token);
     start();
   });
-  document.getElementById("new-thread").addEventListener("click", () => openThread(newThreadID()));
+  document.getElementById("new-thread").addEventListener("click", () => { openThread(newThreadID()); closeSidebar(); });
+  document.getElementById("threads-toggle").addEventListener("click", (ev) => {
+    const open = document.getElementById("app").classList.toggle("threads-open");
+    ev.currentTarget.setAttribute("aria-expanded", String(open));
+  });
   document.getElementById("share-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const input = document.getElementById("share-user");
