@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/parley-dev/parley/gateway"
+	"github.com/parley-dev/parley/model"
 	"github.com/parley-dev/parley/workers/gate"
 )
 
@@ -233,4 +234,94 @@ func draftTitle(t *testing.T, s *system) string {
 	}
 	t.Fatal("no draft article on the site")
 	return ""
+}
+
+// heldModel answers only once release is closed: a model that is slow for
+// as long as the test needs.
+type heldModel struct {
+	model.Provider
+	release chan struct{}
+}
+
+func (h *heldModel) Complete(ctx context.Context, req model.Request) (model.Response, error) {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return model.Response{}, ctx.Err()
+	}
+	return h.Provider.Complete(ctx, req)
+}
+
+// While a slow model works, the thread shows a working indicator; it goes
+// when the reply arrives.
+func TestBrowserWorkingIndicator(t *testing.T) {
+	scripted, err := model.LoadScripted("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldModel{Provider: scripted, release: make(chan struct{})}
+	s := start(t, options{provider: held})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	say(t, ctx, "list everything")
+	poll(t, ctx, "the working indicator", `(() => { const w = document.getElementById("working"); return !!w && w.offsetParent !== null && /Working|Thinking/.test(w.textContent); })()`)
+	var replies int
+	run(t, ctx, "no reply yet", chromedp.Evaluate(`document.querySelectorAll("#messages li.msg.assistant").length`, &replies))
+	if replies != 0 {
+		t.Fatalf("%d replies while the model is held", replies)
+	}
+	screenshot(t, ctx, screenshotDir(t), "working.png")
+	close(held.release)
+	waitText(t, ctx, "article")
+	poll(t, ctx, "the indicator gone", `document.getElementById("working") === null`)
+}
+
+// At phone width (390 px) nothing scrolls sideways and every button of a
+// confirmation can be reached; Allow works there.
+func TestBrowserPhoneWidth(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	run(t, ctx, "phone width", chromedp.EmulateViewport(390, 844))
+	say(t, ctx, "delete the draft articles")
+	card := `li.question:not(.settled)`
+	run(t, ctx, "the confirmation", chromedp.WaitVisible(card+` button[data-action=accept]`))
+	var res struct {
+		Doc     []int      `json:"doc"`
+		List    []int      `json:"list"`
+		Width   int        `json:"width"`
+		Buttons [][]string `json:"buttons"`
+	}
+	check := `(() => {
+		const out = { doc: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+			list: [document.getElementById("messages").scrollWidth, document.getElementById("messages").clientWidth],
+			width: innerWidth, buttons: [] };
+		for (const b of document.querySelectorAll("li.question:not(.settled) .actions button:not([hidden]), #send")) {
+			b.scrollIntoView({ block: "nearest" });
+			const r = b.getBoundingClientRect();
+			const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+			if (r.left < 0 || r.right > innerWidth || r.top < 0 || r.bottom > innerHeight || !(hit === b || b.contains(hit)))
+				out.buttons.push([b.dataset.action || b.id, [r.left, r.right, r.top, r.bottom].map(Math.round).join(",")]);
+		}
+		return out; })()`
+	measure := func(when string) {
+		t.Helper()
+		run(t, ctx, "measuring", chromedp.Evaluate(check, &res))
+		if res.Width != 390 || res.Doc[0] > res.Doc[1] || res.List[0] > res.List[1] {
+			t.Fatalf("%s at %d px: page scrollWidth %d > clientWidth %d, or messages %d > %d", when, res.Width, res.Doc[0], res.Doc[1], res.List[0], res.List[1])
+		}
+		if len(res.Buttons) != 0 {
+			t.Fatalf("%s: buttons out of reach at 390 px: %v", when, res.Buttons)
+		}
+	}
+	measure("the card as it appears")
+	// Again once the entities' titles are in (longer lines).
+	poll(t, ctx, "the titles", `document.querySelector("li.question:not(.settled) h3").textContent === "Delete 10 draft articles?"`)
+	measure("the card with the titles")
+	screenshot(t, ctx, screenshotDir(t), "phone-confirmation.png")
+	run(t, ctx, "allowing", chromedp.Click(card+` button[data-action=accept]`))
+	waitText(t, ctx, "Deleted 10")
+	if s.drafts() != 0 {
+		t.Fatalf("drafts = %d after Allow at phone width", s.drafts())
+	}
 }
