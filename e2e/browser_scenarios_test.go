@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,17 +262,20 @@ func TestBrowserWorkingIndicator(t *testing.T) {
 	}
 	held := &heldModel{Provider: scripted, release: make(chan struct{})}
 	s := start(t, options{provider: held})
+	var once sync.Once
+	release := func() { once.Do(func() { close(held.release) }) }
+	t.Cleanup(release) // before the workers stop
 	x := s.startGateway(nil)
 	ctx := browser(t, s, x)
 	say(t, ctx, "list everything")
-	poll(t, ctx, "the working indicator", `(() => { const w = document.getElementById("working"); return !!w && w.offsetParent !== null && /Working|Thinking/.test(w.textContent); })()`)
+	poll(t, ctx, "the working indicator", `(() => { const w = document.getElementById("working"); return !!w && w.offsetParent !== null && w.textContent.trim() !== ""; })()`)
 	var replies int
 	run(t, ctx, "no reply yet", chromedp.Evaluate(`document.querySelectorAll("#messages li.msg.assistant").length`, &replies))
 	if replies != 0 {
 		t.Fatalf("%d replies while the model is held", replies)
 	}
 	screenshot(t, ctx, screenshotDir(t), "working.png")
-	close(held.release)
+	release()
 	waitText(t, ctx, "article")
 	poll(t, ctx, "the indicator gone", `document.getElementById("working") === null`)
 }
@@ -324,4 +328,41 @@ func TestBrowserPhoneWidth(t *testing.T) {
 	if s.drafts() != 0 {
 		t.Fatalf("drafts = %d after Allow at phone width", s.drafts())
 	}
+}
+
+// A wrong or stale token is refused on the login card with where a good
+// one comes from; threads are listed by their title when the gateway
+// gives one (else by ID).
+func TestBrowserLoginAndThreadTitles(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	say(t, ctx, "list everything")
+	waitText(t, ctx, "article")
+	// The titles as the gateway lists them (GET /v1/threads items with
+	// "title"): the page's fetch answers with one added to this thread.
+	var label, header string
+	run(t, ctx, "a titled thread list",
+		chromedp.Evaluate(`(() => { const f = window.fetch; window.fetch = async (u, o) => {
+			const r = await f(u, o);
+			if (u !== "/v1/threads" || r.status !== 200) return r;
+			const b = await r.json();
+			for (const t of b.threads) if (t.thread === state.thread) t.title = "list everything";
+			return new Response(JSON.stringify(b), { status: 200, headers: { "Content-Type": "application/json" } });
+		}; loadThreads(); return 1; })()`, nil),
+		chromedp.Poll(`document.querySelector("#threads button[aria-current=true]").textContent === "list everything"`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Text(`#threads button[aria-current=true]`, &label),
+		chromedp.Text(`#thread-title`, &header, chromedp.ByID))
+	if label != "list everything" || header != "list everything" {
+		t.Fatalf("thread listed as %q, headed %q; want its title", label, header)
+	}
+	var msg string
+	run(t, ctx, "a stale token",
+		chromedp.Navigate(x.srv.URL+"/?stale#token=stale-token-0123456789"),
+		chromedp.WaitVisible(`#login-error`, chromedp.ByID),
+		chromedp.Text(`#login-form`, &msg, chromedp.ByID))
+	if !strings.Contains(msg, "Token not accepted") || !strings.Contains(msg, ".parley/gateway-token") {
+		t.Fatalf("login card says %q, want token not accepted and where the token is", msg)
+	}
+	screenshot(t, ctx, screenshotDir(t), "login-refused.png")
 }

@@ -180,7 +180,7 @@ func TestBrowserDemoConversations(t *testing.T) {
 	run(t, ctx, "confirmation text",
 		chromedp.Text(`li.question:not(.settled) h3`, &title),
 		chromedp.Text(`li.question:not(.settled) dl.args`, &args))
-	if !strings.Contains(title, "Delete site entities") || !strings.Contains(args, "article-") {
+	if !strings.HasPrefix(title, "Delete 10 ") || !strings.Contains(args, "article-") {
 		t.Fatalf("confirmation shows title %q args %q", title, args)
 	}
 	// Once the pause is announced, a question shown as a card is not also

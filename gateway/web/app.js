@@ -35,7 +35,8 @@ const T = {
 // awaiting: answered cards whose turn has not completed yet (their
 // one-line summary gains the reply's first line). titles: thread titles
 // by ID, from GET /v1/threads.
-const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map(), drafts: new Map(), awaiting: [], titles: new Map() };
+// running: a turn of the open thread is running (progress is shown only then).
+const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map(), drafts: new Map(), awaiting: [], titles: new Map(), running: false };
 
 // SUGGESTIONS are the phrases the empty page offers: the demo's three
 // scenarios, in words the scripted model (model/default_rules.json) knows.
@@ -273,6 +274,7 @@ function addItem(node, top) {
 function setWorking(text) {
   const list = document.getElementById("messages");
   let w = document.getElementById("working");
+  state.running = text !== null;
   if (text === null) { w?.remove(); return; }
   if (!w) w = el("li", { id: "working", class: "msg working", role: "status", "aria-live": "polite", "aria-busy": "true" });
   w.replaceChildren(el("span", { class: "spinner", "aria-hidden": "true" }), el("span", { text }));
@@ -764,7 +766,7 @@ function renderQuestion(q) {
     const back = el("button", { type: "button", "data-action": "back", text: "Back", hidden: true, onclick: closeDecline });
     actions.append(allow, decline, send, back);
   } else {
-    actions.append(el("button", { type: "submit", "data-action": "accept", text: "Submit" }));
+    actions.append(el("button", { type: "submit", class: "primary", "data-action": "accept", text: "Submit" }));
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
   }
   actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
@@ -912,10 +914,13 @@ function onTurnCompleted(d) {
   setWorking(null);
   const decisions = Array.isArray(d.decisions) ? d.decisions.filter((x) => x && typeof x === "object") : [];
   const vetoes = decisions.filter((x) => x.decision === "veto");
+  let first = null;
   for (const v of vetoes) {
-    addItem(el("li", { class: "msg notice veto", role: "status", "data-tool": String(v.tool || "") },
+    const notice = el("li", { class: "msg notice veto", role: "status", "data-tool": String(v.tool || "") },
       el("strong", { text: "Blocked by policy " + String(v.policy || "(unknown)") }), ": " + String(v.reason || "no reason given"),
-      el("span", { class: "tool", text: " (" + String(v.tool || "a tool") + " did not run)" })));
+      el("span", { class: "tool", text: " (" + String(v.tool || "a tool") + " did not run)" }));
+    first = first || notice;
+    addItem(notice, true);
   }
   let msg = d.message || {};
   if (vetoes.length) {
@@ -924,6 +929,8 @@ function onTurnCompleted(d) {
   }
   const empty = !String(msg.text || "").trim() && !(msg.content || []).length;
   if (!empty) addItem(renderMessage(msg, "assistant"), true);
+  // The turn's first new item (a veto notice, else the reply) is read first.
+  if (first) first.scrollIntoView({ block: "start" });
   const line = empty && vetoes.length ? "blocked by policy" : firstLine(msg.text);
   for (const card of state.awaiting) if (line && !card.querySelector(".outcome")) card.querySelector(".state").append(el("span", { class: "outcome", text: " · " + line }));
   state.awaiting = [];
@@ -947,7 +954,7 @@ function onEvent(ce) {
   const d = ce.data || {};
   const status = document.getElementById("status");
   switch (ce.type) {
-    case T.delta: onDelta(d); setWorking(null); status.textContent = "Writing…"; break;
+    case T.delta: onDelta(d); document.getElementById("working")?.remove(); status.textContent = "Writing…"; break;
     case T.turnRequested: addItem(renderMessage(d.message || {}, "user")); setWorking("Working…"); status.textContent = "Thinking…"; break;
     case T.turnCompleted: onTurnCompleted(d); status.textContent = ""; break;
     case T.turnPaused: {
@@ -981,6 +988,8 @@ function onEvent(ce) {
       break;
     }
     case T.progress: {
+      // Progress of a turn that already ended (a replica's late phase) is not shown.
+      if (!state.running) break;
       const text = (typeof d.message === "string" && d.message) || ("Working… " + (d.total ? Math.round(100 * d.progress / d.total) + "%" : ""));
       status.textContent = text;
       setWorking(text);
@@ -1120,6 +1129,7 @@ function openThread(id) {
   state.questions.clear();
   state.drafts.clear();
   state.awaiting = [];
+  state.running = false;
   document.getElementById("messages").replaceChildren(emptyHint());
   document.getElementById("thread-title").textContent = state.titles.get(id) || id;
   document.querySelectorAll("#threads button").forEach((b) => b.setAttribute("aria-current", b.dataset.thread === id ? "true" : "false"));
@@ -1155,9 +1165,11 @@ function signOut(refused) {
   sessionStorage.removeItem("parley-token");
   state.token = "";
   if (state.abort) state.abort.abort();
-  document.getElementById("login-error").textContent = refused && had
-    ? "Token not accepted: it is wrong, or from an earlier run of parley dev. Use the token this gateway's parley dev printed (“Gateway token”), also in .parley/gateway-token."
-    : "";
+  // (A second refusal of the same token, from a request already on its
+  // way, keeps the message.)
+  const msg = document.getElementById("login-error");
+  if (refused && had) msg.textContent = "Token not accepted: it is wrong, or from an earlier run of parley dev.";
+  else if (!refused) msg.textContent = "";
   document.getElementById("app").hidden = true;
   document.getElementById("login").hidden = false;
 }
