@@ -988,11 +988,11 @@ function onEvent(ce) {
       break;
     }
     case T.progress: {
-      // Progress of a turn that already ended (a replica's late phase) is not shown.
-      if (!state.running) break;
       const text = (typeof d.message === "string" && d.message) || ("Working… " + (d.total ? Math.round(100 * d.progress / d.total) + "%" : ""));
       status.textContent = text;
-      setWorking(text);
+      // The in-thread indicator only while a turn runs: a late phase of an
+      // ended turn (another agent replica's) does not bring it back.
+      if (state.running) setWorking(text);
       break;
     }
   }
