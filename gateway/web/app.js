@@ -752,6 +752,7 @@ function renderQuestion(q) {
       send.hidden = false;
       back.hidden = false;
       declinePanel.querySelector("input, textarea")?.focus();
+      actions.scrollIntoView({ block: "nearest" });
     };
     const closeDecline = () => {
       declinePanel.hidden = true;
@@ -762,7 +763,7 @@ function renderQuestion(q) {
       decline.focus();
     };
     const decline = el("button", { type: "button", "data-action": "decline", text: "Decline…", onclick: openDecline });
-    const send = el("button", { type: "button", "data-action": "send-decline", text: "Send decline", hidden: true, onclick: () => answer("decline") });
+    const send = el("button", { type: "button", class: "primary", "data-action": "send-decline", text: "Send decline", hidden: true, onclick: () => answer("decline") });
     const back = el("button", { type: "button", "data-action": "back", text: "Back", hidden: true, onclick: closeDecline });
     actions.append(allow, decline, send, back);
   } else {
@@ -778,7 +779,16 @@ function renderQuestion(q) {
   // the focused button, answers a confirmation).
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    if (tc) { card.querySelector(".state").textContent = "Use the buttons to answer."; return; }
+    if (tc) {
+      // Said next to the buttons, where the person is looking.
+      let hint = form.querySelector(".enter-hint");
+      if (!hint) form.append(hint = el("p", { class: "enter-hint", role: "status" }));
+      hint.textContent = declinePanel && !declinePanel.hidden
+        ? "Enter sends nothing here: press “Send decline” to send your instructions."
+        : "Enter answers nothing here: use the buttons.";
+      hint.scrollIntoView({ block: "nearest" });
+      return;
+    }
     if (renderable) answer("accept");
   });
   card.append(form);
