@@ -3,10 +3,12 @@ package bus
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
 
 	"github.com/parley-dev/parley/events"
 )
@@ -22,7 +24,7 @@ func TestRequestManyGathers(t *testing.T) {
 	req := preExecEvent(t)
 
 	rctx, rcancel := context.WithTimeout(ctx, time.Second)
-	_, err := e.c.RequestMany(rctx, subject, req, 0, func(Reply) bool { return true })
+	_, err := e.c.RequestMany(rctx, subject, "", req, 0, func(Reply) bool { return true })
 	rcancel()
 	if !errors.Is(err, ErrNoResponders) {
 		t.Fatalf("nobody listening: %v, want no responders", err)
@@ -46,7 +48,7 @@ func TestRequestManyGathers(t *testing.T) {
 		start := time.Now()
 		rctx, rcancel := context.WithTimeout(ctx, time.Second)
 		defer rcancel()
-		_, err := e.c.RequestMany(rctx, subject, req, max, func(r Reply) bool {
+		_, err := e.c.RequestMany(rctx, subject, "", req, max, func(r Reply) bool {
 			var se *ServiceError
 			switch {
 			case errors.As(r.Err, &se):
@@ -80,7 +82,58 @@ func TestRequestManyGathers(t *testing.T) {
 	n := 0
 	rctx, rcancel = context.WithTimeout(ctx, time.Second)
 	defer rcancel()
-	if _, err := e.c.RequestMany(rctx, subject, req, 1, func(Reply) bool { n++; return true }); err != nil || n != 1 {
+	if _, err := e.c.RequestMany(rctx, subject, "", req, 1, func(Reply) bool { n++; return true }); err != nil || n != 1 {
 		t.Errorf("max 1: %d replies, %v", n, err)
+	}
+}
+
+// A responder that names itself (Endpoint.ReplyAs) answers on
+// <reply>.<name>, and RequestMany says who answered from that subject
+// (Reply.Responder), whatever the reply's data claims; a reply on the
+// bare reply subject has no responder. The reply subject carries the
+// scope after the inbox prefix.
+func TestRequestManyResponders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	subject := events.PreExecuteSubject("default", "search")
+	replies := make(chan string, 8)
+	for _, name := range []string{"named", "bare"} {
+		ep := Endpoint{Service: "policy-" + name, Version: "1.0.0", Name: "pre_execute",
+			Subject: events.SubjectPreExecAll, QueueGroup: name}
+		if name == "named" {
+			ep.ReplyAs = "named"
+		}
+		go func() {
+			_ = e.c.Serve(ctx, ep, func(_ context.Context, req *event.Event) (*event.Event, error) {
+				return events.New(events.SourceGate, events.TypePreExecuteDecided, req.Subject(),
+					events.PolicyDecision{Policy: "someone-else", Decision: events.DecisionAllow})
+			})
+		}()
+	}
+	if _, err := e.nc.Subscribe(events.SubjectPreExecAll, func(m *nats.Msg) { replies <- m.Reply }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "two services", func() bool {
+		got := map[string]bool{}
+		rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer rcancel()
+		_, err := e.c.RequestMany(rctx, subject, events.PreExecuteReplyScope, preExecEvent(t), 0, func(r Reply) bool {
+			if r.Err != nil {
+				t.Errorf("reply: %v", r.Err)
+			}
+			got["<"+r.Responder+">"] = true
+			return true
+		})
+		if err != nil && !errors.Is(err, ErrNoResponders) {
+			t.Fatal(err)
+		}
+		return len(got) == 2 && got["<named>"] && got["<>"]
+	})
+	for len(replies) > 0 {
+		if r := <-replies; !strings.HasPrefix(r, "_INBOX."+events.PreExecuteReplyScope+".") {
+			t.Errorf("reply subject %q, want _INBOX.%s.<unique>", r, events.PreExecuteReplyScope)
+		}
 	}
 }

@@ -33,6 +33,13 @@ type Endpoint struct {
 	QueueGroup string
 	// Description for discovery ($SRV.INFO). Optional.
 	Description string
+	// ReplyAs, when set, names the responder: every reply (and error
+	// reply) goes to <request's reply subject>.<ReplyAs>
+	// (events.PolicyReplySubject), where the requester reads who answered
+	// (Reply.Responder) and NATS permissions let only the principal of
+	// that name publish. A subject token. Optional. Default: replies go to
+	// the reply subject itself.
+	ReplyAs string
 }
 
 // Serve runs fn for every request on ep.Subject until ctx is cancelled, then
@@ -48,6 +55,11 @@ type Endpoint struct {
 // a reply (internal/natsauth), so a reply there reaches only the
 // requester.
 func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
+	if ep.ReplyAs != "" {
+		if err := events.ValidToken("endpoint reply-as name", ep.ReplyAs); err != nil {
+			return err
+		}
+	}
 	cfg := micro.Config{Name: ep.Service, Version: ep.Version, Description: ep.Description, QueueGroup: ep.QueueGroup}
 	svc, err := micro.AddService(c.nc, cfg)
 	if err != nil {
@@ -67,24 +79,40 @@ func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 				"service", ep.Service, "subject", r.Subject(), "reply", truncate(r.Reply(), 200))
 			return
 		}
+		answer := func(body []byte, hdr nats.Header) {
+			if ep.ReplyAs == "" {
+				_ = r.Respond(body, micro.WithHeaders(micro.Headers(hdr)))
+				return
+			}
+			to := events.PolicyReplySubject(r.Reply(), ep.ReplyAs)
+			if err := c.nc.PublishMsg(&nats.Msg{Subject: to, Header: hdr, Data: body}); err != nil {
+				c.logger.WarnContext(rctx, "reply not sent", "service", ep.Service, "reply", truncate(to, 200), "error", err)
+			}
+		}
+		fail := func(code string, err error) {
+			span.SetStatus(codes.Error, err.Error())
+			if ep.ReplyAs == "" {
+				_ = r.Error(code, err.Error(), nil)
+				return
+			}
+			answer(nil, nats.Header{"Nats-Service-Error-Code": {code}, "Nats-Service-Error": {err.Error()}})
+		}
 		req, err := events.Decode(events.Header(h), r.Data())
 		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-			_ = r.Error("400", err.Error(), nil)
+			fail("400", err)
 			return
 		}
 		reply, err := fn(rctx, req)
 		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-			_ = r.Error("500", err.Error(), nil)
+			fail("500", err)
 			return
 		}
 		rh, body, err := events.Encode(reply)
 		if err != nil {
-			_ = r.Error("500", err.Error(), nil)
+			fail("500", err)
 			return
 		}
-		_ = r.Respond(body, micro.WithHeaders(micro.Headers(rh)))
+		answer(body, nats.Header(rh))
 	})
 	if err := svc.AddEndpoint(ep.Name, handler, micro.WithEndpointSubject(ep.Subject)); err != nil {
 		_ = svc.Stop()

@@ -154,7 +154,7 @@ func TestVetoReachesModel(t *testing.T) {
 	defer cancel()
 	go func() {
 		_ = s.bus.Serve(ctx, bus.Endpoint{Service: "freeze-policy", Version: "1.0.0", Name: "pre_execute",
-			Subject: events.SubjectPreExecAll, QueueGroup: "freeze"}, func(_ context.Context, req *event.Event) (*event.Event, error) {
+			Subject: events.SubjectPreExecAll, QueueGroup: "freeze", ReplyAs: "freeze-policy"}, func(_ context.Context, req *event.Event) (*event.Event, error) {
 			in, _ := events.Data[events.PreExecuteRequest](req)
 			d := events.Decision{Decision: events.DecisionAllow, Policy: "freeze-policy"}
 			if !in.Tool.Annotations.ReadOnly() {

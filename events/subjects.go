@@ -98,6 +98,21 @@ func PreExecuteSubject(agent, tool string) string {
 	return subjectPreExecutePrefix + agent + "." + tool
 }
 
+// PreExecuteReplyScope is the token between the requester's inbox prefix
+// and the request's own token in the reply subject of a pre-execute
+// request: _INBOX_<principal>.pre_execute.<unique> (bus.Client.RequestMany
+// with this scope). Policy services answer on PolicyReplySubject of it,
+// and NATS permissions let the principal of policy P publish only on
+// _INBOX_agent.pre_execute.*.P (internal/natsauth).
+const PreExecuteReplyScope = "pre_execute"
+
+// PolicyReplySubject returns where policy answers a pre-execute request
+// whose reply subject is reply: <reply>.<policy>. The agent reads the
+// answering policy from this last token, never from the reply's data, so
+// under parley's NATS permissions a reply for policy P can only come from
+// P's principal (docs/SECURITY.md).
+func PolicyReplySubject(reply, policy string) string { return reply + "." + policy }
+
 // DeadLetterSubject returns parley.dlq.<stream>.<consumer>.
 func DeadLetterSubject(stream, consumer string) string {
 	return fmt.Sprintf(subjectDeadLetterTemplate, stream, consumer)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -53,11 +54,20 @@ func (c *devCmd) Run(e *env) error {
 	if !c.NoAuth {
 		// Secure by default: one nkey per role, generated at first start
 		// and kept; the server refuses anonymous clients.
-		if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
+		// A principal for every policy the agent expects and the gate's
+		// own name: only policy P's principal may answer as P.
+		ps, err := natsauth.Set(nil, devPolicies(c.Policies, c.PolicyName))
+		if err != nil {
+			return &exitError{code: 2, err: fmt.Errorf("--policies/--policy-name: %w", err)}
+		}
+		if _, err := natsauth.Init(authDir, ps); err != nil {
 			return err
 		}
 		so.AuthConfig = filepath.Join(authDir, natsauth.AuthFile)
 		creds = func(role string) natsauth.Credentials {
+			if role == starter.RoleGate {
+				role = c.PolicyName // the gate answers as its policy's principal
+			}
 			return natsauth.Credentials{NKeyFile: filepath.Join(authDir, natsauth.SeedFile(role)), Principal: role}
 		}
 	}
@@ -104,6 +114,19 @@ func (c *devCmd) Run(e *env) error {
 		g.Go(starter.Role{Name: natsauth.Gateway, Run: func(context.Context) error { return gw() }})
 	}
 	return g.Wait()
+}
+
+// devPolicies are the policy principals parley dev adds to its roles: the
+// agent's expected policies and the gate's policy name, but the gate
+// (a role already), once each.
+func devPolicies(expected []string, gateName string) []string {
+	var out []string
+	for _, p := range append(slices.Clone(expected), gateName) {
+		if p != "" && p != natsauth.Gate && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // runRoleFunc runs a role for startWorkers (tests replace it).

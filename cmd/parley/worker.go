@@ -50,6 +50,7 @@ type processorFlags struct {
 type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for the policy services."`
+	PreExecuteSettle  time.Duration `name:"pre-execute-settle" env:"PARLEY_PRE_EXECUTE_SETTLE" default:"100ms" help:"How long to keep listening after every expected policy answered (unless one vetoed): a second answer of a policy in that time still counts, the stricter one winning. 0: the default."`
 	Policies          []string      `name:"policies" env:"PARLEY_POLICIES" default:"gate" help:"Policy services every tool call waits for (comma-separated names); one that does not answer vetoes a tool that is not read-only."`
 	ModelCallTimeout  time.Duration `name:"model-call-timeout" env:"PARLEY_MODEL_CALL_TIMEOUT" default:"10m" help:"How long one model call, all its attempts and retry waits included, may take; after it the turn fails with reason model_timeout."`
 	// ProgressDelay: see agent.Options.ProgressDelay; 0 or less here
@@ -129,6 +130,9 @@ func (a agentFlags) check() error {
 	if a.PreExecuteTimeout <= 0 {
 		return fmt.Errorf("--pre-execute-timeout must be positive, got %v", a.PreExecuteTimeout)
 	}
+	if a.PreExecuteSettle < 0 || a.PreExecuteSettle >= a.PreExecuteTimeout {
+		return fmt.Errorf("--pre-execute-settle must be at least 0 and less than --pre-execute-timeout (%v), got %v", a.PreExecuteTimeout, a.PreExecuteSettle)
+	}
 	if a.ModelCallTimeout < 0 { // 0: the agent's default
 		return fmt.Errorf("--model-call-timeout must not be negative, got %v", a.ModelCallTimeout)
 	}
@@ -196,7 +200,8 @@ func roleWorker(role string, cfg roleConfig, log *slog.Logger) (starter.Worker, 
 			return nil, err
 		}
 		return starter.Agent(c, provider, agent.Options{Logger: log, PreExecuteTimeout: cfg.agent.PreExecuteTimeout,
-			Policies: cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout,
+			PreExecuteSettle: cfg.agent.PreExecuteSettle,
+			Policies:         cfg.agent.Policies, ModelTimeout: cfg.agent.ModelCallTimeout,
 			FormRevision: schema.Revision(cfg.agent.FormRevision), ProgressDelay: cfg.agent.progressDelay()}), nil
 	case starter.RoleToolexec:
 		return starter.Toolexec(c, starter.ToolexecConfig{
@@ -243,6 +248,9 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 		if _, err := gate.LoadConfig(cfg.gate.GateConfig); err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		if err := checkPolicyPrincipal(cfg.gate.PolicyName, e.credentials(role)); err != nil {
+			return &exitError{code: 2, err: err}
+		}
 	}
 	w, err := roleWorker(role, cfg, log.With("worker", role))
 	if err != nil {
@@ -266,6 +274,21 @@ func serveRole(e *env, role string, cfg roleConfig) error {
 		return se.Err // the command's own error, as the role said it
 	}
 	return err
+}
+
+// checkPolicyPrincipal refuses a gate whose policy name is not its
+// principal's: NATS lets only policy P's principal answer as P (the agent
+// reads the policy from the subject a reply arrives on,
+// _INBOX_agent.pre_execute.*.P), so such a gate's every answer would be
+// refused and count as P not answering. Without credentials (no
+// authorization) any name goes.
+func checkPolicyPrincipal(policy string, c natsauth.Credentials) error {
+	if !c.Authenticated() || c.Principal == policy {
+		return nil
+	}
+	return fmt.Errorf("--policy-name %s: the gate connects as principal %s, and the NATS server lets only principal %s "+
+		"answer as policy %s: run it with %s's credentials (--nats-nkey <dir>/%s, from parley auth init --policy %s), "+
+		"or with --policy-name %s", policy, c.Principal, policy, policy, policy, natsauth.SeedFile(policy), policy, c.Principal)
 }
 
 // connectWorker connects to url like client.Connect (reconnecting for

@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 )
@@ -236,7 +238,22 @@ func vetoPhase(ctx context.Context, s *system, opts *Options, out *VetoFigures) 
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		reply, err := s.drv.Request(rctx, events.PreExecuteSubject("default", tool.Name), req)
+		// As the agent asks: the gate answers on <reply>.gate.
+		var (
+			reply *event.Event
+			rerr  error
+		)
+		_, err = s.drv.RequestMany(rctx, events.PreExecuteSubject("default", tool.Name), events.PreExecuteReplyScope, req, 1,
+			func(r bus.Reply) bool {
+				reply, rerr = r.Event, r.Err
+				return false
+			})
+		if err == nil {
+			err = rerr
+		}
+		if err == nil && reply == nil {
+			err = fmt.Errorf("no pre-execute reply within 2s: %w", rctx.Err())
+		}
 		if err != nil {
 			return 0, 0, 0, err
 		}

@@ -75,6 +75,11 @@ const (
 	// parley.policy.decision (allow, veto, confirm, policy_unavailable) and
 	// parley.policy.name. Unit {decision}.
 	PolicyDecisions = "parley.policy.decisions"
+	// PolicyDuplicateReplies counts second (and further) replies of one
+	// policy to one pre-execute request, by parley.policy.name: a replica
+	// in a queue group of its own, or another subscriber holding that
+	// policy's credentials. The stricter answer counts. Unit {reply}.
+	PolicyDuplicateReplies = "parley.policy.duplicate_replies"
 	// ToolCallDuration is the duration of tool executions in seconds, by
 	// gen_ai.tool.name and parley.tool.outcome (ok, error, input_required,
 	// failure); its count is the number of tool calls.
@@ -122,7 +127,7 @@ var (
 type instruments struct {
 	turnsStarted, turnsCompleted, turnsFailed, turnsRejected, turnsPaused metric.Int64Counter
 	elicRequested, elicAnswered, elicRejected, elicExpired, elicCancelled metric.Int64Counter
-	policyDecisions                                                       metric.Int64Counter
+	policyDecisions, policyDuplicates                                     metric.Int64Counter
 	toolDuration                                                          metric.Float64Histogram
 	redeliveries, deadLetters                                             metric.Int64Counter
 	process                                                               messagingconv.ProcessDuration
@@ -172,8 +177,10 @@ func Use(mp metric.MeterProvider) error {
 		elicExpired:     counter(ElicitationsExpired, "{pause}", "Pauses whose questions expired unanswered."),
 		elicCancelled:   counter(ElicitationsCancelled, "{pause}", "Questions withdrawn (superseded or cancelled)."),
 		policyDecisions: counter(PolicyDecisions, "{decision}", "Pre-execute policy decisions, by parley.policy.decision and parley.policy.name."),
-		redeliveries:    counter(MessagingRedeliveries, "{message}", "Deliveries of a message after its first."),
-		deadLetters:     counter(MessagingDeadLetters, "{message}", "Messages moved to the dead-letter stream."),
+		policyDuplicates: counter(PolicyDuplicateReplies, "{reply}",
+			"Second and further replies of one policy to one pre-execute request, by parley.policy.name (the stricter answer counts)."),
+		redeliveries: counter(MessagingRedeliveries, "{message}", "Deliveries of a message after its first."),
+		deadLetters:  counter(MessagingDeadLetters, "{message}", "Messages moved to the dead-letter stream."),
 	}
 	in.published = map[events.Type]metric.Int64Counter{
 		events.TypeRunRequested: in.turnsStarted, events.TypeTurnCompleted: in.turnsCompleted,
@@ -282,6 +289,12 @@ func PolicyDecision(ctx context.Context, decision, policy string) {
 		policy = "none"
 	}
 	get().policyDecisions.Add(ctx, 1, metric.WithAttributes(keyDecision.String(bounded(decision)), keyPolicy.String(bounded(policy))))
+}
+
+// PolicyDuplicateReply counts a further reply of policy to one
+// pre-execute request.
+func PolicyDuplicateReply(ctx context.Context, policy string) {
+	get().policyDuplicates.Add(ctx, 1, metric.WithAttributes(keyPolicy.String(bounded(policy))))
 }
 
 // Tool outcomes, the values of parley.tool.outcome.

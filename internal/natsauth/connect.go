@@ -93,12 +93,11 @@ func (c Credentials) Options() ([]nats.Option, error) {
 }
 
 // SyncQueueLen bounds how many messages a synchronous subscription of a
-// parley connection holds before they are read (nats.SyncQueueLen). The
-// only ones are the inboxes of scatter-gather requests (bus.RequestMany:
-// the agent's pre-execute request, one reply per policy), whose channel
-// nats.go otherwise sizes for 65,536 messages: 512 KiB allocated and
-// cleared per request. A reply beyond the bound is dropped as a slow
-// consumer (logged), which no policy set parley accepts comes near.
+// parley connection holds before they are read (nats.SyncQueueLen), whose
+// channel nats.go otherwise sizes for 65,536 messages: 512 KiB allocated
+// and cleared per subscription. A message beyond the bound is dropped as a
+// slow consumer (logged). (bus.RequestMany, the agent's scatter-gather
+// pre-execute request, gathers on a channel of its own size.)
 const SyncQueueLen = 1024
 
 // Connect connects to the servers in url (comma-separated) as name with

@@ -34,8 +34,14 @@ type secured struct {
 
 func newSecured(t *testing.T, extraIntegrators ...string) *secured {
 	t.Helper()
+	return newSecuredWith(t, extraIntegrators, nil)
+}
+
+// newSecuredWith is newSecured with further integrators and policies.
+func newSecuredWith(t *testing.T, integrators, policies []string) *secured {
+	t.Helper()
 	dir := t.TempDir()
-	ps, err := natsauth.Set(extraIntegrators, nil)
+	ps, err := natsauth.Set(integrators, policies)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,5 +550,120 @@ func TestNamesMatchCode(t *testing.T) {
 		if got != want {
 			t.Errorf("natsauth names %q, the code %q", got, want)
 		}
+	}
+}
+
+// A policy principal publishes pre-execute answers only on its own reply
+// subjects, _INBOX_agent.pre_execute.*.<its name>: audit cannot answer as
+// gate or compliance, nor anywhere else in the agent's inbox.
+func TestPolicyAnswersOnlyAsItself(t *testing.T) {
+	s := newSecuredWith(t, nil, []string{"compliance", "audit"})
+	reply := natsauth.InboxPrefix(natsauth.Agent) + "." + events.PreExecuteReplyScope + ".abc"
+	agent := s.connect(t, natsauth.Agent)
+	sub, err := agent.SubscribeSync(reply + ".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"gate", "compliance", "audit"} {
+		c := s.connect(t, p)
+		if err := c.Publish(events.PolicyReplySubject(reply, p), []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+		c.noViolations(t)
+		m, err := sub.NextMsg(2 * time.Second)
+		if err != nil || m.Subject != events.PolicyReplySubject(reply, p) {
+			t.Fatalf("%s answering as itself: %v", p, err)
+		}
+	}
+	audit := s.connect(t, "audit")
+	for _, subj := range []string{
+		events.PolicyReplySubject(reply, "gate"),
+		events.PolicyReplySubject(reply, "compliance"),
+		reply,
+		natsauth.InboxPrefix(natsauth.Agent) + ".abc.audit",
+		natsauth.InboxPrefix(natsauth.Processor) + "." + events.PreExecuteReplyScope + ".abc.audit",
+		natsauth.InboxPrefix(natsauth.Agent) + "." + events.PreExecuteReplyScope + ".abc.audit.x",
+	} {
+		if err := audit.Publish(subj, []byte("allow")); err != nil {
+			t.Fatal(err)
+		}
+		if !audit.refused("Publish", subj) {
+			t.Errorf("audit may publish on %s", subj)
+		}
+	}
+	if m, err := sub.NextMsg(200 * time.Millisecond); err == nil {
+		t.Errorf("the agent received %q on %s", m.Data, m.Subject)
+	}
+}
+
+// No integrator creates or reconfigures a consumer with one of parley's
+// durable names, in any form of the JetStream API: the name in the
+// subject ($JS.API.CONSUMER.CREATE.<stream>.<name>[.<filter>],
+// $JS.API.CONSUMER.DURABLE.CREATE.<stream>.<name>) or only in the request
+// body (the older $JS.API.CONSUMER.CREATE.<stream>). Each request is
+// refused by the server, and no such consumer exists afterwards.
+func TestReservedConsumerNames(t *testing.T) {
+	s := newSecured(t, "acme")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := s.connect(t, natsauth.Admin)
+	ajs, _ := jetstream.New(admin.Conn)
+	for _, sc := range []jetstream.StreamConfig{
+		{Name: natsauth.StreamChat, Subjects: []string{"parley.chat.>"}},
+		{Name: natsauth.StreamAgent, Subjects: []string{"parley.agent.run.requested"}, Retention: jetstream.WorkQueuePolicy},
+	} {
+		if _, err := ajs.CreateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{natsauth.Integrator, "acme", natsauth.Gateway} {
+		c := s.connect(t, p)
+		for _, stream := range []string{natsauth.StreamChat, natsauth.StreamAgent} {
+			for _, name := range []string{"agent", "toolexec", "processor"} {
+				body := fmt.Appendf(nil, `{"stream_name":%q,"config":{"durable_name":%q,"name":%q,"ack_policy":"explicit"}}`, stream, name, name)
+				// The older form takes a name only for an ephemeral consumer
+				// (which then holds the durable's name).
+				unnamed := fmt.Appendf(nil, `{"stream_name":%q,"config":{"name":%q,"ack_policy":"explicit"}}`, stream, name)
+				filtered := fmt.Appendf(nil, `{"stream_name":%q,"config":{"durable_name":%q,"name":%q,"ack_policy":"explicit","filter_subject":"parley.chat.t1.>"}}`,
+					stream, name, name)
+				for _, r := range []struct {
+					subject string
+					body    []byte
+				}{
+					{"$JS.API.CONSUMER.CREATE." + stream, unnamed},
+					{"$JS.API.CONSUMER.CREATE." + stream + "." + name, body},
+					{"$JS.API.CONSUMER.CREATE." + stream + "." + name + ".parley.chat.t1.>", filtered},
+					{"$JS.API.CONSUMER.DURABLE.CREATE." + stream + "." + name, body},
+				} {
+					if err := c.PublishRequest(r.subject, c.NewRespInbox(), r.body); err != nil {
+						t.Fatal(err)
+					}
+					if !c.refused("Publish", r.subject) {
+						t.Errorf("%s may publish on %s", p, r.subject)
+					}
+				}
+				if err := c.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond) // a create that got through is done by now
+				if _, err := ajs.Consumer(ctx, stream, name); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					t.Errorf("%s: consumer %s/%s exists (%v)", p, stream, name, err)
+				}
+			}
+		}
+	}
+	// Reading PARLEY_CHAT through an ordered consumer (a named create)
+	// still works.
+	in := s.connect(t, natsauth.Integrator)
+	ijs, _ := jetstream.New(in.Conn)
+	oc, err := ijs.OrderedConsumer(ctx, natsauth.StreamChat, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"parley.chat.t1.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oc.Info(ctx); err != nil {
+		t.Fatalf("ordered consumer: %v", err)
 	}
 }

@@ -177,6 +177,24 @@ func Set(integrators, policies []string) ([]Principal, error) {
 // _INBOX_<name>.<...>, the only inbox it may subscribe to.
 func InboxPrefix(name string) string { return "_INBOX_" + name }
 
+// PreExecuteReplyScope is the token of the agent's pre-execute reply
+// subjects (events.PreExecuteReplyScope): _INBOX_agent.pre_execute.<unique>.
+const PreExecuteReplyScope = "pre_execute"
+
+// PolicyReplies is the one inbox subject policy may publish on: its
+// answers to the agent's pre-execute requests,
+// _INBOX_agent.pre_execute.*.<policy> (events.PolicyReplySubject). The
+// agent reads the answering policy from the last token, so a policy
+// principal cannot answer as another policy.
+func PolicyReplies(policy string) string {
+	return InboxPrefix(Agent) + "." + PreExecuteReplyScope + ".*." + policy
+}
+
+// consumerCreateUnnamed is the older consumer create subject,
+// $JS.API.CONSUMER.CREATE.<stream>, whose consumer name is only in the
+// request body.
+const consumerCreateUnnamed = "$JS.API.CONSUMER.CREATE.*"
+
 // streamNames lists the account's stream names (names only: no
 // configuration, no messages), which readiness reads.
 const streamNames = "$JS.API.STREAM.NAMES"
@@ -251,9 +269,14 @@ func (p Principal) Permissions() Permissions {
 			perm.AllowResponses = true
 		}
 	case KindPolicy:
-		// Policy services answer requests through allow_responses, and
-		// read the tool registry; the nats.go micro framework also
-		// answers discovery ($SRV.PING|INFO|STATS).
+		// A policy answers a pre-execute request on <reply>.<its name>
+		// (events.PolicyReplySubject), and only its own principal may
+		// publish there: the agent takes the policy's name from that
+		// subject, so no policy can answer as another. It reads the tool
+		// registry. allow_responses is for the nats.go micro framework's
+		// discovery answers ($SRV.PING|INFO|STATS); a reply on the bare
+		// reply subject is ignored by the agent.
+		pub(PolicyReplies(p.Name))
 		perm.AllowResponses = true
 		sub("parley.tool.pre_execute.>", "$SRV.>", inbox)
 		pub(bucketRead(BucketTools)...)
@@ -280,7 +303,10 @@ func (p Principal) Permissions() Permissions {
 		}
 		// Reading PARLEY_CHAT must not reach parley's durables: an
 		// integrator creating "processor" with another filter would
-		// reconfigure the processor's consumer.
+		// reconfigure the processor's consumer. Each create form that
+		// names the consumer in the subject is denied for them (the
+		// older form, which names it only in the request body, is denied
+		// to everyone below).
 		for _, d := range durables {
 			perm.PublishDeny = append(perm.PublishDeny,
 				"$JS.API.CONSUMER.CREATE.*."+d, "$JS.API.CONSUMER.CREATE.*."+d+".>",
@@ -288,9 +314,20 @@ func (p Principal) Permissions() Permissions {
 		}
 	}
 	// Every principal other than admin: no publish on any inbox (replies
-	// go through allow_responses), no subscription on another's inbox or
-	// on the pre-execute requests unless it is a policy.
-	perm.PublishDeny = append(perm.PublishDeny, "_INBOX.>", "_INBOX_*.>")
+	// go through allow_responses; a policy's own pre-execute replies are
+	// its one allowed inbox subject), no subscription on another's inbox
+	// or on the pre-execute requests unless it is a policy.
+	perm.PublishDeny = append(perm.PublishDeny, "_INBOX.>")
+	// The older consumer create, $JS.API.CONSUMER.CREATE.<stream>, names
+	// the consumer only in the request body, where no permission can see
+	// it: with it an integrator could create or reconfigure a durable
+	// named "agent" or "processor". Every client parley ships names its
+	// consumers in the subject (nats.go against NATS 2.9 or later), so the
+	// form is refused to everyone but admin.
+	perm.PublishDeny = append(perm.PublishDeny, consumerCreateUnnamed)
+	if p.Kind != KindPolicy {
+		perm.PublishDeny = append(perm.PublishDeny, "_INBOX_*.>")
+	}
 	if p.Kind != KindPolicy {
 		perm.SubscribeDeny = append(perm.SubscribeDeny, "parley.tool.pre_execute.>")
 	}
@@ -364,7 +401,7 @@ func consumer(stream, durable string) []string {
 // fetched from, deleted by the reader) and single reads.
 func chatReader() []string {
 	return append(streamRead(StreamChat),
-		"$JS.API.CONSUMER.CREATE."+StreamChat, "$JS.API.CONSUMER.CREATE."+StreamChat+".>",
+		"$JS.API.CONSUMER.CREATE."+StreamChat+".>",
 		"$JS.API.CONSUMER.INFO."+StreamChat+".*", "$JS.API.CONSUMER.DELETE."+StreamChat+".*",
 		"$JS.API.CONSUMER.MSG.NEXT."+StreamChat+".*")
 }
@@ -376,7 +413,7 @@ func bucketRead(buckets ...string) []string {
 	for _, b := range buckets {
 		s := "KV_" + b
 		out = append(out, streamRead(s)...)
-		out = append(out, "$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
+		out = append(out, "$JS.API.CONSUMER.CREATE."+s+".>",
 			"$JS.API.CONSUMER.DELETE."+s+".*", "$JS.API.CONSUMER.INFO."+s+".*",
 			"$JS.FC."+s+".>")
 	}
@@ -399,7 +436,7 @@ func bucketOwn(buckets ...string) []string {
 func objectRead(store string) []string {
 	s := "OBJ_" + store
 	return append(streamRead(s),
-		"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
+		"$JS.API.CONSUMER.CREATE."+s+".>",
 		"$JS.API.CONSUMER.DELETE."+s+".*", "$JS.API.CONSUMER.INFO."+s+".*",
 		"$JS.FC."+s+".>")
 }

@@ -28,6 +28,13 @@ type Options struct {
 	Logger *slog.Logger
 	// PreExecuteTimeout bounds one pre-execute request. Optional. Default: 2s.
 	PreExecuteTimeout time.Duration
+	// PreExecuteSettle is how long the agent keeps listening after every
+	// expected policy answered (unless one vetoed), within
+	// PreExecuteTimeout: a second reply for a policy (a replica in another
+	// queue group, a stray subscriber with that policy's credentials)
+	// that arrives in it still counts, the strictest answer of each policy
+	// winning. Optional. Default: DefaultPreExecuteSettle.
+	PreExecuteSettle time.Duration
 	// ProgressDelay is how long a phase of a turn must last before its
 	// progress notification is published; a phase that ends sooner
 	// publishes none (DefaultProgressDelay). Optional. Default:
@@ -60,6 +67,10 @@ type Options struct {
 	// Default: false (remembered; correct with any number of replicas).
 	NoRunCache bool
 }
+
+// DefaultPreExecuteSettle is Options.PreExecuteSettle's default: 100 ms,
+// added to every tool call no policy vetoed.
+const DefaultPreExecuteSettle = 100 * time.Millisecond
 
 // DefaultModelTimeout is Options.ModelTimeout's default: 10 minutes, room
 // for a provider's own attempts (model/openai: 4 attempts of up to 2
@@ -118,6 +129,9 @@ func New(ctx context.Context, b *bus.Client, provider model.Provider, opts *Opti
 	}
 	if o.PreExecuteTimeout <= 0 {
 		o.PreExecuteTimeout = 2 * time.Second
+	}
+	if o.PreExecuteSettle <= 0 {
+		o.PreExecuteSettle = DefaultPreExecuteSettle
 	}
 	if o.ModelTimeout <= 0 {
 		o.ModelTimeout = DefaultModelTimeout

@@ -71,7 +71,7 @@ func newRigPolicies(t *testing.T, rules string, policies map[string]func(events.
 	for name, policy := range policies {
 		go func() {
 			_ = b.Serve(ctx, bus.Endpoint{Service: "test-policy-" + name, Version: "0.0.1", Name: "pre_execute",
-				Subject: events.SubjectPreExecAll, QueueGroup: name}, func(_ context.Context, req *event.Event) (*event.Event, error) {
+				Subject: events.SubjectPreExecAll, QueueGroup: name, ReplyAs: name}, func(_ context.Context, req *event.Event) (*event.Event, error) {
 				in, err := events.Data[events.PreExecuteRequest](req)
 				if err != nil {
 					return nil, err

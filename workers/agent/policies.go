@@ -17,6 +17,7 @@ import (
 
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/metrics"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
@@ -26,11 +27,17 @@ var DefaultPolicies = []string{"gate"}
 
 // preExecute asks every policy service about c and combines their answers
 // (see combine). One request goes out on
-// parley.tool.pre_execute.<agent>.<tool>; replies are gathered on one inbox
-// until every expected policy answered, MaxPolicyReplies arrived or
-// PreExecuteTimeout passed. When nobody answers at all (no responders, or
-// silence until the deadline) it asks again, up to three times, before
-// concluding policy_unavailable.
+// parley.tool.pre_execute.<agent>.<tool> with the reply subject
+// _INBOX_<principal>.pre_execute.<unique>; each policy answers on
+// <reply>.<its name> (events.PolicyReplySubject), and the agent takes the
+// policy's name from that subject, never from the reply's data: under
+// parley's NATS permissions only policy P's principal may publish there.
+// Replies are gathered until every expected policy answered (then, unless
+// one vetoed, for PreExecuteSettle more, so a second reply for a policy
+// still counts), MaxPolicyReplies arrived or PreExecuteTimeout passed.
+// When nobody answers at all (no responders, or silence until the
+// deadline) it asks again, up to three times, before concluding
+// policy_unavailable.
 func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *schema.Tool) (*events.Decision, error) {
 	if err := events.ValidToken("agent", run.Agent); err != nil {
 		return nil, bus.Permanent(err)
@@ -46,24 +53,34 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 		return nil, bus.Permanent(err)
 	}
 	var (
-		got  []events.PolicyDecision
+		g    *gathering
 		last error
 	)
 	for attempt, pause := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 0} {
-		got = got[:0]
-		answered := map[string]bool{}
+		g = &gathering{a: a, run: run, c: c, byPolicy: map[string]int{}}
 		rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
-		_, last = a.bus.RequestMany(rctx, subject, req, events.MaxPolicyReplies,
+		var settle *time.Timer
+		_, last = a.bus.RequestMany(rctx, subject, events.PreExecuteReplyScope, req, events.MaxPolicyReplies,
 			func(r bus.Reply) bool {
-				d := a.readReply(ctx, run, c, r)
-				got = append(got, d)
-				if d.Decision != events.DecisionUnavailable {
-					answered[d.Policy] = true
+				if !g.add(ctx, r) {
+					return true
 				}
-				return !allAnswered(a.opts.Policies, answered)
+				if !allAnswered(a.opts.Policies, g.answered()) {
+					return true
+				}
+				if g.vetoed() {
+					return false // nothing is stricter than a veto
+				}
+				if settle == nil {
+					settle = time.AfterFunc(a.opts.PreExecuteSettle, cancel)
+				}
+				return true
 			})
+		if settle != nil {
+			settle.Stop()
+		}
 		cancel()
-		if len(got) > 0 || pause == 0 || ctx.Err() != nil {
+		if len(g.got) > 0 || pause == 0 || ctx.Err() != nil {
 			break
 		}
 		a.log.WarnContext(ctx, "pre-execute request unanswered; asking again", "tool", c.Call.Name,
@@ -76,6 +93,7 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 	if err := ctx.Err(); err != nil {
 		return nil, err // shutting down: not a verdict
 	}
+	got := g.got
 	d := combine(a.opts.Policies, got, tool.Annotations.ReadOnly(), a.opts.PreExecuteTimeout)
 	if len(got) == 0 {
 		switch {
@@ -91,6 +109,88 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 	return &d, nil
 }
 
+// gathering is the replies of one pre-execute request: one entry per
+// policy, in the order policies first answered.
+type gathering struct {
+	a        *Agent
+	run      *Run
+	c        *CallState
+	got      []events.PolicyDecision
+	byPolicy map[string]int // policy name -> index in got
+}
+
+// add reads one reply and reports whether it counts. A reply on the bare
+// reply subject names no policy NATS vouches for: it is logged and
+// ignored. A second reply for a policy is logged and counted
+// (metrics.PolicyDuplicateReply); the stricter of the two is kept (veto >
+// confirm > allow > no decision).
+func (g *gathering) add(ctx context.Context, r bus.Reply) bool {
+	if r.Responder == "" || events.ValidToken("policy", r.Responder) != nil {
+		g.a.log.WarnContext(ctx, "pre-execute reply not on <reply>.<policy>: nobody vouches for who sent it; ignored",
+			"tool", g.c.Call.Name, "run_id", g.run.RunID, "responder", shortToken(r.Responder))
+		return false
+	}
+	d := g.a.readReply(ctx, g.run, g.c, r)
+	i, dup := g.byPolicy[d.Policy]
+	if !dup {
+		g.byPolicy[d.Policy] = len(g.got)
+		g.got = append(g.got, d)
+		return true
+	}
+	metrics.PolicyDuplicateReply(ctx, d.Policy)
+	first := g.got[i]
+	if strictness(d.Decision) > strictness(first.Decision) {
+		g.got[i] = d
+	}
+	g.a.log.WarnContext(ctx, "a policy answered one pre-execute request twice; the stricter answer counts",
+		"tool", g.c.Call.Name, "run_id", g.run.RunID, "policy", d.Policy,
+		"first", first.Decision, "second", d.Decision, "kept", g.got[i].Decision)
+	return true
+}
+
+// answered is the set of policies that gave a decision.
+func (g *gathering) answered() map[string]bool {
+	out := make(map[string]bool, len(g.got))
+	for _, d := range g.got {
+		if d.Decision != events.DecisionUnavailable {
+			out[d.Policy] = true
+		}
+	}
+	return out
+}
+
+// vetoed reports whether any policy vetoed.
+func (g *gathering) vetoed() bool {
+	for _, d := range g.got {
+		if d.Decision == events.DecisionVeto {
+			return true
+		}
+	}
+	return false
+}
+
+// shortToken is s cut to 64 bytes (valid UTF-8), for a log line.
+func shortToken(s string) string {
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// strictness orders decisions: veto > confirm > allow > anything else (no
+// decision).
+func strictness(decision string) int {
+	switch decision {
+	case events.DecisionVeto:
+		return 3
+	case events.DecisionConfirm:
+		return 2
+	case events.DecisionAllow:
+		return 1
+	}
+	return 0
+}
+
 // allAnswered reports whether every expected policy has answered.
 func allAnswered(expected []string, answered map[string]bool) bool {
 	for _, p := range expected {
@@ -101,26 +201,33 @@ func allAnswered(expected []string, answered map[string]bool) bool {
 	return true
 }
 
-// readReply reads one policy reply. The reply contract is closed
+// readReply reads one reply of policy r.Responder (the policy the subject
+// it arrived on names). The reply contract is closed
 // (events.PolicyDecision): a reply that is unreadable, of another type,
-// without a policy name or decision, or with any other member — such as an
-// elicitation, a message or arguments a policy has no business sending —
-// is malformed and counts as a veto (reason policy_malformed), logged. A
+// without a policy name or decision, naming another policy than the one
+// that sent it, or with any other member — such as an elicitation, a
+// message or arguments a policy has no business sending — is malformed and
+// counts as a veto of that policy (reason policy_malformed), logged. A
 // micro error reply (the policy failed) counts as that policy being
 // unavailable.
 func (a *Agent) readReply(ctx context.Context, run *Run, c *CallState, r bus.Reply) events.PolicyDecision {
+	policy := r.Responder
 	if r.Err != nil {
 		var se *bus.ServiceError
 		if errors.As(r.Err, &se) {
-			a.log.ErrorContext(ctx, "a policy service answered with an error", "tool", c.Call.Name, "run_id", run.RunID, "error", r.Err)
-			return events.PolicyDecision{Decision: events.DecisionUnavailable, Reason: cutReason("policy_error: " + r.Err.Error())}
+			a.log.ErrorContext(ctx, "a policy service answered with an error", "tool", c.Call.Name, "run_id", run.RunID,
+				"policy", policy, "error", r.Err)
+			return events.PolicyDecision{Policy: policy, Decision: events.DecisionUnavailable, Reason: cutReason("policy_error: " + r.Err.Error())}
 		}
 	}
 	d, err := decodeReply(r)
+	if err == nil && d.Policy != policy {
+		err = fmt.Errorf("data.policy: %q, but the reply came from policy %s (a policy answers only as itself)", d.Policy, policy)
+	}
 	if err != nil {
 		a.log.ErrorContext(ctx, "malformed policy reply; counted as a veto (fail closed)", "tool", c.Call.Name,
-			"run_id", run.RunID, "policy", d.Policy, "error", err)
-		return events.PolicyDecision{Policy: d.Policy, Decision: events.DecisionVeto,
+			"run_id", run.RunID, "policy", policy, "error", err)
+		return events.PolicyDecision{Policy: policy, Decision: events.DecisionVeto,
 			Reason: cutReason(events.ReasonPolicyMalformed + ": " + err.Error())}
 	}
 	d.Reason = cutReason(d.Reason)
@@ -128,8 +235,9 @@ func (a *Agent) readReply(ctx context.Context, run *Run, c *CallState, r bus.Rep
 }
 
 // decodeReply decodes a reply strictly as an events.PolicyDecision. On
-// error the returned decision carries the policy name when it could be
-// read, so the malformed answer is attributed to its policy.
+// error the returned decision carries the policy name the data gives when
+// it could be read (readReply attributes the answer to the policy that
+// sent it, whatever the data says).
 func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
 	if r.Err != nil {
 		return events.PolicyDecision{}, r.Err

@@ -287,3 +287,24 @@ func TestDecodeReplyStrict(t *testing.T) {
 		})
 	}
 }
+
+// A reply whose data names another policy than the one whose subject it
+// arrived on is malformed: a veto of the policy that sent it, never an
+// answer of the policy it names.
+func TestReplyNamingAnotherPolicyVetoes(t *testing.T) {
+	r := newRigPolicies(t, oneCall("delete_entities", `{"ids":["a1"]}`), map[string]func(events.PreExecuteRequest) any{
+		"audit": decide("gate", events.DecisionAllow, ""),
+		"gate":  decide("gate", events.DecisionAllow, ""),
+	}, []string{"gate"}, deleteTool())
+	if err := r.request("run-as", user("delete a1")); err != nil {
+		t.Fatal(err)
+	}
+	done := r.completed()
+	if len(done.Decisions) != 1 {
+		t.Fatalf("decisions %+v, want one", done.Decisions)
+	}
+	d := done.Decisions[0]
+	if d.Decision != events.DecisionVeto || d.Policy != "audit" || !strings.Contains(d.Reason, events.ReasonPolicyMalformed) {
+		t.Errorf("decision %+v, want audit's policy_malformed veto", d)
+	}
+}

@@ -234,6 +234,9 @@ func (g *Gate) Run(ctx context.Context) error {
 	return g.bus.Serve(ctx, bus.Endpoint{
 		Service: ServiceName, Version: "0.2.0", Name: "pre_execute", Subject: events.SubjectPreExecAll,
 		QueueGroup: g.name, Description: "parley pre-execute policy " + g.name + ": allow, veto or confirm tool calls",
+		// The agent reads the answering policy from the subject, and only
+		// this policy's principal may publish there (docs/SECURITY.md).
+		ReplyAs: g.name,
 	}, g.decide)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestGatingMatrixOverTheBus(t *testing.T) {
 			t.Fatal(err)
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		reply, err := cb.Request(rctx, events.PreExecuteSubject(agentName, tool.Name), req)
+		reply, err := ask(rctx, cb, events.PreExecuteSubject(agentName, tool.Name), req, gate.PolicyName)
 		rcancel()
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
@@ -180,7 +181,7 @@ func TestUnreadableAnnotationConfirms(t *testing.T) {
 			t.Fatal(err)
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-		reply, err := cb.Request(rctx, events.PreExecuteSubject("a", "wipe"), req)
+		reply, err := ask(rctx, cb, events.PreExecuteSubject("a", "wipe"), req, gate.PolicyName)
 		rcancel()
 		if err != nil {
 			t.Fatalf("%s: %v, want a decision", name, err)
@@ -190,4 +191,25 @@ func TestUnreadableAnnotationConfirms(t *testing.T) {
 			t.Errorf("%s: decision %+v, want confirm (unreadable annotation = absent = destructive)", name, d)
 		}
 	}
+}
+
+// ask sends a pre-execute request as the agent does and returns the first
+// reply, which must come from policy (it arrives on <reply>.<policy>).
+func ask(ctx context.Context, b *bus.Client, subject string, req *event.Event, policy string) (*event.Event, error) {
+	var got *bus.Reply
+	_, err := b.RequestMany(ctx, subject, events.PreExecuteReplyScope, req, 1, func(r bus.Reply) bool {
+		got = &r
+		return false
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case got == nil:
+		return nil, ctx.Err()
+	case got.Err != nil:
+		return nil, got.Err
+	case got.Responder != policy:
+		return nil, fmt.Errorf("reply from %q, want it on <reply>.%s", got.Responder, policy)
+	}
+	return got.Event, nil
 }
