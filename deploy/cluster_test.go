@@ -121,6 +121,7 @@ func TestComposeCluster(t *testing.T) {
 		checkNATSImage(t, where, s.Image)
 		opts := natsOptions(t, where, s.Command)
 		checkClusterNode(t, where, opts, nodes)
+		checkComposeMonitoring(t, where, s, opts)
 		if opts.ServerName != name || names[opts.ServerName] {
 			t.Errorf("%s: server name %q, want %q (unique)", where, opts.ServerName, name)
 		}

@@ -803,23 +803,44 @@ func withRenderedAuth(t *testing.T, where string, args []string) []string {
 		t.Errorf("%s: nats-server %q: no -c <auth.conf>: clients would connect without authentication", where, args)
 		return args
 	}
-	if filepath.Base(args[conf+1]) != natsauth.AuthFile {
-		t.Errorf("%s: nats-server -c %s, want the rendered %s", where, args[conf+1], natsauth.AuthFile)
-	}
 	dir := t.TempDir()
 	if _, err := natsauth.Init(dir, natsauth.Roles()); err != nil {
 		t.Fatal(err)
 	}
-	args[conf+1] = filepath.Join(dir, natsauth.AuthFile)
+	switch shipped, ok := shippedNATSConfigs[args[conf+1]]; {
+	case ok:
+		// A configuration of ours that includes auth.conf from its own
+		// directory: parsed next to a freshly rendered one.
+		data, err := os.ReadFile(shipped)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), "include "+natsauth.AuthFile) {
+			t.Errorf("%s: %s does not include %s: clients would connect without authentication", where, shipped, natsauth.AuthFile)
+		}
+		args[conf+1] = filepath.Join(dir, filepath.Base(shipped))
+		if err := os.WriteFile(args[conf+1], data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	case filepath.Base(args[conf+1]) == natsauth.AuthFile:
+		args[conf+1] = filepath.Join(dir, natsauth.AuthFile)
+	default:
+		t.Errorf("%s: nats-server -c %s, want the rendered %s or a shipped configuration including it", where, args[conf+1], natsauth.AuthFile)
+	}
 	return args
 }
 
-// checkNATSArgs parses a NATS command line with nats-server's own flags.
-func checkNATSArgs(t *testing.T, where string, cmdline []string) {
+// shippedNATSConfigs maps where a nats-server configuration of deploy/ is
+// mounted (TestCompose checks the mounts) to its file here.
+var shippedNATSConfigs = map[string]string{"/etc/nats/parley.conf": "nats/compose.conf"}
+
+// checkNATSArgs parses a NATS command line with nats-server's own flags
+// (nil when it cannot).
+func checkNATSArgs(t *testing.T, where string, cmdline []string) *natsserver.Options {
 	t.Helper()
 	if len(cmdline) == 0 || cmdline[0] != "nats-server" {
 		t.Errorf("%s: command %q, want nats-server ...", where, cmdline)
-		return
+		return nil
 	}
 	fs := flag.NewFlagSet("nats-server", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -828,7 +849,7 @@ func checkNATSArgs(t *testing.T, where string, cmdline []string) {
 	opts, err := natsserver.ConfigureOptions(fs, args, noop, noop, noop)
 	if err != nil {
 		t.Errorf("%s: nats-server %q: %v", where, cmdline[1:], err)
-		return
+		return nil
 	}
 	if len(opts.Nkeys) != len(natsauth.Roles()) {
 		t.Errorf("%s: nats-server %q: %d nkey users, want parley's %d principals", where, cmdline[1:], len(opts.Nkeys), len(natsauth.Roles()))
@@ -837,6 +858,7 @@ func checkNATSArgs(t *testing.T, where string, cmdline []string) {
 		t.Errorf("%s: nats-server %q: JetStream %v, store dir %q, monitoring port %d; want true, /data, 8222",
 			where, cmdline[1:], opts.JetStream, opts.StoreDir, opts.HTTPPort)
 	}
+	return opts
 }
 
 var natsImage = regexp.MustCompile(`^nats:2\.(\d+)(\.\d+)?-alpine`)
@@ -1043,6 +1065,28 @@ func TestKustomizeBuild(t *testing.T) {
 
 // ---- docker-compose.yml ----
 
+// checkComposeMonitoring wants a compose NATS service's monitoring
+// endpoint (/varz, /connz: connections, principals and subscriptions,
+// without authentication) on the container's loopback only and
+// published on no host port, and the shipped configuration that says so
+// mounted where the command reads it.
+func checkComposeMonitoring(t *testing.T, where string, s composeService, opts *natsserver.Options) {
+	t.Helper()
+	if opts != nil && (opts.HTTPHost != "127.0.0.1" || opts.HTTPPort != 8222) {
+		t.Errorf("%s: monitoring on %s:%d, want 127.0.0.1:8222 (the container's loopback: it has no authentication)", where, opts.HTTPHost, opts.HTTPPort)
+	}
+	for _, p := range s.Ports {
+		if strings.Contains(p, "8222") {
+			t.Errorf("%s: publishes %q: the monitoring port has no authentication", where, p)
+		}
+	}
+	for target, file := range shippedNATSConfigs {
+		if slices.Contains(s.Command, target) && !slices.Contains(s.Volumes, "./deploy/"+file+":"+target+":ro") {
+			t.Errorf("%s: reads %s, but does not mount ./deploy/%s there (read-only): %v", where, target, file, s.Volumes)
+		}
+	}
+}
+
 type composeService struct {
 	Image   string   `yaml:"image"`
 	Command []string `yaml:"command"`
@@ -1056,6 +1100,7 @@ type composeService struct {
 	} `yaml:"depends_on"`
 	StopGracePeriod string   `yaml:"stop_grace_period"`
 	Volumes         []string `yaml:"volumes"`
+	Ports           []string `yaml:"ports"`
 	Deploy          struct {
 		Replicas *int `yaml:"replicas"`
 	} `yaml:"deploy"`
@@ -1082,7 +1127,7 @@ func TestCompose(t *testing.T) {
 		t.Fatal("no nats service")
 	}
 	checkNATSImage(t, "compose nats", nats.Image)
-	checkNATSArgs(t, "compose nats", nats.Command)
+	checkComposeMonitoring(t, "compose nats", nats, checkNATSArgs(t, "compose nats", nats.Command))
 	if hc := strings.Join(nats.Healthcheck.Test, " "); !strings.Contains(hc, ":8222/healthz?js-enabled-only=true") {
 		t.Errorf("compose nats: health check %q, want /healthz?js-enabled-only=true on 8222", hc)
 	}
