@@ -3,12 +3,15 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -87,6 +90,8 @@ func ParseStaticTokens(name string, r io.Reader) (StaticTokens, error) {
 			return nil, fmt.Errorf("%s:%d: token must be at least 16 characters", name, n)
 		case len(fields[1]) > MaxSubject:
 			return nil, fmt.Errorf("%s:%d: subject must be at most %d bytes", name, n, MaxSubject)
+		case jwtTag.MatchString(fields[1]):
+			return nil, fmt.Errorf("%s:%d: subject must not end in @jwt-<12 hex digits>: that names a JWT issuer's user (JWTUser)", name, n)
 		}
 		if _, dup := out[fields[0]]; dup {
 			return nil, fmt.Errorf("%s:%d: token listed twice", name, n)
@@ -120,9 +125,26 @@ type JWTConfig struct {
 }
 
 // JWT verifies bearer JWTs with github.com/coreos/go-oidc/v3: signature
-// against the JWKS, issuer, audience, expiry with clock skew.
+// against the JWKS, issuer, audience, expiry with clock skew. The user it
+// authenticates is JWTUser(issuer, sub).
 type JWT struct {
-	v *oidc.IDTokenVerifier
+	v      *oidc.IDTokenVerifier
+	issuer string
+}
+
+// jwtTag matches the end of a JWT user's name (JWTUser).
+var jwtTag = regexp.MustCompile(`@jwt-[0-9a-f]{12}$`)
+
+// JWTUser is the gateway's name of the user sub of JWT issuer:
+// "<sub>@jwt-<the first 12 hex digits of SHA-256(issuer)>". Identities
+// from different issuers never collide: a token-file user (StaticTokens,
+// whose subjects may not end so) and users of two issuers with the same
+// sub are three users, each with their own threads. The name is the
+// owner recorded with the processor (onBehalfOf) and in the gateway's
+// claims, shares and answers.
+func JWTUser(issuer, sub string) string {
+	sum := sha256.Sum256([]byte(issuer))
+	return sub + "@jwt-" + hex.EncodeToString(sum[:6])
 }
 
 // NewJWT returns a JWT verifier. ctx bounds nothing but is kept by
@@ -161,19 +183,33 @@ func NewJWT(ctx context.Context, c JWTConfig) (*JWT, error) {
 		// clock that runs ClockSkew behind accepts that much skew.
 		Now: func() time.Time { return time.Now().Add(-skew) },
 	})
-	return &JWT{v: v}, nil
+	return &JWT{v: v, issuer: c.Issuer}, nil
 }
 
-// Authenticate verifies token and returns its "sub" claim.
+// Authenticate verifies token and returns its user: JWTUser of the
+// issuer and the "sub" claim.
 func (j *JWT) Authenticate(ctx context.Context, token string) (string, error) {
 	t, err := j.v.Verify(ctx, token)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
-	if t.Subject == "" || len(t.Subject) > MaxSubject {
-		return "", fmt.Errorf("%w: sub claim must be 1-%d bytes", ErrUnauthenticated, MaxSubject)
+	user := JWTUser(j.issuer, t.Subject)
+	if t.Subject == "" || len(user) > MaxSubject {
+		return "", fmt.Errorf("%w: sub claim must be 1-%d bytes", ErrUnauthenticated, MaxSubject-len(JWTUser(j.issuer, "")))
 	}
-	return t.Subject, nil
+	return user, nil
+}
+
+// sameIssuer completes the user name other, given by owner (a share),
+// with owner's JWT issuer when other names none: a JWT user shares with
+// "bob" of their own issuer. A token-file owner's names, and names that
+// carry an issuer, are taken as given.
+func sameIssuer(owner, other string) string {
+	tag := jwtTag.FindString(owner)
+	if tag == "" || jwtTag.MatchString(other) || len(other)+len(tag) > MaxSubject {
+		return other
+	}
+	return other + tag
 }
 
 // Chain tries each Authenticator in order and returns the first subject.

@@ -324,8 +324,8 @@ func TestJWT(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sub, err := j.Authenticate(context.Background(), tc.tok)
-			if tc.ok && (err != nil || sub != "alice") {
-				t.Fatalf("Authenticate = %q, %v; want alice", sub, err)
+			if want := JWTUser("https://idp.example", "alice"); tc.ok && (err != nil || sub != want) {
+				t.Fatalf("Authenticate = %q, %v; want %s", sub, err, want)
 			}
 			if !tc.ok && !errors.Is(err, ErrUnauthenticated) {
 				t.Fatalf("Authenticate = %q, %v; want ErrUnauthenticated", sub, err)
@@ -365,5 +365,37 @@ func TestWebServed(t *testing.T) {
 	}
 	if w := request(t, g.Handler(), "GET", "/", "", "", nil); !strings.Contains(w.Body.String(), `<script src="app.js" defer>`) {
 		t.Errorf("GET / is not the web chat: %.200s", w.Body.String())
+	}
+}
+
+// A JWT user and a token-file user with the same subject are two users,
+// and so are the users of two issuers: the gateway's name of a JWT user
+// carries its issuer (JWTUser), and a token file cannot name a JWT user.
+func TestIdentitiesOfIssuersNeverCollide(t *testing.T) {
+	static, err := ParseStaticTokens("f", strings.NewReader("devtoken-0123456789 dev\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokenDev, err := static.Authenticate(context.Background(), "devtoken-0123456789")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := JWTUser("https://idp-a.example", "dev"), JWTUser("https://idp-b.example", "dev")
+	if tokenDev != "dev" || a == tokenDev || b == tokenDev || a == b || !strings.HasPrefix(a, "dev@jwt-") {
+		t.Fatalf("token-file dev %q, JWT dev of idp-a %q, of idp-b %q: want three names", tokenDev, a, b)
+	}
+	if _, err := ParseStaticTokens("f", strings.NewReader("devtoken-0123456789 "+a+"\n")); err == nil {
+		t.Errorf("a token file named the JWT user %s", a)
+	}
+	// A JWT user shares with "bob" of their own issuer; a token-file user
+	// names users as given.
+	if got := sameIssuer(a, "bob"); got != JWTUser("https://idp-a.example", "bob") {
+		t.Errorf("sameIssuer(%s, bob) = %s", a, got)
+	}
+	if got := sameIssuer(a, b); got != b {
+		t.Errorf("sameIssuer(%s, %s) = %s, want it as given", a, b, got)
+	}
+	if got := sameIssuer("dev", "bob"); got != "bob" {
+		t.Errorf("sameIssuer(dev, bob) = %s, want bob", got)
 	}
 }

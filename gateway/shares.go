@@ -104,6 +104,7 @@ func (g *Gateway) changeShare(w http.ResponseWriter, r *http.Request, user strin
 	if !ok {
 		return
 	}
+	other = sameIssuer(user, other)
 	rec, err := g.owners.share(r.Context(), thread, user, other, grant)
 	switch {
 	case err == nil:
