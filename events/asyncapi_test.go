@@ -113,7 +113,12 @@ func generateAsyncAPI(t *testing.T) []byte {
 			ch := ms{}
 			if r.Subject == "" {
 				ch = append(ch, kv("address", nil))
-				ch = append(ch, kv("description", fmt.Sprintf("The requester's inbox: the reply to %s.", strings.Join(requestsOf(entries, e.Type), ", "))))
+				desc := fmt.Sprintf("The requester's inbox: the reply to %s.", strings.Join(requestsOf(entries, e.Type), ", "))
+				if e.Type == TypePreExecuteDecided {
+					desc = "The requester's inbox, <reply subject>.<policy> (_INBOX_agent.pre_execute.<unique>.<policy>): the reply to " +
+						strings.Join(requestsOf(entries, e.Type), ", ") + ", on which only the policy's principal may publish; the agent reads the policy from this subject."
+				}
+				ch = append(ch, kv("description", desc))
 			} else {
 				ch = append(ch, kv("address", r.Subject))
 				desc := "Core NATS request-reply (not stored)."

@@ -281,29 +281,53 @@ func TestParseStaticTokens(t *testing.T) {
 	}
 }
 
-func TestJWT(t *testing.T) {
+// testIssuer is a JWT issuer (https://idp.example, audience parley)
+// with its JWKS served; sign signs claims with key k.
+type testIssuer struct {
+	key *rsa.PrivateKey
+	j   *JWT
+}
+
+func newTestIssuer(t *testing.T) *testIssuer {
+	t.Helper()
 	key, _ := rsa.GenerateKey(rand.Reader, 2048)
-	other, _ := rsa.GenerateKey(rand.Reader, 2048)
 	jwks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{
 			{Key: key.Public(), KeyID: "k1", Algorithm: "RS256", Use: "sig"}}})
 	}))
-	defer jwks.Close()
+	t.Cleanup(jwks.Close)
 	j, err := NewJWT(context.Background(), JWTConfig{Issuer: "https://idp.example", Audience: "parley", JWKSURL: jwks.URL, ClockSkew: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sign := func(k *rsa.PrivateKey, c josejwt.Claims) string {
-		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: k}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, err := josejwt.Signed(s).Claims(c).Serialize()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
+	return &testIssuer{key: key, j: j}
+}
+
+func (ti *testIssuer) sign(t *testing.T, k *rsa.PrivateKey, c josejwt.Claims) string {
+	t.Helper()
+	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: k}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	tok, err := josejwt.Signed(s).Claims(c).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// token is a valid token of the issuer for sub.
+func (ti *testIssuer) token(t *testing.T, sub string) string {
+	now := time.Now()
+	return ti.sign(t, ti.key, josejwt.Claims{Issuer: "https://idp.example", Audience: josejwt.Audience{"parley"}, Subject: sub,
+		Expiry: josejwt.NewNumericDate(now.Add(time.Hour)), IssuedAt: josejwt.NewNumericDate(now)})
+}
+
+func TestJWT(t *testing.T) {
+	ti := newTestIssuer(t)
+	key, j := ti.key, ti.j
+	other, _ := rsa.GenerateKey(rand.Reader, 2048)
+	sign := func(k *rsa.PrivateKey, c josejwt.Claims) string { return ti.sign(t, k, c) }
 	now := time.Now()
 	good := josejwt.Claims{Issuer: "https://idp.example", Audience: josejwt.Audience{"parley"}, Subject: "alice",
 		Expiry: josejwt.NewNumericDate(now.Add(time.Hour)), IssuedAt: josejwt.NewNumericDate(now)}
@@ -397,5 +421,44 @@ func TestIdentitiesOfIssuersNeverCollide(t *testing.T) {
 	}
 	if got := sameIssuer("dev", "bob"); got != "bob" {
 		t.Errorf("sameIssuer(dev, bob) = %s, want bob", got)
+	}
+}
+
+// Two gateways on one bus, one authenticating a token file and one JWTs
+// (both the gateway principal): token-file user dev's thread is not JWT
+// user dev's. The JWT user gets 404 on it, does not list it, and cannot
+// post to it (nothing published).
+func TestTokenUserAndJWTUserAreTwoUsers(t *testing.T) {
+	srv := bustest.NewServer(t)
+	ti := newTestIssuer(t)
+	gateways := map[string]*Gateway{}
+	for name, auth := range map[string]Authenticator{"token": StaticTokens{devTok: "dev"}, "jwt": ti.j} {
+		b, err := bus.New(srv.Connect(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.EnsureStreams(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if gateways[name], err = New(t.Context(), b, auth, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokenGW, jwtGW, jwtDev := gateways["token"], gateways["jwt"], ti.token(t, "dev")
+	if w := request(t, tokenGW.Handler(), "POST", "/v1/threads/mine/messages", devTok, `{"text":"hi"}`, nil); w.Code != 202 {
+		t.Fatalf("token dev's post = %d %s", w.Code, w.Body)
+	}
+	echoInput(t, tokenGW, "mine", events.ChatTurnRequested)
+	if w := request(t, tokenGW.Handler(), "GET", "/v1/threads/mine", devTok, "", nil); w.Code != 200 {
+		t.Fatalf("token dev reading their thread = %d %s", w.Code, w.Body)
+	}
+	if w := request(t, jwtGW.Handler(), "GET", "/v1/threads/mine", jwtDev, "", nil); w.Code != 404 {
+		t.Errorf("JWT dev reading token dev's thread = %d %s, want 404", w.Code, w.Body)
+	}
+	if w := request(t, jwtGW.Handler(), "GET", "/v1/threads", jwtDev, "", nil); w.Code != 200 || strings.Contains(w.Body.String(), "mine") {
+		t.Errorf("JWT dev's threads = %d %s, want none", w.Code, w.Body)
+	}
+	if w := request(t, jwtGW.Handler(), "POST", "/v1/threads/mine/messages", jwtDev, `{"text":"hello"}`, nil); w.Code != 404 {
+		t.Errorf("JWT dev posting to token dev's thread = %d %s, want 404", w.Code, w.Body)
 	}
 }

@@ -56,7 +56,11 @@ func (c *devCmd) Run(e *env) error {
 		// and kept; the server refuses anonymous clients.
 		// A principal for every policy the agent expects and the gate's
 		// own name: only policy P's principal may answer as P.
-		ps, err := natsauth.Set(nil, devPolicies(c.Policies, c.PolicyName))
+		gateName := c.PolicyName
+		if gateName == "" {
+			gateName = natsauth.Gate // a config built in code: the gate's default
+		}
+		ps, err := natsauth.Set(nil, devPolicies(c.Policies, gateName))
 		if err != nil {
 			return &exitError{code: 2, err: fmt.Errorf("--policies/--policy-name: %w", err)}
 		}
@@ -66,7 +70,7 @@ func (c *devCmd) Run(e *env) error {
 		so.AuthConfig = filepath.Join(authDir, natsauth.AuthFile)
 		creds = func(role string) natsauth.Credentials {
 			if role == starter.RoleGate {
-				role = c.PolicyName // the gate answers as its policy's principal
+				role = gateName // the gate answers as its policy's principal
 			}
 			return natsauth.Credentials{NKeyFile: filepath.Join(authDir, natsauth.SeedFile(role)), Principal: role}
 		}
