@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,5 +55,25 @@ func TestCredentialsForPrincipal(t *testing.T) {
 	}
 	if c, err := (natsAuthFlags{NATSNKey: other}).credentialsAs("acme"); err != nil || c.Principal != "acme" {
 		t.Errorf("--principal acme with key.seed: %+v, %v; want acme", c, err)
+	}
+}
+
+// A gate whose policy name is not its principal's refuses to start under
+// authorization (NATS would refuse its every answer); without
+// credentials any name goes. parley dev writes a principal for every
+// expected policy and the gate's name, but the gate's own.
+func TestGatePolicyNameIsItsPrincipal(t *testing.T) {
+	gateSeed := natsauth.Credentials{NKeyFile: "/auth/gate.nk", Principal: "gate"}
+	if err := checkPolicyPrincipal("gate", gateSeed); err != nil {
+		t.Errorf("gate as gate: %v", err)
+	}
+	if err := checkPolicyPrincipal("compliance", gateSeed); err == nil || !strings.Contains(err.Error(), "compliance.nk") {
+		t.Errorf("gate's seed as compliance: %v, want an error naming compliance.nk", err)
+	}
+	if err := checkPolicyPrincipal("compliance", natsauth.Credentials{Principal: "gate"}); err != nil {
+		t.Errorf("no credentials: %v", err)
+	}
+	if got := devPolicies([]string{"gate", "compliance", "compliance"}, "audit"); !slices.Equal(got, []string{"compliance", "audit"}) {
+		t.Errorf("devPolicies = %v, want [compliance audit]", got)
 	}
 }
