@@ -50,7 +50,7 @@ type processorFlags struct {
 type agentFlags struct {
 	Rules             string        `name:"rules" env:"PARLEY_MODEL_RULES" type:"existingfile" help:"Scripted model rules file (JSON); default: the built-in demo rules."`
 	PreExecuteTimeout time.Duration `name:"pre-execute-timeout" env:"PARLEY_PRE_EXECUTE_TIMEOUT" default:"2s" help:"How long to wait for the policy services."`
-	PreExecuteSettle  time.Duration `name:"pre-execute-settle" env:"PARLEY_PRE_EXECUTE_SETTLE" default:"100ms" help:"How long to keep listening after every expected policy answered (unless one vetoed): a second answer of a policy in that time still counts, the stricter one winning. 0: the default."`
+	PreExecuteSettle  time.Duration `name:"pre-execute-settle" env:"PARLEY_PRE_EXECUTE_SETTLE" default:"100ms" help:"How long to keep listening after every expected policy answered (unless one vetoed, or the tool is read-only): a second answer of a policy in that time still counts, the stricter one winning. 0: the default."`
 	Policies          []string      `name:"policies" env:"PARLEY_POLICIES" default:"gate" help:"Policy services every tool call waits for (comma-separated names); one that does not answer vetoes a tool that is not read-only."`
 	ModelCallTimeout  time.Duration `name:"model-call-timeout" env:"PARLEY_MODEL_CALL_TIMEOUT" default:"10m" help:"How long one model call, all its attempts and retry waits included, may take; after it the turn fails with reason model_timeout."`
 	// ProgressDelay: see agent.Options.ProgressDelay; 0 or less here

@@ -29,7 +29,8 @@ type Options struct {
 	// PreExecuteTimeout bounds one pre-execute request. Optional. Default: 2s.
 	PreExecuteTimeout time.Duration
 	// PreExecuteSettle is how long the agent keeps listening after every
-	// expected policy answered (unless one vetoed), within
+	// expected policy answered (unless one vetoed, or the tool is
+	// read-only by its registered definition), within
 	// PreExecuteTimeout: a second reply for a policy (a replica in another
 	// queue group, a stray subscriber with that policy's credentials)
 	// that arrives in it still counts, the strictest answer of each policy
@@ -69,7 +70,8 @@ type Options struct {
 }
 
 // DefaultPreExecuteSettle is Options.PreExecuteSettle's default: 100 ms,
-// added to every tool call no policy vetoed.
+// added to every call of a tool that is not read-only that no policy
+// vetoed (a read-only call does not wait).
 const DefaultPreExecuteSettle = 100 * time.Millisecond
 
 // DefaultModelTimeout is Options.ModelTimeout's default: 10 minutes, room

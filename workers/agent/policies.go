@@ -33,8 +33,9 @@ var DefaultPolicies = []string{"gate"}
 // policy's name from that subject, never from the reply's data: under
 // parley's NATS permissions only policy P's principal may publish there.
 // Replies are gathered until every expected policy answered (then, unless
-// one vetoed, for PreExecuteSettle more, so a second reply for a policy
-// still counts), MaxPolicyReplies arrived or PreExecuteTimeout passed.
+// one vetoed or the tool is read-only, for PreExecuteSettle more, so a
+// second reply for a policy still counts), MaxPolicyReplies arrived or
+// PreExecuteTimeout passed.
 // When nobody answers at all (no responders, or silence until the
 // deadline) it asks again, up to three times, before concluding
 // policy_unavailable.
@@ -56,6 +57,11 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 		g    *gathering
 		last error
 	)
+	// Only a call that is not read-only (by the registered definition)
+	// waits PreExecuteSettle for a second answer of a policy: that wait is
+	// what keeps a stricter answer from being lost to a faster one, and it
+	// matters where the call changes something; a read turn pays nothing.
+	readOnly := tool.Annotations.ReadOnly()
 	for attempt, pause := range []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 0} {
 		g = &gathering{a: a, run: run, c: c, byPolicy: map[string]int{}}
 		rctx, cancel := context.WithTimeout(ctx, a.opts.PreExecuteTimeout)
@@ -68,8 +74,10 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 				if !allAnswered(a.opts.Policies, g.answered()) {
 					return true
 				}
-				if g.vetoed() {
-					return false // nothing is stricter than a veto
+				if g.vetoed() || readOnly {
+					// Nothing is stricter than a veto; and a read-only
+					// call does not wait for a second answer (below).
+					return false
 				}
 				if settle == nil {
 					settle = time.AfterFunc(a.opts.PreExecuteSettle, cancel)

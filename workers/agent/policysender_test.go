@@ -280,3 +280,41 @@ func TestDuplicatePolicyReplyStrictestWins(t *testing.T) {
 		t.Errorf("%s for gate = %d, want 2 (one per request)", metrics.PolicyDuplicateReplies, dups)
 	}
 }
+
+// A read-only call takes the expected policies' first answers: it does
+// not wait PreExecuteSettle for a second one (the settle window is for
+// calls that change something). With a settle window as long as the
+// timeout allows, the read-only call still returns as soon as the gate
+// answered, and the same delete waits the window out.
+func TestReadOnlyCallDoesNotSettle(t *testing.T) {
+	s := newSecured(t)
+	s.policy(t, "gate", "gate", "gate", fixed(events.DecisionAllow), 0)
+	provider, err := model.NewScripted([]byte(oneCall("delete_entities", `{"ids":["a1"]}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const settle = 3 * time.Second
+	a, err := New(t.Context(), s.bus(t, natsauth.Agent, nil), provider,
+		&Options{PreExecuteTimeout: 10 * time.Second, PreExecuteSettle: settle, Policies: []string{"gate"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(tool schema.Tool) time.Duration {
+		c := &CallState{Call: schema.ToolCall{ID: "call_0_0", Name: tool.Name, Arguments: json.RawMessage(`{"ids":["a1"]}`)}}
+		start := time.Now()
+		d, err := a.preExecute(t.Context(), &Run{RunID: "r-" + tool.Name, Thread: "t1", Agent: "default"}, c, &tool)
+		if err != nil || d.Decision != events.DecisionAllow {
+			t.Fatalf("%s: %+v, %v; want the gate's allow", tool.Name, d, err)
+		}
+		return time.Since(start)
+	}
+	read := deleteTool()
+	read.Name = "list_entities"
+	read.Annotations = &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true)}
+	if took := call(read); took >= settle {
+		t.Errorf("read-only call took %v: it waited the settle window (%v)", took, settle)
+	}
+	if took := call(deleteTool()); took < settle {
+		t.Errorf("delete took %v: it did not wait the settle window (%v) for a second answer", took, settle)
+	}
+}
