@@ -300,8 +300,10 @@ func (a *Agent) onToolResult(ctx context.Context, first bool, in events.ToolResu
 				return err
 			}
 			c.Status, c.Result = callDone, r
+			run.addEffect(c)
 		default:
 			c.Status, c.Result = callDone, schema.ErrorResult("the tool returned no result")
+			run.addEffect(c)
 		}
 		a.toolProgress(ctx, &run, toolFinished, c)
 		// The result is written with the run's next checkpoint (advance):
@@ -763,9 +765,11 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 	if err != nil {
 		return err
 	}
+	effects, omitted := run.outcomeEffects()
 	e, err := events.KindRunPaused.New(events.SourceAgent,
 		events.DerivedID("run.paused", run.RunID, fmt.Sprint(run.Step), pend[0].ID), run.Thread,
-		events.RunPaused{RunID: run.RunID, TurnID: run.TurnID, Agent: run.Agent, Elicitations: pend, Snapshot: snap})
+		events.RunPaused{RunID: run.RunID, TurnID: run.TurnID, Agent: run.Agent, Elicitations: pend, Snapshot: snap,
+			Effects: effects, EffectsOmitted: omitted})
 	if err != nil {
 		return err
 	}
@@ -788,8 +792,10 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 			decisions = append(decisions, c.record())
 		}
 	}
+	effects, omitted := run.outcomeEffects()
 	e, err := events.KindRunCompleted.New(events.SourceAgent, events.DerivedID("run.completed", run.RunID),
-		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions})
+		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions,
+			Effects: effects, EffectsOmitted: omitted})
 	if err != nil {
 		return err
 	}
@@ -802,8 +808,12 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
 	a.pending.end(run.RunID)   // its own event ends the phase
 	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	// What ran goes with the failure: the thread keeps it in its
+	// history and turn.failed names it.
+	effects, omitted := run.outcomeEffects()
 	e, err := events.KindRunFailed.New(events.SourceAgent, events.DerivedID("run.failed", run.RunID),
-		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail})
+		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail,
+			Effects: effects, EffectsOmitted: omitted})
 	if err != nil {
 		return err
 	}
