@@ -580,10 +580,14 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 				return err
 			}
 			for _, c := range toSend {
+				// The phase is announced before the call is sent: its
+				// result (and the run's end) may come, on another
+				// handler, before the publish returns here, and must
+				// find the phase to end.
+				a.toolProgress(ctx, run, toolStarted, c)
 				if err := a.dispatch(ctx, run, c); err != nil {
 					return err
 				}
-				a.toolProgress(ctx, run, toolStarted, c)
 			}
 			return nil // wait for tool results
 		}
@@ -753,8 +757,8 @@ func (a *Agent) redispatch(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
-	a.pending.end(run.RunID)   // its own event ends the phase
-	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	a.pending.end(run.RunID, len(run.Resumes)) // its own event ends the phase
+	a.runCache.drop(run.RunID)                 // remembered no longer (runCache)
 	var pend []events.PendingElicitation
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {
@@ -784,8 +788,8 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
-	a.pending.end(run.RunID)   // its own event ends the phase
-	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	a.pending.end(run.RunID, runOver) // its own event ends the phase
+	a.runCache.drop(run.RunID)        // remembered no longer (runCache)
 	decisions := append([]events.DecisionRecord(nil), run.Decisions...)
 	for _, c := range run.Calls { // calls settled by a cancel, never fed to the model
 		if c.decided() {
@@ -806,8 +810,8 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
-	a.pending.end(run.RunID)   // its own event ends the phase
-	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	a.pending.end(run.RunID, runOver) // its own event ends the phase
+	a.runCache.drop(run.RunID)        // remembered no longer (runCache)
 	// What ran goes with the failure: the thread keeps it in its
 	// history and turn.failed names it.
 	effects, omitted := run.outcomeEffects()
