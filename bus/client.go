@@ -419,18 +419,24 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 
 // PublishAsync stores e on subject in JetStream like Publish (binary
 // mode, Nats-Msg-Id = e.ID(), trace context) without waiting for the
-// acknowledgement: the publish is sent in call order on the connection, so
-// events published one after the other from one goroutine are stored in
-// that order, also relative to a later Publish. There is no retry; a
-// failure (no acknowledgement within timeout, or the stream's refusal) is
-// passed to onErr (when not nil) from another goroutine. For advisory
-// events such as progress, which must not hold up a turn.
-func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Event, timeout time.Duration, onErr func(error)) {
+// acknowledgement: the publish is sent in call order on the connection.
+// There is no retry, not even the client's own on "no responders" (a
+// stream electing its leader), so no copy is sent later behind the
+// caller's back; a failure (no acknowledgement within timeout, or the
+// stream's refusal) is passed to onErr (when not nil) from another
+// goroutine. The returned channel is closed once the publish is settled
+// (acknowledged, failed, or timeout passed): a caller that must know the
+// event is stored before it publishes another, into another stream
+// (whose storing does not wait for this one's), waits for it. For
+// advisory events such as progress, which must not hold up a turn.
+func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Event, timeout time.Duration, onErr func(error)) <-chan struct{} {
+	settled := make(chan struct{})
 	msg, err := c.message(ctx, subject, e)
 	if err == nil {
 		var f jetstream.PubAckFuture
-		if f, err = c.js.PublishMsgAsync(msg, jetstream.WithMsgID(MsgID(e))); err == nil {
+		if f, err = c.js.PublishMsgAsync(msg, jetstream.WithMsgID(MsgID(e)), jetstream.WithRetryAttempts(0)); err == nil {
 			go func() {
+				defer close(settled)
 				t := time.NewTimer(timeout)
 				defer t.Stop()
 				select {
@@ -445,12 +451,14 @@ func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Even
 					}
 				}
 			}()
-			return
+			return settled
 		}
 	}
+	close(settled)
 	if onErr != nil {
 		onErr(fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err))
 	}
+	return settled
 }
 
 // PublishCore sends e on subject over core NATS without waiting for a

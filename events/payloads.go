@@ -85,6 +85,14 @@ type TurnFailed struct {
 	RequestEventID string `json:"requestEventId,omitempty"`
 	Reason         string `json:"reason"`
 	Detail         string `json:"detail"`
+	// ToolCalls are the tool calls the turn executed before it failed
+	// (their names and one-line summaries of their results), in the order
+	// they ran; the thread's history keeps them, so the model of the
+	// thread's next turn reads them. Absent when no tool ran.
+	ToolCalls []ToolRan `json:"toolCalls,omitempty"`
+	// ToolCallsOmitted counts executed tool calls past
+	// MaxToolEffects, not listed.
+	ToolCallsOmitted int `json:"toolCallsOmitted,omitempty"`
 }
 
 // TurnRejected is the data of dev.parley.turn.rejected: the turn.requested
@@ -220,6 +228,11 @@ type RunCompleted struct {
 	TurnID    string             `json:"turnId"`
 	Message   schema.ChatMessage `json:"message"`
 	Decisions []DecisionRecord   `json:"decisions,omitempty"`
+	// Effects are the tool calls the run executed (see ToolEffect), in
+	// the order they ran, at most MaxToolEffects; EffectsOmitted counts
+	// those past it.
+	Effects        []ToolEffect `json:"effects,omitempty"`
+	EffectsOmitted int          `json:"effectsOmitted,omitempty"`
 }
 
 // Elicitation kinds.
@@ -246,6 +259,11 @@ type RunPaused struct {
 	Agent        string               `json:"agent"`
 	Elicitations []PendingElicitation `json:"elicitations"`
 	Snapshot     json.RawMessage      `json:"snapshot"`
+	// Effects are the tool calls the run executed (see ToolEffect), in
+	// the order they ran, at most MaxToolEffects; EffectsOmitted counts
+	// those past it.
+	Effects        []ToolEffect `json:"effects,omitempty"`
+	EffectsOmitted int          `json:"effectsOmitted,omitempty"`
 }
 
 // RunFailed is the data of dev.parley.agent.run.failed.
@@ -254,6 +272,11 @@ type RunFailed struct {
 	TurnID string `json:"turnId"`
 	Reason string `json:"reason"`
 	Detail string `json:"detail"`
+	// Effects are the tool calls the run executed (see ToolEffect), in
+	// the order they ran, at most MaxToolEffects; EffectsOmitted counts
+	// those past it.
+	Effects        []ToolEffect `json:"effects,omitempty"`
+	EffectsOmitted int          `json:"effectsOmitted,omitempty"`
 }
 
 // ToolCallRequested is the data of dev.parley.tool.call.requested. Round is

@@ -58,3 +58,21 @@ func TestRenderServerQuestion(t *testing.T) {
 		t.Errorf("trusted server: %q", l)
 	}
 }
+
+// A failed turn that ran tools says which, in `parley events` and `parley
+// chat` alike.
+func TestRenderFailedTurnNamesToolsThatRan(t *testing.T) {
+	d := events.TurnFailed{TurnID: "t1", Reason: "model_unavailable", Detail: "HTTP 500 on 4 attempts",
+		ToolCalls: []events.ToolRan{{CallID: "call_0_0", Tool: "delete_entities", Summary: "Deleted 1 entity: 3."},
+			{CallID: "call_0_1", Tool: "publish", OutcomeUnknown: true}}}
+	e, err := events.KindTurnFailed.New(events.SourceProcessor, "f1", "th", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []renderMode{renderLog, renderChat} {
+		got := render(threadstate.Change{Event: e, Data: d}, mode, false)
+		if !strings.Contains(got, "tools that ran: delete_entities (Deleted 1 entity: 3.), publish (sent; its outcome is unknown)") {
+			t.Errorf("mode %d: %s", mode, got)
+		}
+	}
+}

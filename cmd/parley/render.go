@@ -67,7 +67,8 @@ func render(ch threadstate.Change, mode renderMode, mine bool) string {
 		}
 		return body(renderMessage(d.Message, mode), chat)
 	case events.TurnFailed:
-		return body(d.Reason+detailAndErrors(d.Detail, nil), fmt.Sprintf("! the turn failed (%s): %s", d.Reason, d.Detail))
+		ran := toolsRan(d)
+		return body(d.Reason+detailAndErrors(d.Detail, nil)+ran, fmt.Sprintf("! the turn failed (%s): %s", d.Reason, d.Detail)+ran)
 	case events.TurnRejected:
 		return body(fmt.Sprintf("message %s refused: %s%s", d.RequestEventID, d.Reason, detailAndErrors("", d.Errors)),
 			fmt.Sprintf("! message rejected (%s)%s", d.Reason, violationList(d.Errors)))
@@ -244,4 +245,27 @@ func markCitations(text string, cs []schema.Citation) string {
 		}
 	}
 	return b.String()
+}
+
+// toolsRan says which tool calls a failed turn executed (turn.failed
+// toolCalls), "" when none: "; tools that ran: name (summary), …".
+func toolsRan(d events.TurnFailed) string {
+	if len(d.ToolCalls) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(d.ToolCalls)+1)
+	for _, c := range d.ToolCalls {
+		switch {
+		case c.OutcomeUnknown:
+			parts = append(parts, c.Tool+" (sent; its outcome is unknown)")
+		case c.IsError:
+			parts = append(parts, c.Tool+" (failed: "+c.Summary+")")
+		default:
+			parts = append(parts, c.Tool+" ("+c.Summary+")")
+		}
+	}
+	if d.ToolCallsOmitted > 0 {
+		parts = append(parts, fmt.Sprintf("%d more", d.ToolCallsOmitted))
+	}
+	return "; tools that ran: " + strings.Join(parts, ", ")
 }

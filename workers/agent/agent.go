@@ -316,8 +316,10 @@ func (a *Agent) onToolResult(ctx context.Context, first bool, in events.ToolResu
 				return err
 			}
 			c.Status, c.Result = callDone, r
+			run.addEffect(c)
 		default:
 			c.Status, c.Result = callDone, schema.ErrorResult("the tool returned no result")
+			run.addEffect(c)
 		}
 		a.toolProgress(ctx, &run, toolFinished, c)
 		// The result is written with the run's next checkpoint (advance):
@@ -594,10 +596,14 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 				return err
 			}
 			for _, c := range toSend {
+				// The phase is announced before the call is sent: its
+				// result (and the run's end) may come, on another
+				// handler, before the publish returns here, and must
+				// find the phase to end.
+				a.toolProgress(ctx, run, toolStarted, c)
 				if err := a.dispatch(ctx, run, c); err != nil {
 					return err
 				}
-				a.toolProgress(ctx, run, toolStarted, c)
 			}
 			return nil // wait for tool results
 		}
@@ -767,8 +773,8 @@ func (a *Agent) redispatch(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
-	a.pending.end(run.RunID)   // its own event ends the phase
-	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	a.pending.end(run.RunID, len(run.Resumes)) // its own event ends the phase
+	a.runCache.drop(run.RunID)                 // remembered no longer (runCache)
 	var pend []events.PendingElicitation
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {
@@ -779,9 +785,11 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 	if err != nil {
 		return err
 	}
+	effects, omitted := run.outcomeEffects()
 	e, err := events.KindRunPaused.New(events.SourceAgent,
 		events.DerivedID("run.paused", run.RunID, fmt.Sprint(run.Step), pend[0].ID), run.Thread,
-		events.RunPaused{RunID: run.RunID, TurnID: run.TurnID, Agent: run.Agent, Elicitations: pend, Snapshot: snap})
+		events.RunPaused{RunID: run.RunID, TurnID: run.TurnID, Agent: run.Agent, Elicitations: pend, Snapshot: snap,
+			Effects: effects, EffectsOmitted: omitted})
 	if err != nil {
 		return err
 	}
@@ -796,16 +804,18 @@ func (a *Agent) publishPaused(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
-	a.pending.end(run.RunID)   // its own event ends the phase
-	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	a.pending.end(run.RunID, runOver) // its own event ends the phase
+	a.runCache.drop(run.RunID)        // remembered no longer (runCache)
 	decisions := append([]events.DecisionRecord(nil), run.Decisions...)
 	for _, c := range run.Calls { // calls settled by a cancel, never fed to the model
 		if c.decided() {
 			decisions = append(decisions, c.record())
 		}
 	}
+	effects, omitted := run.outcomeEffects()
 	e, err := events.KindRunCompleted.New(events.SourceAgent, events.DerivedID("run.completed", run.RunID),
-		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions})
+		run.Thread, events.RunCompleted{RunID: run.RunID, TurnID: run.TurnID, Message: *run.Final, Decisions: decisions,
+			Effects: effects, EffectsOmitted: omitted})
 	if err != nil {
 		return err
 	}
@@ -816,10 +826,14 @@ func (a *Agent) publishCompleted(ctx context.Context, run *Run) error {
 }
 
 func (a *Agent) publishFailed(ctx context.Context, run *Run, reason, detail string) error {
-	a.pending.end(run.RunID)   // its own event ends the phase
-	a.runCache.drop(run.RunID) // remembered no longer (runCache)
+	a.pending.end(run.RunID, runOver) // its own event ends the phase
+	a.runCache.drop(run.RunID)        // remembered no longer (runCache)
+	// What ran goes with the failure: the thread keeps it in its
+	// history and turn.failed names it.
+	effects, omitted := run.outcomeEffects()
 	e, err := events.KindRunFailed.New(events.SourceAgent, events.DerivedID("run.failed", run.RunID),
-		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail})
+		run.Thread, events.RunFailed{RunID: run.RunID, TurnID: run.TurnID, Reason: reason, Detail: detail,
+			Effects: effects, EffectsOmitted: omitted})
 	if err != nil {
 		return err
 	}

@@ -34,8 +34,8 @@ const (
 	// reference (_meta MetaResultRef).
 	MaxInlineResultBytes = 32 << 10
 	// MaxRunBytes bounds the run record (the checkpoint in parley_runs and
-	// the snapshot of a paused run) together with its pending forms, which
-	// run.paused carries twice. Above it the oldest tool results are
+	// the snapshot of a paused run) together with its pending forms and
+	// the tool calls it ran (Run.Effects), which run.paused carries twice. Above it the oldest tool results are
 	// shortened, then the oldest thread history is dropped; a run still
 	// above it fails with reason RejectRunTooLarge instead of being
 	// written (no dead letter).
@@ -286,7 +286,10 @@ func (a *Agent) fit(ctx context.Context, run *Run) (failed bool) {
 		}
 	}
 	drop := 0
-	for drop < last && size > MaxRunBytes {
+	for drop < last && (size > MaxRunBytes || run.Messages[drop].Role == model.RoleTool) {
+		// A unit at a time: an earlier turn's tool results go with the
+		// assistant message that called them (a model refuses a tool
+		// result without its call).
 		size -= msgSize(&run.Messages[drop]) + 1
 		drop++
 	}
@@ -307,14 +310,17 @@ func (a *Agent) fit(ctx context.Context, run *Run) (failed bool) {
 	return true
 }
 
-// runSize is the encoded size of run plus its pending forms (run.paused
-// carries them once more next to the snapshot).
+// runSize is the encoded size of run plus its pending forms and its
+// effects (run.paused carries them once more next to the snapshot).
 func runSize(run *Run) int {
 	b, err := json.Marshal(run)
 	if err != nil {
 		return 0
 	}
 	n := len(b)
+	if eb, err := json.Marshal(run.Effects); err == nil && len(run.Effects) > 0 {
+		n += len(eb)
+	}
 	for _, c := range run.Calls {
 		if c.Status == callAwaiting {
 			for _, p := range c.Awaiting {

@@ -297,8 +297,9 @@ func (d *deltaStream) flush() {
 // the event ID: the copy a redelivered event republishes is dropped by the
 // stream's duplicate window. Failure to publish (bounded by
 // progressTimeout) is logged, never fatal: progress is advisory. It is
-// published without waiting for its acknowledgement (bus.PublishAsync:
-// stored in publish order), so it does not hold up the turn. It is
+// published without waiting for its acknowledgement (bus.PublishAsync),
+// so it does not hold up the turn; the run's end waits for it, so it is
+// stored before the run's end event (pendingProgress.end). It is
 // published only once its phase has lasted Options.ProgressDelay
 // (DefaultProgressDelay): the run's next progress, or its end, drops it
 // before that (pendingProgress).
@@ -325,8 +326,8 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
 		runID := run.RunID
-		a.pending.announce(ctx, runID, a.opts.ProgressDelay, func(ctx context.Context) {
-			a.bus.PublishAsync(ctx, subject, e, progressTimeout, func(err error) {
+		a.pending.announce(ctx, runID, len(run.Resumes), a.opts.ProgressDelay, func(ctx context.Context) <-chan struct{} {
+			return a.bus.PublishAsync(ctx, subject, e, progressTimeout, func(err error) {
 				a.log.WarnContext(ctx, "progress not published", "run_id", runID, "error", err)
 			})
 		})

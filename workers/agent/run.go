@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/model"
@@ -46,6 +47,14 @@ type Run struct {
 	// Usage is the token usage of each model call of the run (at most
 	// MaxSteps entries).
 	Usage []events.CallUsage `json:"usage,omitempty"`
+	// Effects are the tool calls of the run that the tool-executor ran
+	// (a result came back), in the order their results arrived, at most
+	// events.MaxToolEffects; EffectsOmitted counts later ones. Every
+	// outcome event carries them (with the calls still awaiting a result:
+	// outcomeEffects), so the thread keeps them whatever becomes of the
+	// turn.
+	Effects        []events.ToolEffect `json:"effects,omitempty"`
+	EffectsOmitted int                 `json:"effectsOmitted,omitempty"`
 	// Checkpointed is set once the run has a record in parley_runs: a
 	// snapshot without it (a run paused before any checkpoint) is resumed
 	// without reading the record first.
@@ -86,6 +95,33 @@ type CallState struct {
 	// person's answer to a confirmation.
 	Policy *events.Decision `json:"policy,omitempty"`
 	Answer *events.Answer   `json:"answer,omitempty"`
+}
+
+// addEffect records that the tool-executor ran c and returned c.Result.
+func (r *Run) addEffect(c *CallState) {
+	if len(r.Effects) >= events.MaxToolEffects {
+		r.EffectsOmitted++
+		return
+	}
+	r.Effects = append(r.Effects, events.NewToolEffect(c.Call, c.Result, modelText(c.Result)))
+}
+
+// outcomeEffects is what an outcome event of r says ran: r.Effects, then
+// each call sent to the tool-executor whose result has not come back
+// (it may have run: OutcomeUnknown), and how many are not listed.
+func (r *Run) outcomeEffects() ([]events.ToolEffect, int) {
+	out, omitted := slices.Clone(r.Effects), r.EffectsOmitted
+	for _, c := range r.Calls {
+		if c.Status != callDispatched {
+			continue
+		}
+		if len(out) >= events.MaxToolEffects {
+			omitted++
+			continue
+		}
+		out = append(out, events.NewToolEffect(c.Call, nil, ""))
+	}
+	return out, omitted
 }
 
 func (r *Run) call(id string) *CallState {
@@ -139,11 +175,36 @@ func decodeSnapshot(raw json.RawMessage) (*Run, error) {
 	return &r, nil
 }
 
-// fromChat converts thread history to model messages.
+// fromChat converts thread history to model messages. An assistant
+// message recording the tool calls an earlier turn executed
+// (events.MetaToolEffects) becomes what the model would have seen had the
+// turn gone on: an assistant message with those calls, each call's result
+// as a tool message, then the message's own text (how the turn ended) as
+// an assistant message. The calls' IDs are made from the message's
+// position, so no two calls of the history share one.
 func fromChat(msgs []schema.ChatMessage) []model.Message {
 	out := make([]model.Message, 0, len(msgs))
-	for _, m := range msgs {
-		out = append(out, model.Message{Role: string(m.Role), Text: m.Text, Content: m.Content})
+	for i, m := range msgs {
+		effects := events.ToolEffectsOf(m)
+		if m.Role != schema.RoleAssistant || len(effects) == 0 {
+			out = append(out, model.Message{Role: string(m.Role), Text: m.Text, Content: m.Content})
+			continue
+		}
+		calls := make([]schema.ToolCall, len(effects))
+		for j, e := range effects {
+			args := e.Arguments
+			if len(args) == 0 {
+				args = json.RawMessage("{}")
+			}
+			calls[j] = schema.ToolCall{ID: fmt.Sprintf("h%d_%d", i, j), Name: e.Tool, Arguments: args}
+		}
+		out = append(out, model.Message{Role: model.RoleAssistant, ToolCalls: calls})
+		for j, e := range effects {
+			out = append(out, model.Message{Role: model.RoleTool, ToolCallID: calls[j].ID, ToolName: e.Tool, Text: e.Text})
+		}
+		if m.Text != "" {
+			out = append(out, model.Message{Role: model.RoleAssistant, Text: m.Text})
+		}
 	}
 	return out
 }

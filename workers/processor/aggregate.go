@@ -101,6 +101,13 @@ func applyMessage(t *Thread, m QueuedMessage, seq uint64, now time.Time) (refuse
 		return false, "", nil
 	case msgSupersede:
 		sup := &Supersession{TurnID: t.TurnID, By: m.EventID, Cancelled: po.cancelled, Expired: po.expired}
+		// What the superseded turn ran stays in the history, before the
+		// messages that start now.
+		note := supersededNote
+		if len(po.cancelled) == 0 && len(po.expired) > 0 {
+			note = expiredNote
+		}
+		t.appendRan(pausedRan(t, t.TurnID), note)
 		t.State, t.PauseMark = ThreadIdle, 0
 		t.Superseded = sup
 	}
@@ -259,14 +266,16 @@ func classifyEnd(t *Thread, turnID, id string, runSeq uint64) outcomeAction {
 	return outcomeApply
 }
 
-// applyEnd ends the active turn turnID (adding reply, if any, to the
-// history) and starts the next queued message.
-func applyEnd(t *Thread, turnID, id string, runSeq uint64, reply *schema.ChatMessage) error {
+// applyEnd ends the active turn turnID (adding to the history the tool
+// calls it ran, with note when there is no reply, then reply, if any) and
+// starts the next queued message.
+func applyEnd(t *Thread, turnID, id string, runSeq uint64, reply *schema.ChatMessage, ran ranTools, note string) error {
 	if classifyEnd(t, turnID, id, runSeq) != outcomeApply {
 		return kvstate.ErrNoChange
 	}
 	t.MarkHandled(id)
 	t.RunSeq = max(t.RunSeq, runSeq)
+	t.appendRan(ran.orPaused(t, turnID), note)
 	if reply != nil {
 		// History feeds the model, which reads text: keep the thread
 		// record small by leaving the blocks in turn.completed.
@@ -279,12 +288,14 @@ func applyEnd(t *Thread, turnID, id string, runSeq uint64, reply *schema.ChatMes
 
 // applyAbandon ends the active turn turnID, while it is in state, without
 // an outcome of its run (it cannot go on: its pause record is unreadable,
-// or gone before the resume), and starts the next queued message; the
-// caller announces turn.failed.
-func applyAbandon(t *Thread, turnID, state string) error {
+// or gone before the resume), keeping in the history the tool calls its
+// run executed before it paused, and starts the next queued message; the
+// caller announces turn.failed (reason).
+func applyAbandon(t *Thread, turnID, state, reason string) error {
 	if t.TurnID != turnID || t.State != state {
 		return kvstate.ErrNoChange
 	}
+	t.appendRan(pausedRan(t, turnID), failedNote(reason))
 	t.State, t.PauseMark = ThreadIdle, 0
 	startNext(t)
 	return nil
@@ -316,6 +327,7 @@ func applyExpiry(t *Thread, key string, now time.Time) error {
 		return kvstate.ErrNoChange
 	}
 	t.Expired = &Expiry{TurnID: t.TurnID, ElicitationIDs: t.pending(), At: now, Record: key}
+	t.appendRan(pausedRan(t, t.TurnID), expiredNote)
 	t.State, t.PauseMark = ThreadIdle, 0
 	startNext(t)
 	return nil

@@ -80,7 +80,7 @@ func TestClassifyRunOutcomes(t *testing.T) {
 	resumed(ended)
 	pausedOn(ended, 20, 1, "q2") // the turn's second pause
 	resumed(ended)
-	if err := applyEnd(ended, turn, "done", 30, nil); err != nil {
+	if err := applyEnd(ended, turn, "done", 30, nil, ranTools{}, ""); err != nil {
 		t.Fatal(err)
 	}
 
@@ -441,7 +441,7 @@ func TestApplyAnswer(t *testing.T) {
 			"a2", ans("q2", schema.ActionDecline, nil), now, "", true, nil, true},
 		{"the turn ended while the question was open", func() *Thread {
 			th := rec()
-			if err := applyEnd(th, th.TurnID, "f1", 11, nil); err != nil {
+			if err := applyEnd(th, th.TurnID, "f1", 11, nil, ranTools{}, ""); err != nil {
 				panic(err)
 			}
 			return th

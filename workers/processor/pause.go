@@ -69,14 +69,15 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		created = created.UTC()
 		pt := &PausedTurn{TurnID: in.TurnID, RunID: in.RunID, Agent: in.Agent, CreatedAt: created,
 			ExpiresAt: created.Add(p.opts.PauseTTL), TraceParent: t.TraceParent, RunSeq: d.StreamSeq,
-			Record: p.pauses.key(thread, d.StreamSeq), Grants: t.TurnGrants}
+			Record: p.pauses.key(thread, d.StreamSeq), Grants: t.TurnGrants,
+			Effects: in.Effects, EffectsOmitted: in.EffectsOmitted}
 		for _, pe := range in.Elicitations {
 			pt.Elicitations = append(pt.Elicitations, Elicitation{PendingElicitation: pe, Status: StatusPending})
 		}
 		if n := pausedBytes(pt); n > MaxPausedBytes {
 			return p.endTurn(ctx, d, thread, in.TurnID, reasonRunTooLarge,
 				fmt.Sprintf("the %d questions of the pause need %d bytes with room for their answers, over the limit of %d",
-					len(pt.Elicitations), n, MaxPausedBytes))
+					len(pt.Elicitations), n, MaxPausedBytes), ranTools{effects: in.Effects, omitted: in.EffectsOmitted})
 		}
 		// The record first: a thread that says paused always has its
 		// snapshot and its expiry. One stored for a pause the thread
@@ -90,7 +91,8 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 		if errors.Is(err, kvstate.ErrExpired) {
 			// Redelivered after its record's TTL (a PauseTTL shorter than
 			// the redelivery): the questions can no longer be answered.
-			return p.endTurn(ctx, d, thread, in.TurnID, events.RejectUnknownOrExpired, err.Error())
+			return p.endTurn(ctx, d, thread, in.TurnID, events.RejectUnknownOrExpired, err.Error(),
+				ranTools{effects: in.Effects, omitted: in.EffectsOmitted})
 		}
 		if err != nil {
 			return fmt.Errorf("storing the pause record: %w", err)
@@ -547,13 +549,21 @@ func (p *Processor) failResume(ctx context.Context, thread, turnID, detail strin
 // a crash in between announces it again under the same ID; a thread no
 // longer in state is left as it is.
 func (p *Processor) abandonTurn(ctx context.Context, thread, turnID, state, kind, reason, detail string) error {
+	// What the turn's run executed before it paused: turn.failed names
+	// it, and the history keeps it (applyAbandon).
+	cur, _, err := p.threads.Load(ctx, thread)
+	if err != nil {
+		return err
+	}
+	ran := pausedRan(cur, turnID)
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID(kind, thread, turnID), turnID,
-		events.TurnFailed{TurnID: turnID, Reason: reason, Detail: detail}); err != nil {
+		events.TurnFailed{TurnID: turnID, Reason: reason, Detail: detail,
+			ToolCalls: events.RanOf(ran.effects), ToolCallsOmitted: ran.omitted}); err != nil {
 		return err
 	}
 	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		return applyAbandon(t, turnID, state)
+		return applyAbandon(t, turnID, state, reason)
 	})
 	if err != nil {
 		return err

@@ -93,6 +93,12 @@ type PausedTurn struct {
 	// schedules (and as the release before them wrote it), or the thread
 	// ID for a pause an earlier version stored (adoptLegacy).
 	Record string `json:"record"`
+	// Effects are the tool calls the turn's run executed before it
+	// paused (run.paused), and EffectsOmitted how many more ran: the
+	// history gets them when the turn ends without its run's outcome
+	// (superseded, expired, abandoned).
+	Effects        []events.ToolEffect `json:"effects,omitempty"`
+	EffectsOmitted int                 `json:"effectsOmitted,omitempty"`
 }
 
 // Find returns the elicitation with id, or nil (also on a nil p).

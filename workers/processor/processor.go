@@ -337,6 +337,10 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 	case d.Event != nil: // a run outcome: the turn cannot go on
 		var ids struct {
 			TurnID string `json:"turnId"`
+			// What the run executed (any run outcome reports it): the
+			// failed turn names it, and its history keeps it.
+			Effects        []events.ToolEffect `json:"effects"`
+			EffectsOmitted int                 `json:"effectsOmitted"`
 		}
 		if json.Unmarshal(d.Event.Data(), &ids) != nil || ids.TurnID == "" {
 			return nil
@@ -358,12 +362,14 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 		case outcomeRepeat:
 			return p.requestNext(ctx, t)
 		}
+		ran := ranTools{effects: ids.Effects, omitted: ids.EffectsOmitted}.orPaused(t, ids.TurnID)
 		if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 			events.DerivedID("turn.failed", thread, ids.TurnID), ids.TurnID,
-			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail}); err != nil {
+			events.TurnFailed{TurnID: ids.TurnID, Reason: "dead_lettered", Detail: detail,
+				ToolCalls: events.RanOf(ran.effects), ToolCallsOmitted: ran.omitted}); err != nil {
 			return err
 		}
-		t, err = p.finishTurn(ctx, thread, ids.TurnID, eventID, d.StreamSeq, nil)
+		t, err = p.finishTurn(ctx, thread, ids.TurnID, eventID, d.StreamSeq, nil, ran, failedNote("dead_lettered"))
 		if err != nil {
 			return err
 		}

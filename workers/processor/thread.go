@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -258,6 +260,63 @@ func historySize(m schema.ChatMessage) int {
 	b, _ := json.Marshal(m)
 	return len(b)
 }
+
+// ranTools are the tool calls a turn executed (the agent's run outcome
+// reports them, events.ToolEffect; a paused turn keeps those of its run so
+// far), and how many more ran than are listed.
+type ranTools struct {
+	effects []events.ToolEffect
+	omitted int
+}
+
+// pausedRan is what the paused turn turnID of t recorded of its run's
+// tool calls (none when t's last paused turn is another).
+func pausedRan(t *Thread, turnID string) ranTools {
+	if p := t.Paused; p != nil && p.TurnID == turnID {
+		return ranTools{effects: p.Effects, omitted: p.EffectsOmitted}
+	}
+	return ranTools{}
+}
+
+// orPaused is r, or, when r lists nothing (an outcome without effects: a
+// run that failed before reading its snapshot, a dead letter that could
+// not be read), what the paused turn turnID of t recorded: the run's
+// effects only grow, so its outcome's list, when there is one, holds
+// those of its pauses.
+func (r ranTools) orPaused(t *Thread, turnID string) ranTools {
+	if len(r.effects) > 0 || r.omitted > 0 {
+		return r
+	}
+	return pausedRan(t, turnID)
+}
+
+// appendRan adds to the history the tool calls a turn executed, as one
+// assistant message recording them (events.MetaToolEffects, which the
+// agent gives the model as the calls and their results), with note as its
+// text: how the turn ended when it gave no answer ("" when the answer
+// follows). Nothing when no tool ran. So an effect that happened stays in
+// the conversation whatever became of its turn.
+func (t *Thread) appendRan(r ranTools, note string) {
+	if len(r.effects) == 0 && r.omitted == 0 {
+		return
+	}
+	if r.omitted > 0 {
+		note = strings.TrimSpace(note + fmt.Sprintf(" (%d more tool calls of this turn ran and are not listed.)", r.omitted))
+	}
+	t.Append(schema.ChatMessage{Role: schema.RoleAssistant, Text: note,
+		Meta: schema.Meta{events.MetaToolEffects: slices.Clone(r.effects)}})
+}
+
+// Notes of a turn that ended with no answer after its tool calls ran
+// (appendRan).
+func failedNote(reason string) string {
+	return fmt.Sprintf("[parley: this turn ended before an answer (%s); the tool calls above ran.]", reason)
+}
+
+const (
+	supersededNote = "[parley: this turn ended unanswered: a newer message withdrew its open question; the tool calls above ran.]"
+	expiredNote    = "[parley: this turn ended unanswered: its open question expired; the tool calls above ran.]"
+)
 
 // pending returns the IDs of the questions the paused thread waits on (nil
 // unless State is paused).

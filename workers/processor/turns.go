@@ -513,19 +513,20 @@ func (p *Processor) announceEnd(ctx context.Context, thread string, sup *Superse
 }
 
 // finishTurn ends the thread's active turn (if the outcome eventID of
-// turnID, at runs stream sequence runSeq, is not stale) and starts the
-// next queued message.
-func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*Thread, error) {
+// turnID, at runs stream sequence runSeq, is not stale), keeping in its
+// history the tool calls the turn ran (with note, how it ended, when
+// there is no reply) and reply, and starts the next queued message.
+func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage, ran ranTools, note string) (*Thread, error) {
 	return p.threads.Mutate(ctx, thread, func(t *Thread) error {
-		return applyEnd(t, turnID, eventID, runSeq, reply)
+		return applyEnd(t, turnID, eventID, runSeq, reply, ran, note)
 	})
 }
 
 // finishTurnAt is finishTurn from the thread t just loaded at rev (one
 // read fewer); t is changed.
-func (p *Processor) finishTurnAt(ctx context.Context, t *Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage) (*Thread, error) {
+func (p *Processor) finishTurnAt(ctx context.Context, t *Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage, ran ranTools) (*Thread, error) {
 	return p.threads.MutateAt(ctx, t, rev, false, func(t *Thread) error {
-		return applyEnd(t, turnID, eventID, runSeq, reply)
+		return applyEnd(t, turnID, eventID, runSeq, reply, ran, "")
 	})
 }
 
@@ -557,7 +558,8 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 		events.DerivedID("turn.completed", thread, in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
 		return err
 	}
-	t, err = p.finishTurnAt(ctx, t, rev, in.TurnID, e.ID(), d.StreamSeq, &msg)
+	t, err = p.finishTurnAt(ctx, t, rev, in.TurnID, e.ID(), d.StreamSeq, &msg,
+		ranTools{effects: in.Effects, omitted: in.EffectsOmitted})
 	if err != nil {
 		return err
 	}
@@ -580,13 +582,17 @@ func (p *Processor) requestNext(ctx context.Context, t *Thread) error {
 }
 
 func (p *Processor) onRunFailed(ctx context.Context, d *bus.Delivery, in events.RunFailed) error {
-	return p.endTurn(ctx, d, d.Event.Subject(), in.TurnID, in.Reason, in.Detail)
+	return p.endTurn(ctx, d, d.Event.Subject(), in.TurnID, in.Reason, in.Detail,
+		ranTools{effects: in.Effects, omitted: in.EffectsOmitted})
 }
 
 // endTurn fails the active turn turnID of thread with the run outcome d
-// (turn.failed with reason and detail, announced before it is recorded),
-// unless d is stale, and starts the next queued message.
-func (p *Processor) endTurn(ctx context.Context, d *bus.Delivery, thread, turnID, reason, detail string) error {
+// (turn.failed with reason and detail, and the tool calls the turn ran,
+// announced before it is recorded), unless d is stale, keeps those calls
+// in the thread's history, and starts the next queued message. ran is
+// what the outcome reports; when it reports nothing, what the turn's
+// pause recorded.
+func (p *Processor) endTurn(ctx context.Context, d *bus.Delivery, thread, turnID, reason, detail string, ran ranTools) error {
 	e := d.Event
 	t, _, err := p.threads.Load(ctx, thread)
 	if err != nil {
@@ -599,12 +605,14 @@ func (p *Processor) endTurn(ctx context.Context, d *bus.Delivery, thread, turnID
 	case act == outcomeRepeat:
 		return p.requestNext(ctx, t) // announced before it was recorded
 	}
+	ran = ran.orPaused(t, turnID)
 	if err := publishChat(ctx, p, thread, events.KindTurnFailed,
 		events.DerivedID("turn.failed", thread, turnID), turnID,
-		events.TurnFailed{TurnID: turnID, RequestEventID: startedBy(t, turnID), Reason: reason, Detail: detail}); err != nil {
+		events.TurnFailed{TurnID: turnID, RequestEventID: startedBy(t, turnID), Reason: reason, Detail: detail,
+			ToolCalls: events.RanOf(ran.effects), ToolCallsOmitted: ran.omitted}); err != nil {
 		return err
 	}
-	t, err = p.finishTurn(ctx, thread, turnID, e.ID(), d.StreamSeq, nil)
+	t, err = p.finishTurn(ctx, thread, turnID, e.ID(), d.StreamSeq, nil, ran, failedNote(reason))
 	if err != nil {
 		return err
 	}

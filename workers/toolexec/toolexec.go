@@ -669,8 +669,11 @@ func (x *Executor) onDeadLetter(ctx context.Context, d *bus.Delivery, reason err
 
 // PublishProgress publishes p, a progress notification of the running call,
 // as dev.parley.progress on parley.chat.<thread>.progress (kept by
-// PARLEY_CHAT like the agent's progress events; published without waiting
-// for the stream: progress is advisory). Its progressToken is the call's
+// PARLEY_CHAT like the agent's progress events). It returns once the
+// stream stored it (within progressTimeout, else an error: progress is
+// advisory), so a caller that publishes the call's result after it
+// (mcpclient) never has the progress stored after the result and the
+// turn's end that follows it. Its progressToken is the call's
 // ID (the agent's own progress uses the turn ID), and _meta gets
 // "dev.parley/phase": "tool" and a "drupal.org/ai.status_item" line
 // naming the tool, unless the server set them.
@@ -701,8 +704,15 @@ func PublishProgress(ctx context.Context, b *bus.Client, call events.ToolCallReq
 	if err != nil {
 		return err
 	}
-	return b.PublishCore(ctx, subject, e)
+	pctx, cancel := context.WithTimeout(ctx, progressTimeout)
+	defer cancel()
+	_, err = b.Publish(pctx, subject, e)
+	return err
 }
+
+// progressTimeout bounds the wait for a progress event's acknowledgement
+// (PublishProgress).
+const progressTimeout = 2 * time.Second
 
 // WatchThread calls fn with each chat event of the running call's thread
 // (core NATS, live events only) until stop is called; a tool that waits

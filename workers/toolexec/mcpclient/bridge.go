@@ -76,6 +76,13 @@ type pendingCall struct {
 	// note is added to the call's result: what parley declined on the
 	// person's behalf (see refuses).
 	note atomic.Pointer[string]
+	// progressMu orders the call's progress before its result: a progress
+	// notification is published (and stored) under it while returned is
+	// false, and the call's outcome is handed on only once returned is
+	// set under it, so no progress of the call is stored after its result
+	// (and the run's end, which follows the result).
+	progressMu sync.Mutex
+	returned   bool
 }
 
 // guard makes a server's question one parley may show: it drops the
@@ -111,6 +118,24 @@ func secretsRefused(server string, fields []string) string {
 	return fmt.Sprintf("[parley declined, without asking the user, a form in which MCP server %s asked for what looks like a secret (%s): "+
 		"MCP forbids asking for passwords, keys, tokens or payment details in a form, and server %s is not trusted.]",
 		server, strings.Join(fields, ", "), server)
+}
+
+// report publishes a progress notification of the call with publish,
+// unless the call returned.
+func (pc *pendingCall) report(publish func()) {
+	pc.progressMu.Lock()
+	defer pc.progressMu.Unlock()
+	if !pc.returned {
+		publish()
+	}
+}
+
+// markReturned ends the call's progress: a notification being published
+// is stored first, later ones are dropped.
+func (pc *pendingCall) markReturned() {
+	pc.progressMu.Lock()
+	pc.returned = true
+	pc.progressMu.Unlock()
 }
 
 type elicitQ struct {
@@ -177,6 +202,7 @@ func (t *tool) Call(ctx context.Context, req builtin.Request) (builtin.Result, e
 	go func() {
 		res, err := cs.CallTool(callCtx, params)
 		s.calls.Delete(tok)
+		pc.markReturned() // before the outcome is handed on
 		pc.stopWatch()
 		pc.done <- callOutcome{res, err}
 		stopAfter()

@@ -516,13 +516,17 @@ func (s *Server) onProgress(ctx context.Context, req *mcp.ProgressNotificationCl
 		s.log.Warn("invalid progress notification dropped", "error", err)
 		return
 	}
-	if s.opts.Progress != nil {
-		s.opts.Progress(ctx, call, p)
-		return
-	}
-	if err := toolexec.ReportProgress(r.ctx, p); err != nil {
-		s.log.Warn("publishing progress failed", "error", err)
-	}
+	// Published (and stored) before the call's result, or not at all:
+	// once the call returned, its notifications are dropped.
+	r.pc.report(func() {
+		if s.opts.Progress != nil {
+			s.opts.Progress(ctx, call, p)
+			return
+		}
+		if err := toolexec.ReportProgress(r.ctx, p); err != nil {
+			s.log.Warn("publishing progress failed", "error", err)
+		}
+	})
 }
 
 func tokenInt(v any) (int64, bool) {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,8 +124,8 @@ func TestTrust(t *testing.T) {
 	if m := def.MCPTool(); m == nil || m.Trusted || m.Server != "test" || m.Tool != "read" {
 		t.Fatalf("_meta: %v", def.Meta)
 	}
-	if n := len(trusted.Tools()); n != 11 {
-		t.Fatalf("%d tools listed, want 11", n)
+	if n := len(trusted.Tools()); n != 12 {
+		t.Fatalf("%d tools listed, want 12", n)
 	}
 }
 
@@ -178,6 +179,37 @@ func TestProgress(t *testing.T) {
 	if len(got) < 2 || got[0].ProgressToken != schema.StringToken("call-progress") || got[0].Progress != 1 ||
 		got[0].Total == nil || *got[0].Total != 3 || got[0].Message != "step 1" {
 		t.Fatalf("progress: %s", mustJSON(t, got))
+	}
+}
+
+// A progress notification the server sends just before its result is
+// published before the call's result or not at all: none is handed on
+// once the call returned (the tool-executor publishes the result, and the
+// run may end, right after).
+func TestNoProgressAfterTheCallReturned(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	s, _ := startInMemory(t, true, Options{Progress: func(context.Context, events.ToolCallRequested, schema.Progress) {
+		time.Sleep(20 * time.Millisecond) // a publish that takes a moment
+		mu.Lock()
+		order = append(order, "progress")
+		mu.Unlock()
+	}})
+	for i := range 5 {
+		if _, err := call(t, s, "progress_then_return", `{}`); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		order = append(order, "result")
+		mu.Unlock()
+		time.Sleep(150 * time.Millisecond) // late notifications would be handed on
+		mu.Lock()
+		got := slices.Clone(order)
+		order = nil
+		mu.Unlock()
+		if got[len(got)-1] != "result" {
+			t.Fatalf("call %d: progress handed on after the call returned: %q", i, got)
+		}
 	}
 }
 
