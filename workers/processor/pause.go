@@ -344,6 +344,8 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	var (
 		v   answerVerdict
 		rec *pauseRecord
+		// accepted identifies the answer once consumed (inputPrint).
+		accepted = inputPrint(events.TypeElicitationResponded, e.ID(), who, e.Data())
 	)
 	for attempt := 0; ; attempt++ {
 		// The pause record (the run's snapshot) is read before the answer
@@ -403,6 +405,9 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			if !v.write {
 				return kvstate.ErrNoChange
 			}
+			if v.consumed {
+				t.MarkAccepted(accepted)
+			}
 			return nil
 		})
 		if errors.Is(err, errPauseChanged) && attempt < 10 {
@@ -421,8 +426,22 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
 	}
 	switch {
+	case v.unknown && t.HasAccepted(accepted):
+		// This answer was consumed, and the thread's next pause has
+		// replaced its question since (the processor that consumed it
+		// died before echoing; the turn went on with its other answers).
+		// The echo is still owed: the answer's acceptance. Nothing else
+		// is: the resume it took part in was published by whoever
+		// settled the pause, and the thread has moved past it.
+		p.log.InfoContext(ctx, "echoing an answer consumed before the thread's last pause", "subject", thread,
+			"elicitation_id", in.ElicitationID, "event_id", e.ID())
+		return p.echo(ctx, thread, e, who)
 	case v.unknown && t.Seen(e.ID()):
-		return nil // used to resume an earlier pause of the turn
+		// Under an ID the thread took, yet not an answer it consumed as
+		// sent (another party's, or one consumed before answers were
+		// remembered, or that aged out of Thread.Accepted): no verdict
+		// names the accepted event (announceRefusal).
+		return nil
 	case v.reason != "":
 		return p.rejectOn(ctx, thread, who, t, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:

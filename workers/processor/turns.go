@@ -84,6 +84,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		refused   bool
 		started   string
 		forgotten bool
+		// accepted identifies the message once accepted (inputPrint).
+		accepted = inputPrint(events.TypeTurnRequested, e.ID(), who, e.Data())
 	)
 	apply := func(t *Thread) error {
 		// A redelivery of a message the thread recorded already (every
@@ -112,6 +114,9 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		queued.Grants = &grants
 		var err error
 		refused, started, err = applyMessage(t, queued, d.StreamSeq, time.Now())
+		if err == nil && !refused {
+			t.MarkAccepted(accepted)
+		}
 		return err
 	}
 	var t *Thread
@@ -127,6 +132,13 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		return p.failIncompatible(ctx, thread, err)
 	}
 	if forgotten {
+		if t.HasAccepted(accepted) {
+			// Accepted, and its turn is over: the echo is still owed (its
+			// processor may have died before publishing it).
+			p.log.WarnContext(ctx, "echoing a redelivered message the thread accepted (its ID aged out of the record)",
+				"subject", thread, "event_id", e.ID(), "stream_seq", d.StreamSeq, "last_turn_seq", t.LastTurnSeq)
+			return p.echo(ctx, thread, e, who)
+		}
 		p.log.WarnContext(ctx, "ignoring a redelivered message the thread recorded already (its ID aged out of the record)",
 			"subject", thread, "event_id", e.ID(), "stream_seq", d.StreamSeq, "last_turn_seq", t.LastTurnSeq)
 		return nil
