@@ -283,10 +283,20 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	in, err := events.Data[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
+		var vs []schema.Violation
 		if err != nil {
 			detail = err.Error()
+			if _, ok := errors.AsType[*schema.ValidationError](err); ok {
+				vs = schema.Violations(err)
+			}
 		}
-		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, nil)
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, vs)
+	}
+	// Members the answer's shape does not define are refused, as the
+	// gateway refuses them in its body: one rule on every entrance.
+	if vs := events.CheckInput(events.TypeElicitationResponded, e.Data()); len(vs) > 0 {
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+			(&schema.ValidationError{Violations: vs}).Error(), vs)
 	}
 	if err := events.ValidToken("subject", thread); err != nil {
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
@@ -338,8 +348,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	}
 	// Sizes, before anything reaches the paused turn.
 	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
+		state := "the question's state is unknown (the thread could not be read)"
+		if cur, _, err := p.threads.Load(ctx, thread); err == nil {
+			state = questionState(cur, in.ElicitationID, time.Now())
+		}
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidContent,
-			"the answer is too large; the question is still open", vs)
+			"the answer is too large; "+state, vs)
 	}
 	var (
 		v   answerVerdict

@@ -394,9 +394,15 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxTurnRequestBytes)})
 	}
 	in, err := events.Data[events.TurnRequested](e)
+	if _, ok := errors.AsType[*schema.ValidationError](err); ok {
+		return in, append(vs, schema.Violations(err)...) // a repeated member, invalid text: named
+	}
 	if err != nil {
 		return in, append(vs, schema.Violation{Path: "data", Rule: err.Error()})
 	}
+	// Members the message's shape does not define are refused, as the
+	// gateway refuses them in its body: one rule on every entrance.
+	vs = append(vs, events.CheckInput(events.TypeTurnRequested, e.Data())...)
 	if in.Agent == "" {
 		in.Agent = p.opts.DefaultAgent
 	}
