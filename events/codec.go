@@ -74,19 +74,32 @@ func DerivedID(parts ...string) string {
 	return uuid.NewSHA1(derivedNamespace, []byte(strings.Join(parts, "\x00"))).String()
 }
 
+// InputData is Data for an event from outside parley (an integrator's
+// turn.requested or elicitation.responded): data that repeats a member
+// name in an object or holds a string that is not valid Unicode
+// (schema.CheckJSON) fails with a *schema.ValidationError whose path
+// starts with "data" (e.g. "data.message.text"), before anything is
+// decoded: encoding/json would keep the last of the repeated members and
+// read invalid text as U+FFFD. parley's own events are written by
+// encoding/json and carry, verbatim, only what was checked on its way in
+// (tool arguments: schema.CanonicalArguments), so Data does not check
+// them again.
+func InputData[T any](e *event.Event) (T, error) {
+	if len(e.Data()) > 0 {
+		if err := CheckData(e.Data()); err != nil {
+			var v T
+			return v, err
+		}
+	}
+	return Data[T](e)
+}
+
 // Data decodes the event's JSON data into a T. The error says which type
-// failed to decode and why. Data that repeats a member name in an object
-// or holds a string that is not valid Unicode (schema.CheckJSON) fails
-// with a *schema.ValidationError whose path starts with "data" (e.g.
-// "data.message.text"), before anything is decoded: encoding/json would
-// keep the last of the repeated members and read invalid text as U+FFFD.
+// failed to decode and why.
 func Data[T any](e *event.Event) (T, error) {
 	var v T
 	if len(e.Data()) == 0 {
 		return v, fmt.Errorf("data: required for %s", e.Type())
-	}
-	if err := CheckData(e.Data()); err != nil {
-		return v, err
 	}
 	if err := json.Unmarshal(e.Data(), &v); err != nil {
 		return v, fmt.Errorf("data: decoding %s: %w", e.Type(), err)

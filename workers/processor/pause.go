@@ -280,7 +280,7 @@ func compactArgs(pe events.PendingElicitation) string {
 func (p *Processor) onResponded(ctx context.Context, src input) error {
 	thread, e := src.thread, src.d.Event
 	who := events.Identity{Principal: src.principal} // until identify says more
-	in, err := events.Data[events.ElicitationResponded](e)
+	in, err := events.InputData[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
 		var vs []schema.Violation

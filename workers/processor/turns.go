@@ -393,7 +393,7 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 		return events.TurnRequested{}, append(vs, schema.Violation{Path: "data",
 			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxTurnRequestBytes)})
 	}
-	in, err := events.Data[events.TurnRequested](e)
+	in, err := events.InputData[events.TurnRequested](e)
 	if _, ok := errors.AsType[*schema.ValidationError](err); ok {
 		return in, append(vs, schema.Violations(err)...) // a repeated member, invalid text: named
 	}
