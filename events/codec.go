@@ -1,6 +1,7 @@
 package events
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/google/uuid"
+
+	"github.com/parley-dev/parley/schema"
 )
 
 // Header is a NATS message header: a map of header names to values. It has
@@ -71,6 +74,26 @@ func DerivedID(parts ...string) string {
 	return uuid.NewSHA1(derivedNamespace, []byte(strings.Join(parts, "\x00"))).String()
 }
 
+// InputData is Data for an event from outside parley (an integrator's
+// turn.requested or elicitation.responded): data that repeats a member
+// name in an object or holds a string that is not valid Unicode
+// (schema.CheckJSON) fails with a *schema.ValidationError whose path
+// starts with "data" (e.g. "data.message.text"), before anything is
+// decoded: encoding/json would keep the last of the repeated members and
+// read invalid text as U+FFFD. parley's own events are written by
+// encoding/json and carry, verbatim, only what was checked on its way in
+// (tool arguments: schema.CanonicalArguments), so Data does not check
+// them again.
+func InputData[T any](e *event.Event) (T, error) {
+	if len(e.Data()) > 0 {
+		if err := CheckData(e.Data()); err != nil {
+			var v T
+			return v, err
+		}
+	}
+	return Data[T](e)
+}
+
 // Data decodes the event's JSON data into a T. The error says which type
 // failed to decode and why.
 func Data[T any](e *event.Event) (T, error) {
@@ -82,6 +105,24 @@ func Data[T any](e *event.Event) (T, error) {
 		return v, fmt.Errorf("data: decoding %s: %w", e.Type(), err)
 	}
 	return v, nil
+}
+
+// CheckData is schema.CheckJSON for an event's data: its violation's
+// path is prefixed with "data" ("data.content.name"; "data" for the top
+// level).
+func CheckData(data []byte) error {
+	err := schema.CheckJSON(data)
+	if err == nil {
+		return nil
+	}
+	vs := schema.Violations(err)
+	for i := range vs {
+		vs[i].Path = strings.TrimSuffix("data."+vs[i].Path, ".")
+		if strings.HasPrefix(vs[i].Path, "data.[") {
+			vs[i].Path = "data" + vs[i].Path[len("data."):]
+		}
+	}
+	return &schema.ValidationError{Violations: vs}
 }
 
 // Encode writes e in CloudEvents binary content mode for NATS: every
@@ -260,6 +301,10 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 // JSON object), checking its string attributes as Decode does; errors name
 // the JSON member ("source") and carry the id when it was readable.
 func decodeStructured(body []byte) (*event.Event, error) {
+	if err := schema.CheckJSON(body); err != nil {
+		v := schema.Violations(err)[0]
+		return nil, &AttributeError{Header: cmp.Or(v.Path, "event"), Rule: v.Rule, Err: err}
+	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(body, &members); err != nil || members == nil {
 		return nil, &AttributeError{Header: "event", Rule: "structured cloudevent: must be a JSON object"}

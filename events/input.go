@@ -3,9 +3,12 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/schema"
 )
 
 // The integrator input stream (docs/events.md "Input"): integrators publish
@@ -175,4 +178,70 @@ func EchoIdentity(e *event.Event) Identity {
 	}
 	obo, _ := e.Extensions()[ExtOnBehalfOf].(string)
 	return Identity{Principal: principal, OnBehalfOf: obo}
+}
+
+// inputMembers are the members an integrator's input may carry, per
+// type, and those of the objects inside it that CheckInput checks too.
+var (
+	turnMembers     = []string{"agent", "message", "user", "share"}
+	messageMembers  = []string{"role", "text", "content", "_meta"}
+	shareMembers    = []string{"principal", "onBehalfOf"}
+	responseMembers = []string{"elicitationId", "answeredBy", "action", "content", "_meta"}
+)
+
+// RuleUnknownMember is the rule of CheckInput's violations (and of the
+// gateway's refusal of a body member it does not know).
+const RuleUnknownMember = "unknown member: not part of this input's shape (docs/events.md); remove it or check its spelling"
+
+// CheckInput checks the data of an integrator's input of type typ
+// (turn.requested, elicitation.responded) for members the type does not
+// define: at the top level, in data.message and in each data.share[i]
+// of a turn.requested, and at the top level of an elicitation.responded
+// (its content and _meta are open objects). Such a member is refused, not
+// ignored, on every entrance alike (the gateway's bodies refuse theirs):
+// a misspelt "actoin" or a member a later version defines would
+// otherwise be dropped silently. It returns one violation per member,
+// path "data.<member>" (sorted), and nil for other types or data that is
+// not an object (the decoder reports that).
+func CheckInput(typ Type, data []byte) []schema.Violation {
+	var allowed []string
+	switch typ {
+	case TypeTurnRequested:
+		allowed = turnMembers
+	case TypeElicitationResponded:
+		allowed = responseMembers
+	default:
+		return nil
+	}
+	var vs []schema.Violation
+	top := unknownMembers(data, "data", allowed, &vs)
+	if typ == TypeTurnRequested && top != nil {
+		if m, ok := top["message"]; ok {
+			unknownMembers(m, "data.message", messageMembers, &vs)
+		}
+		var share []json.RawMessage
+		if s, ok := top["share"]; ok && json.Unmarshal(s, &share) == nil {
+			for i, sh := range share {
+				unknownMembers(sh, fmt.Sprintf("data.share[%d]", i), shareMembers, &vs)
+			}
+		}
+	}
+	slices.SortFunc(vs, func(a, b schema.Violation) int { return strings.Compare(a.Path, b.Path) })
+	return vs
+}
+
+// unknownMembers appends to vs a violation for each member of the object
+// data (at path) not in allowed, and returns the object's members (nil
+// when data is not an object).
+func unknownMembers(data json.RawMessage, path string, allowed []string, vs *[]schema.Violation) map[string]json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil {
+		return nil
+	}
+	for k := range m {
+		if !slices.Contains(allowed, k) {
+			*vs = append(*vs, schema.Violation{Path: path + "." + k, Rule: RuleUnknownMember})
+		}
+	}
+	return m
 }

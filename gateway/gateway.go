@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -398,28 +399,50 @@ func threadParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 // decodeBody reads a JSON body into v, refusing unknown fields and
 // trailing data; it writes the problem (400 or 413) and returns false on
 // failure.
+// A body that repeats a member name in an object, or holds a string that
+// is not valid Unicode (schema.CheckJSON), is refused naming the member,
+// as the processor refuses such input on NATS; so is a member the body's
+// shape does not define (events.RuleUnknownMember).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
-	}
-	if err == nil {
-		if _, rerr := io.Copy(io.Discard, r.Body); rerr != nil {
-			err = rerr
-		}
-	}
-	if err == nil {
-		return true
-	}
+	body, err := io.ReadAll(r.Body)
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Detail: fmt.Sprintf("request body is over %d bytes", mbe.Limit)})
 		return false
 	}
-	writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error()})
+	if err == nil {
+		if err = schema.CheckJSON(body); err != nil {
+			writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error(),
+				Errors: schema.Violations(err)})
+			return false
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+		if err == nil && dec.More() {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	if err == nil {
+		return true
+	}
+	var vs []schema.Violation
+	if name, ok := unknownField(err); ok {
+		vs = []schema.Violation{{Path: name, Rule: events.RuleUnknownMember}}
+	}
+	writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error(), Errors: vs})
 	return false
+}
+
+// unknownField returns the member named by encoding/json's error for a
+// member DisallowUnknownFields refused (`json: unknown field "x"`).
+func unknownField(err error) (string, bool) {
+	rest, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !ok {
+		return "", false
+	}
+	name, uerr := strconv.Unquote(rest)
+	return name, uerr == nil
 }
 
 func (g *Gateway) notFound(w http.ResponseWriter) {

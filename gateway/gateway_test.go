@@ -163,7 +163,11 @@ func TestBodyTooLarge(t *testing.T) {
 		t.Fatalf("large body = %d %s, want 413 too_large", w.Code, w.Body)
 	}
 	for _, tc := range []struct{ name, body, want string }{
-		{"unknown field", `{"text":"hi","bogus":1}`, "bogus"},
+		{"unknown field", `{"text":"hi","bogus":1}`, `"path":"bogus"`},
+		{"repeated member", `{"text":"hi","text":"delete everything"}`, `"path":"text"`},
+		{"invalid UTF-8", "{\"text\":\"hi \xff\"}", `"path":"text","rule":"invalid UTF-8`},
+		{"unpaired surrogate", `{"text":"hi \ud800"}`, `"path":"text"`},
+		{"repeated member in a block", `{"text":"hi","content":[{"type":"text","text":"a","text":"b"}]}`, `"path":"content[0].text"`},
 		{"no text", `{"text":"  "}`, `"path":"text"`},
 		{"bad agent", `{"text":"hi","agent":"a.b"}`, `"path":"agent"`},
 		{"trailing", `{"text":"hi"} {}`, "trailing"},

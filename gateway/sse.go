@@ -2,13 +2,16 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 )
@@ -24,7 +27,9 @@ const pendingStreamWait = 20 * time.Second
 
 // lastEventID reads the resume point: the Last-Event-ID header (what
 // EventSource sends on reconnect) or the lastEventId query parameter,
-// a stream sequence. ok is false when the value is present and invalid.
+// a stream sequence: decimal digits only, at most 2^64-1. ok is false
+// when the value is present and anything else (a sign, spaces, a
+// fraction, an overflow).
 func lastEventID(r *http.Request) (uint64, bool) {
 	v := r.Header.Get("Last-Event-ID")
 	if v == "" {
@@ -33,8 +38,22 @@ func lastEventID(r *http.Request) (uint64, bool) {
 	if v == "" {
 		return 0, true
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+	if strings.TrimLeft(v, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
 	return n, err == nil
+}
+
+// chatEnd returns PARLEY_CHAT's last stream sequence (0 when empty).
+func (g *Gateway) chatEnd(ctx context.Context) (uint64, error) {
+	ctx, cancel := bus.WithRequestTimeout(ctx)
+	defer cancel()
+	stream, err := g.bus.JetStream().Stream(ctx, events.StreamChat)
+	if err != nil {
+		return 0, fmt.Errorf("opening %s: %w", events.StreamChat, err)
+	}
+	return stream.CachedInfo().State.LastSeq, nil
 }
 
 // streamEvents serves the thread's stored events as server-sent events:
@@ -78,6 +97,21 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 	// Only the events of the processor's ownership the claim was
 	// confirmed under (epoch.go).
 	epoch := g.owners.reader(thread, rec)
+	if after > 0 {
+		// A resume point past the stream's end (from a stream that was
+		// recreated, or a typo) resumes from the end: read from there,
+		// no event would arrive until the stream passed the point.
+		end, err := g.chatEnd(ctx)
+		if err != nil {
+			g.unavailable(w, r, err)
+			return
+		}
+		if after > end {
+			g.log.InfoContext(ctx, "Last-Event-ID past the end of the stream; resuming from the end", "thread", thread,
+				"last_event_id", after, "stream_end", end)
+			after = end
+		}
+	}
 	items, stop, err := g.follow(ctx, []string{events.ChatThreadSubjects(thread)}, max(after+1, firstShown(rec)))
 	if err != nil {
 		g.unavailable(w, r, err)

@@ -63,58 +63,13 @@ func ArgumentsSHA256(raw json.RawMessage) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// noDuplicateNames walks raw token by token and fails on an object that
-// repeats a member name.
+// noDuplicateNames fails on an object of raw that repeats a member name,
+// and on a string that is not valid Unicode (CheckJSON), naming the
+// member under "arguments".
 func noDuplicateNames(raw []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		object bool
-		names  map[string]bool
-		key    bool // the next string token is a member name
+	if err := CheckJSON(raw); err != nil {
+		v := Violations(err)[0]
+		return fmt.Errorf("%s: %s", joinPath("arguments", v.Path), v.Rule)
 	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("arguments: not valid JSON: %w", err)
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if d, ok := tok.(json.Delim); ok {
-			switch d {
-			case '{':
-				if top != nil && top.object {
-					top.key = true
-				}
-				stack = append(stack, &frame{object: true, names: map[string]bool{}, key: true})
-			case '[':
-				if top != nil && top.object {
-					top.key = true
-				}
-				stack = append(stack, &frame{})
-			case '}', ']':
-				stack = stack[:len(stack)-1]
-			}
-			continue
-		}
-		if top == nil || !top.object {
-			continue
-		}
-		if top.key {
-			name, _ := tok.(string)
-			if top.names[name] {
-				return fmt.Errorf("arguments: member %q appears twice in one object", name)
-			}
-			top.names[name] = true
-			top.key = false
-			continue
-		}
-		top.key = true // a scalar value: the next token is a name
-	}
+	return nil
 }

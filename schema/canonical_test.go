@@ -25,8 +25,8 @@ func TestCanonicalArguments(t *testing.T) {
 		`"x"`:                               "must be a JSON object",
 		`{"a":1} {"b":2}`:                   "after the JSON value",
 		`{"a":`:                             "not valid JSON",
-		`{"ids":[1],"ids":[2]}`:             `"ids" appears twice`,
-		`{"x":{"y":1,"z":[{"y":2}],"y":3}}`: `"y" appears twice`,
+		`{"ids":[1],"ids":[2]}`:             `arguments.ids: duplicate member "ids"`,
+		`{"x":{"y":1,"z":[{"y":2}],"y":3}}`: `arguments.x.y: duplicate member "y"`,
 	} {
 		if _, err := CanonicalArguments(json.RawMessage(in)); err == nil || !strings.Contains(err.Error(), rule) {
 			t.Errorf("CanonicalArguments(%s) error %v, want %q", in, err, rule)

@@ -349,6 +349,12 @@ func (r *CallToolResult) UnmarshalJSON(b []byte) error {
 // object.
 func (t *Tool) ValidateArguments(args json.RawMessage) error {
 	var vs violations
+	if err := CheckJSON(args); err != nil {
+		for _, v := range Violations(err) {
+			vs.add(joinPath("arguments", v.Path), v.Rule)
+		}
+		return vs.err()
+	}
 	var inst any
 	if err := json.Unmarshal(args, &inst); err != nil {
 		vs.addf("arguments", "not JSON: %v", err)

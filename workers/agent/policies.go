@@ -261,6 +261,11 @@ func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
 	if events.TypeOf(e) != events.TypePreExecuteDecided {
 		return d, fmt.Errorf("type: %q, want %q", e.Type(), events.TypePreExecuteDecided)
 	}
+	// A repeated member ("decision" twice: encoding/json keeps the last,
+	// another reader the first) or text that is not valid Unicode.
+	if err := events.CheckData(e.Data()); err != nil {
+		return d, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(e.Data()))
 	dec.DisallowUnknownFields()
 	var in events.PolicyDecision

@@ -503,13 +503,13 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 		} else {
 			v.errors = []schema.Violation{{Path: "content", Rule: err.Error()}}
 		}
-		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; the question is still open"
+		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; "+questionState(t, in.ElicitationID, now)
 		return v
 	}
 	if n := answerGrowth(el, result, who, id, now); n > answerRoom {
 		v.errors = []schema.Violation{{Path: "content", Rule: fmt.Sprintf(
 			"%d bytes as the thread stores the answer (JSON, escapes included) is over the limit of %d", n, answerRoom)}}
-		v.reason, v.detail = events.RejectInvalidContent, "the answer is too large; the question is still open"
+		v.reason, v.detail = events.RejectInvalidContent, "the answer is too large; "+questionState(t, in.ElicitationID, now)
 		return v
 	}
 	if el.Status == StatusConsumed {
@@ -541,4 +541,27 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 	}
 	v.consumed, v.write = true, true
 	return v
+}
+
+// questionState says, for a refusal's detail, what became of question id
+// of thread t at time now: still open (the party may answer again), or
+// why not. A refusal that is not about the question's state (invalid
+// content, too large) states it as it is, never "still open" for a
+// question that was answered, withdrawn or expired.
+func questionState(t *Thread, id string, now time.Time) string {
+	rec := t.Paused
+	el := rec.Find(id)
+	switch {
+	case el == nil:
+		return "no question with this ID is open on the thread"
+	case el.Status == StatusConsumed:
+		return "the question was already answered"
+	case el.Status == StatusCancelled:
+		return "the question was withdrawn"
+	case !now.Before(rec.ExpiresAt):
+		return "the question expired"
+	case t.State != ThreadPaused || t.TurnID != rec.TurnID:
+		return "the turn no longer waits for this answer"
+	}
+	return "the question is still open"
 }

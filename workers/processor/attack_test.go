@@ -304,6 +304,7 @@ func recordAtEveryBound(t *testing.T, n int) (*Thread, bool) {
 	for i := range maxHandled {
 		th.MarkHandled(id(300 + i))
 		th.Refuse(id(500 + i))
+		th.MarkAccepted(inputPrint(events.TypeElicitationResponded, id(700+i), who, nil))
 	}
 	var ids []string
 	for _, el := range pt.Elicitations {

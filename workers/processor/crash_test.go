@@ -551,3 +551,129 @@ func TestCrashFIFOWhenPredecessorCheckFails(t *testing.T) {
 		t.Fatalf("runs started %v, want m2's: m3 overtook m2", got)
 	}
 }
+
+// Every consumed answer is echoed once, whatever the thread did since:
+// the processor that consumes a1 (one of two questions of m1's pause)
+// dies before publishing its echo. Before a1's redelivery another
+// replica takes a2, which resumes the turn; the turn completes and the
+// next message's turn pauses, replacing a1's question in the thread. The
+// redelivered a1 must be echoed (its acceptance), once, and neither
+// rejected nor consumed again; a stranger's answer under a1's ID is not
+// echoed.
+func TestCrashAnswerEchoedAfterThreadPausedAgain(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m1", "p1", 10, "q1", "q2")
+	h.pub.fail = func(e *event.Event) bool {
+		return events.TypeOf(e) == events.TypeElicitationResponded && e.ID() == "a1"
+	}
+	if err := h.answerErr("a1", "q1"); err == nil { // consumed; the echo is lost with the process
+		t.Fatal("answer a1 handled although its echo failed")
+	}
+	h.pub.fail = nil
+	h.p.threads.forget("t") // another replica
+	h.answer("a2", "q2")
+	if n := len(h.pub.of(events.TypeRunResumed)); n != 1 {
+		t.Fatalf("%d run.resumed, want 1", n)
+	}
+	h.run(events.TypeRunCompleted, "c1", 11, events.RunCompleted{RunID: turnOf("m1"), TurnID: turnOf("m1"),
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	if err := h.message("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.pause("m2", "p2", 12, "q3")
+	if th := h.stored(); th.State != ThreadPaused || th.Paused.Find("q1") != nil {
+		t.Fatalf("thread %s, paused on %v; want paused on m2's question only", th.State, th.Paused.PendingIDs())
+	}
+	// A stranger replays a1's ID first: nothing to echo for it.
+	stranger, err := events.NewWithID("a1", "/test", events.TypeElicitationResponded, "t", events.ElicitationResponded{
+		ElicitationID: "q1", Action: schema.ActionDecline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.HandleInput(h.ctx, &bus.Delivery{Event: stranger, NumDelivered: 1, StreamSeq: 101,
+		Subject: events.InputSubject("mallory", "t", events.ChatElicitationResponded)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.answerErr("a1", "q1"); err != nil { // the redelivery
+		t.Fatalf("redelivery of a1: %v", err)
+	}
+	var echoes int
+	for _, e := range h.pub.of(events.TypeElicitationResponded) {
+		if e.ID() != "a1" {
+			continue
+		}
+		echoes++
+		if p, _ := e.Extensions()[events.ExtPrincipal].(string); p != events.PrincipalIntegrator {
+			t.Errorf("a1 echoed with principal %q, want %q", p, events.PrincipalIntegrator)
+		}
+		if d, _ := events.Data[events.ElicitationResponded](e); d.Action != schema.ActionAccept {
+			t.Errorf("a1 echoed as %s, want the accept that was consumed", d.Action)
+		}
+	}
+	if echoes != 1 {
+		t.Errorf("a1 echoed %d times, want once", echoes)
+	}
+	if r := h.pub.of(events.TypeElicitationRejected); len(r) != 0 {
+		d, _ := events.Data[events.ElicitationRejected](r[0])
+		t.Errorf("rejected %+v", d)
+	}
+	if n := len(h.pub.of(events.TypeRunResumed)); n != 1 {
+		t.Errorf("%d run.resumed after the redelivery, want still 1", n)
+	}
+	if th := h.stored(); th.State != ThreadPaused || len(th.Paused.PendingIDs()) != 1 {
+		t.Errorf("thread %s, pending %v; want still paused on q3", th.State, th.Paused.PendingIDs())
+	}
+}
+
+// Every accepted message is echoed once: the processor that queues m2
+// behind m1's turn dies before publishing m2's echo. m2's turn runs and
+// completes, and before m2's redelivery the thread records more than
+// maxHandled other event IDs, so m2's ID ages out of the record. The
+// redelivery must echo m2 (its acceptance), and not run it again.
+func TestCrashMessageEchoedAfterItsIDAgedOut(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.pub.fail = func(e *event.Event) bool {
+		return events.TypeOf(e) == events.TypeTurnRequested && e.ID() == "m2"
+	}
+	if err := h.message("m2", 2); err == nil { // queued; the echo is lost with the process
+		t.Fatal("message m2 handled although its echo failed")
+	}
+	h.pub.fail = nil
+	h.p.threads.forget("t")
+	h.run(events.TypeRunCompleted, "c1", 10, events.RunCompleted{RunID: turnOf("m1"), TurnID: turnOf("m1"),
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	h.run(events.TypeRunCompleted, "c2", 11, events.RunCompleted{RunID: turnOf("m2"), TurnID: turnOf("m2"),
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
+	for seq := uint64(3); seq < 3+maxHandled; seq++ {
+		if err := h.message(fmt.Sprint("m", seq), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if th := h.stored(); th.Seen("m2") {
+		t.Fatal("m2's ID is still among the thread's recent IDs; the test needs more events")
+	}
+	if err := h.redeliver("m2", 2); err != nil {
+		t.Fatal(err)
+	}
+	var echoes int
+	for _, e := range h.pub.of(events.TypeTurnRequested) {
+		if e.ID() == "m2" {
+			echoes++
+		}
+	}
+	if echoes != 1 {
+		t.Errorf("m2 echoed %d times, want once", echoes)
+	}
+	if r := turnRejectedFor(h, "m2"); r != "" {
+		t.Errorf("m2, whose turn ran, was rejected %s", r)
+	}
+	if n := slices.Index(h.runsStarted(), turnOf("m2")); n < 0 || slices.Index(h.runsStarted()[n+1:], turnOf("m2")) >= 0 {
+		t.Errorf("runs started %v, want m2's once", h.runsStarted())
+	}
+}

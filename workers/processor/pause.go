@@ -282,13 +282,23 @@ func compactArgs(pe events.PendingElicitation) string {
 func (p *Processor) onResponded(ctx context.Context, src input) error {
 	thread, e := src.thread, src.d.Event
 	who := events.Identity{Principal: src.principal} // until identify says more
-	in, err := events.Data[events.ElicitationResponded](e)
+	in, err := events.InputData[events.ElicitationResponded](e)
 	if err != nil || in.ElicitationID == "" {
 		detail := "data.elicitationId: required"
+		var vs []schema.Violation
 		if err != nil {
 			detail = err.Error()
+			if _, ok := errors.AsType[*schema.ValidationError](err); ok {
+				vs = schema.Violations(err)
+			}
 		}
-		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, nil)
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, detail, vs)
+	}
+	// Members the answer's shape does not define are refused, as the
+	// gateway refuses them in its body: one rule on every entrance.
+	if vs := events.CheckInput(events.TypeElicitationResponded, e.Data()); len(vs) > 0 {
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent,
+			(&schema.ValidationError{Violations: vs}).Error(), vs)
 	}
 	if err := events.ValidToken("subject", thread); err != nil {
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidEvent, err.Error(), nil)
@@ -340,12 +350,18 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	}
 	// Sizes, before anything reaches the paused turn.
 	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
+		state := "the question's state is unknown (the thread could not be read)"
+		if cur, _, err := p.threads.Load(ctx, thread); err == nil {
+			state = questionState(cur, in.ElicitationID, time.Now())
+		}
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidContent,
-			"the answer is too large; the question is still open", vs)
+			"the answer is too large; "+state, vs)
 	}
 	var (
 		v   answerVerdict
 		rec *pauseRecord
+		// accepted identifies the answer once consumed (inputPrint).
+		accepted = inputPrint(events.TypeElicitationResponded, e.ID(), who, e.Data())
 	)
 	for attempt := 0; ; attempt++ {
 		// The pause record (the run's snapshot) is read before the answer
@@ -405,6 +421,9 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			if !v.write {
 				return kvstate.ErrNoChange
 			}
+			if v.consumed {
+				t.MarkAccepted(accepted)
+			}
 			return nil
 		})
 		if errors.Is(err, errPauseChanged) && attempt < 10 {
@@ -423,8 +442,22 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			"elicitation_id", in.ElicitationID, "action", in.Action, "dropped", v.dropped)
 	}
 	switch {
+	case v.unknown && t.HasAccepted(accepted):
+		// This answer was consumed, and the thread's next pause has
+		// replaced its question since (the processor that consumed it
+		// died before echoing; the turn went on with its other answers).
+		// The echo is still owed: the answer's acceptance. Nothing else
+		// is: the resume it took part in was published by whoever
+		// settled the pause, and the thread has moved past it.
+		p.log.InfoContext(ctx, "echoing an answer consumed before the thread's last pause", "subject", thread,
+			"elicitation_id", in.ElicitationID, "event_id", e.ID())
+		return p.echo(ctx, thread, e, who)
 	case v.unknown && t.Seen(e.ID()):
-		return nil // used to resume an earlier pause of the turn
+		// Under an ID the thread took, yet not an answer it consumed as
+		// sent (another party's, or one consumed before answers were
+		// remembered, or that aged out of Thread.Accepted): no verdict
+		// names the accepted event (announceRefusal).
+		return nil
 	case v.reason != "":
 		return p.rejectOn(ctx, thread, who, t, e.ID(), in.ElicitationID, v.reason, v.detail, v.errors)
 	case v.consumed:

@@ -135,7 +135,17 @@ type Thread struct {
 	// so a redelivery repeats the refusal.
 	Refused []string `json:"refused,omitempty"`
 	// Handled lists recent event IDs already applied (dedup on redelivery).
-	Handled   []string  `json:"handled,omitempty"`
+	Handled []string `json:"handled,omitempty"`
+	// Accepted lists the fingerprints (inputPrint) of the last
+	// maxHandled inputs the thread accepted: messages it started or
+	// queued, answers it consumed. An accepted input is owed its echo
+	// (docs/events.md, "The echo") whatever the thread did since: the
+	// redelivery of one whose processor died before echoing it, found
+	// after the thread moved past it (the thread's next pause replaced
+	// an answer's question; a message's ID aged out of Handled), is
+	// recognised here and echoed. A fingerprint is 36 bytes whatever the
+	// input's size: TestThreadRecordAtEveryBoundToTheByte.
+	Accepted  []string  `json:"accepted,omitempty"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
@@ -333,6 +343,28 @@ func (t *Thread) MarkHandled(id string) {
 	if n := len(t.Handled); n > maxHandled {
 		t.Handled = append([]string(nil), t.Handled[n-maxHandled:]...)
 	}
+}
+
+// MarkAccepted records the fingerprint (inputPrint) of an input the
+// thread accepted (bounded like Handled); HasAccepted reports one.
+func (t *Thread) MarkAccepted(fp string) {
+	t.Accepted = append(t.Accepted, fp)
+	if n := len(t.Accepted); n > maxHandled {
+		t.Accepted = append([]string(nil), t.Accepted[n-maxHandled:]...)
+	}
+}
+
+// HasAccepted reports whether the thread accepted the input with
+// fingerprint fp.
+func (t *Thread) HasAccepted(fp string) bool { return slices.Contains(t.Accepted, fp) }
+
+// inputPrint identifies an accepted input event as its redelivery
+// carries it: its type, its event ID, the party that sent it (as
+// authenticated) and the event's data as received (a redelivery is the
+// stored message, byte for byte). Another party's event, or another
+// event under the same ID, has another fingerprint.
+func inputPrint(typ events.Type, id string, who events.Identity, data []byte) string {
+	return events.DerivedID("accepted", string(typ), id, who.Principal, who.OnBehalfOf, string(data))
 }
 
 // Refuse records a refused message ID (bounded like Handled).

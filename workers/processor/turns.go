@@ -84,6 +84,8 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		refused   bool
 		started   string
 		forgotten bool
+		// accepted identifies the message once accepted (inputPrint).
+		accepted = inputPrint(events.TypeTurnRequested, e.ID(), who, e.Data())
 	)
 	apply := func(t *Thread) error {
 		// A redelivery of a message the thread recorded already (every
@@ -112,6 +114,9 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		queued.Grants = &grants
 		var err error
 		refused, started, err = applyMessage(t, queued, d.StreamSeq, time.Now())
+		if err == nil && !refused {
+			t.MarkAccepted(accepted)
+		}
 		return err
 	}
 	var t *Thread
@@ -127,6 +132,13 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 		return p.failIncompatible(ctx, thread, err)
 	}
 	if forgotten {
+		if t.HasAccepted(accepted) {
+			// Accepted, and its turn is over: the echo is still owed (its
+			// processor may have died before publishing it).
+			p.log.WarnContext(ctx, "echoing a redelivered message the thread accepted (its ID aged out of the record)",
+				"subject", thread, "event_id", e.ID(), "stream_seq", d.StreamSeq, "last_turn_seq", t.LastTurnSeq)
+			return p.echo(ctx, thread, e, who)
+		}
 		p.log.WarnContext(ctx, "ignoring a redelivered message the thread recorded already (its ID aged out of the record)",
 			"subject", thread, "event_id", e.ID(), "stream_seq", d.StreamSeq, "last_turn_seq", t.LastTurnSeq)
 		return nil
@@ -381,10 +393,16 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 		return events.TurnRequested{}, append(vs, schema.Violation{Path: "data",
 			Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, events.MaxTurnRequestBytes)})
 	}
-	in, err := events.Data[events.TurnRequested](e)
+	in, err := events.InputData[events.TurnRequested](e)
+	if _, ok := errors.AsType[*schema.ValidationError](err); ok {
+		return in, append(vs, schema.Violations(err)...) // a repeated member, invalid text: named
+	}
 	if err != nil {
 		return in, append(vs, schema.Violation{Path: "data", Rule: err.Error()})
 	}
+	// Members the message's shape does not define are refused, as the
+	// gateway refuses them in its body: one rule on every entrance.
+	vs = append(vs, events.CheckInput(events.TypeTurnRequested, e.Data())...)
 	if in.Agent == "" {
 		in.Agent = p.opts.DefaultAgent
 	}
