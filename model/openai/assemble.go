@@ -21,7 +21,12 @@ import (
 // so parley does not use it. The rules, per tool-call delta:
 //
 //   - a delta with an id not seen before starts a new call, whatever its
-//     index;
+//     index — unless the call last opened at its index (without an
+//     index: the call last opened) is unfinished (its arguments are not
+//     yet whole JSON) and the delta names no tool, or names that call's
+//     tool again after some of its arguments: then it continues that
+//     call, which keeps its first id (servers that change the id on
+//     every delta);
 //   - a delta with an id seen before continues that call, unless it names
 //     another index than that call's (an id reused by a parallel call):
 //     then the call at its index, or a new one;
@@ -32,15 +37,34 @@ import (
 //     replaces it; other fragments are appended — unless the name held is
 //     already a whole offered tool name and the result would not be the
 //     start of one: then the delta starts a new call (parallel calls
-//     sharing an index without ids);
+//     sharing an index without ids); so does a delta without an id that
+//     names the call's tool again with arguments opening another JSON
+//     object after the call's arguments are whole (the same tool called
+//     twice, without ids) — a repeat of the whole call, or cumulative
+//     arguments, is not a new call;
 //   - arguments concatenate per call; when the concatenation is not JSON
 //     but reading each fragment that repeats everything before it as a
 //     replacement is (servers that send cumulative arguments), that is
 //     used.
 //
+// Arguments sent as a JSON object rather than a string (llama.cpp's
+// server, Ollama and others have done so) reach the assembler as that
+// object's JSON text: openai-go's decoder hands a string field the raw
+// JSON of an object. A legacy "function_call" delta (servers answering in the format that
+// preceded tool calls, finish_reason "function_call") is a tool-call delta
+// without id or index: it continues the call last opened.
+//
 // What still cannot be read — arguments for a call the stream never
 // opened, a call without a name, arguments that are not JSON — is reported
 // (model.Response.ToolCallsError), never run and never merged.
+
+// functionCall returns a legacy function_call delta as a tool-call delta
+// (no id, no index).
+func functionCall(f oai.ChatCompletionChunkChoiceDeltaFunctionCall) oai.ChatCompletionChunkChoiceDeltaToolCall {
+	var d oai.ChatCompletionChunkChoiceDeltaToolCall
+	d.Function.Name, d.Function.Arguments = f.Name, f.Arguments
+	return d
+}
 
 // toolCall is a tool call being assembled from stream chunks.
 type toolCall struct {
@@ -91,7 +115,11 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 			c = a.byIndex[d.Index]
 		}
 	case d.ID != "":
-		c = a.open(d)
+		if c = a.renamed(d, hasIndex); c != nil {
+			a.byID[d.ID] = c // later deltas may repeat the new id
+		} else {
+			c = a.open(d)
+		}
 	case hasIndex:
 		c = a.byIndex[d.Index]
 	default:
@@ -107,6 +135,11 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 	}
 	if name != "" {
 		merged, fresh := a.mergeName(c.name, name)
+		if !fresh && d.ID == "" && c.name != "" && c.complete() && startsCall(args, c.cumulative) {
+			// The name again with other whole arguments: the same tool
+			// called again at this index (or without one), without ids.
+			merged, fresh = name, true
+		}
 		if fresh {
 			c = a.open(d)
 		}
@@ -124,6 +157,43 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 		a.byIndex[d.Index] = c
 	}
 	a.last = c
+}
+
+// renamed returns the call a delta with an id not seen before continues
+// (nil: the delta starts a new call). Some servers give one call a new id
+// on every delta: such a delta continues the call last opened at its index
+// (without an index, the call last opened) while that call's arguments are
+// not yet whole JSON, when it names no tool, or names the call's tool again
+// after some of its arguments. A call keeps the id it was opened with.
+func (a *assembler) renamed(d oai.ChatCompletionChunkChoiceDeltaToolCall, hasIndex bool) *toolCall {
+	c := a.last
+	if hasIndex {
+		c = a.byIndex[d.Index]
+	}
+	if c == nil || c.orphan || c.complete() || (c.hasIndex != hasIndex) {
+		return nil
+	}
+	if n := d.Function.Name; n != "" && (len(c.args) == 0 || !strings.HasPrefix(n, c.name) && !strings.HasPrefix(c.name, n)) {
+		// Another tool, or the same tool again after a call that has
+		// no arguments yet (parallel calls of a tool without parameters).
+		return nil
+	}
+	return c
+}
+
+// complete reports whether the call holds arguments that are whole JSON
+// (read as fragments or cumulatively).
+func (c *toolCall) complete() bool {
+	return len(strings.TrimSpace(string(c.args))) > 0 && (json.Valid(c.args) || json.Valid(c.cumulative))
+}
+
+// startsCall reports whether args, arriving with a repeated name for a
+// call whose arguments are whole, are the start of another call's
+// arguments: they open a JSON object and do not repeat the arguments held
+// (a server repeating the whole call, or sending arguments cumulatively,
+// repeats them).
+func startsCall(args string, held []byte) bool {
+	return strings.HasPrefix(strings.TrimSpace(args), "{") && !strings.HasPrefix(args, string(held))
 }
 
 // mergeName returns the name a call holding held has after a name delta
