@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -351,4 +352,40 @@ func TestStreamWithoutFinishReasonRetried(t *testing.T) {
 			t.Fatalf("err = %v, want model_unavailable after 3 attempts naming the missing finish_reason", err)
 		}
 	})
+}
+
+// Server-sent-event framing as servers vary it: comment lines (OpenRouter
+// sends ": OPENROUTER PROCESSING" while it waits), CRLF line ends, "data:"
+// without a space, event names, and "error": null in a chunk.
+func TestStreamedToolCallsSSEFraming(t *testing.T) {
+	listEvent := `{"type":"event"}`
+	for _, tt := range []struct {
+		name, body string
+	}{
+		{"comments and event names", ": OPENROUTER PROCESSING\n\n: OPENROUTER PROCESSING\n\nevent: message\ndata: " +
+			calls(tc(0, "call_a", "list_entities", `{"type":`)) + "\n\n: keep-alive\n\ndata: " + calls(tc(0, "", "", `"event"}`)) +
+			"\n\ndata: " + finish("tool_calls") + "\n\ndata: [DONE]\n\n"},
+		{"CRLF and no space after data:", "data:" + calls(tc(0, "call_a", "list_entities", `{"type":`)) + "\r\n\r\ndata:" +
+			calls(tc(0, "", "", `"event"}`)) + "\r\n\r\ndata:" + finish("tool_calls") + "\r\n\r\ndata:[DONE]\r\n\r\n"},
+		{"error null with CRLF and no space", "data:" + strings.Replace(calls(tc(0, "call_a", "list_entities", listEvent)), `{"id"`, `{"error": null,"id"`, 1) +
+			"\r\n\r\ndata:" + strings.Replace(finish("tool_calls"), `{"id"`, `{"error":null,"id"`, 1) + "\r\n\r\ndata:[DONE]\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := t.TempDir() + "/stream.txt"
+			if err := os.WriteFile(file, []byte(tt.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			srv := openaitest.New(t, openaitest.Reply{File: file})
+			resp, err := newProvider(t, srv, "").Complete(context.Background(), model.Request{Tools: []schema.Tool{listTool}})
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if len(resp.ToolCalls) != 1 || resp.ToolCalls[0].ID != "call_a" || string(resp.ToolCalls[0].Arguments) != listEvent || resp.ToolCallsError != "" {
+				t.Errorf("tool calls = %+v (error %q), want call_a list_entities %s", resp.ToolCalls, resp.ToolCallsError, listEvent)
+			}
+			if n := len(srv.Requests()); n != 1 {
+				t.Errorf("requests = %d, want 1", n)
+			}
+		})
+	}
 }
