@@ -27,7 +27,8 @@ import (
 //     tool again after some of its arguments: then it continues that
 //     call, which keeps its first id (servers that change the id on
 //     every delta);
-//   - a delta with an id seen before continues that call, unless it names
+//   - a delta with an id seen before continues that call (the call
+//     opened last with it), unless it names
 //     another index than that call's (an id reused by a parallel call):
 //     then the call at its index, or a new one;
 //   - a delta without an id continues the call last opened at its index,
@@ -37,10 +38,12 @@ import (
 //     replaces it; other fragments are appended — unless the name held is
 //     already a whole offered tool name and the result would not be the
 //     start of one: then the delta starts a new call (parallel calls
-//     sharing an index without ids); so does a delta without an id that
-//     names the call's tool again with arguments opening another JSON
-//     object after the call's arguments are whole (the same tool called
-//     twice, without ids) — a repeat of the whole call, or cumulative
+//     sharing an index without ids). Names come before arguments: once
+//     a call's arguments are whole JSON, a delta naming another tool
+//     (even one whose name starts with the held one) starts a new call,
+//     and so does one naming the same tool with arguments that open
+//     another JSON object (the same tool called twice without ids, or
+//     with one id reused) — a repeat of the whole call, or cumulative
 //     arguments, is not a new call;
 //   - arguments concatenate per call; when the concatenation is not JSON
 //     but reading each fragment that repeats everything before it as a
@@ -97,7 +100,8 @@ func newAssembler(names nameMap) *assembler {
 func (a *assembler) open(d oai.ChatCompletionChunkChoiceDeltaToolCall) *toolCall {
 	c := &toolCall{id: d.ID, index: d.Index, hasIndex: d.JSON.Index.Valid()}
 	a.calls = append(a.calls, c)
-	if c.id != "" && a.byID[c.id] == nil {
+	if c.id != "" {
+		// An id reused by a later call names that call from now on.
 		a.byID[c.id] = c
 	}
 	return c
@@ -135,9 +139,12 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 	}
 	if name != "" {
 		merged, fresh := a.mergeName(c.name, name)
-		if !fresh && d.ID == "" && c.name != "" && c.complete() && startsCall(args, c.cumulative) {
-			// The name again with other whole arguments: the same tool
-			// called again at this index (or without one), without ids.
+		if !fresh && c.name != "" && c.complete() && (merged != c.name || startsCall(args, c.cumulative)) {
+			// A name arrives before its call's arguments: after whole
+			// arguments, another name (even one the held name begins),
+			// or the same name with other arguments, is another call
+			// at this index (or without one) — servers that share an
+			// index, or reuse one id, for parallel calls.
 			merged, fresh = name, true
 		}
 		if fresh {

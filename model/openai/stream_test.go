@@ -45,6 +45,10 @@ func split(s string, n int) []string {
 
 var getTool = schema.Tool{Name: "get_entity", Description: "Get one entity.", InputSchema: json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"}}}`)}
 
+// historyTool's name starts with getTool's: a name delta may read as
+// either.
+var historyTool = schema.Tool{Name: "get_entity_history", Description: "Revisions of one entity.", InputSchema: getTool.InputSchema}
+
 // call renders a tool call for comparison.
 func call(id, name, args string) string { return id + " " + name + " " + args }
 
@@ -202,6 +206,31 @@ func TestStreamedToolCalls(t *testing.T) {
 			stream: []string{`{"id":"c","object":"chat.completion.chunk","model":"m","error":null,"choices":[{"index":0,"delta":{"role":"assistant","content":"Hi."},"finish_reason":null}]}`,
 				`{"id":"c","object":"chat.completion.chunk","model":"m","error":null,"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, done},
 			wantText: "Hi."},
+		{name: "name repeated in every delta, two tools sharing index 0 without ids",
+			stream: []string{calls(tc(0, "", "list_entities", `{"type":`)), calls(tc(0, "", "list_entities", `"event"}`)),
+				calls(tc(0, "", "get_entity", `{"title":`)), calls(tc(0, "", "get_entity", `"About us"}`)), finish("tool_calls"), done},
+			want: []string{call("", "list_entities", listEvent), call("", "get_entity", about)}},
+		{name: "name repeated in every delta, same tool twice sharing index 0 without ids",
+			stream: []string{calls(tc(0, "", "get_entity", `{"title":`)), calls(tc(0, "", "get_entity", `"A"}`)),
+				calls(tc(0, "", "get_entity", `{"title":`)), calls(tc(0, "", "get_entity", `"B"}`)), finish("tool_calls"), done},
+			want: []string{call("", "get_entity", `{"title":"A"}`), call("", "get_entity", `{"title":"B"}`)}},
+		{name: "a longer tool name after whole arguments, sharing index 0 without ids",
+			stream: []string{calls(tc(0, "", "get_entity", about)), calls(tc(0, "", "get_entity_history", "")), calls(tc(0, "", "", `{"title":"B"}`)),
+				finish("tool_calls"), done},
+			want: []string{call("", "get_entity", about), call("", "get_entity_history", `{"title":"B"}`)}},
+		{name: "a longer tool name with its arguments, sharing index 0 without ids",
+			stream: []string{calls(tc(noIndex, "", "get_entity", about)), calls(tc(noIndex, "", "get_entity_history", `{"title":"B"}`)), finish("tool_calls"), done},
+			want:   []string{call("", "get_entity", about), call("", "get_entity_history", `{"title":"B"}`)}},
+		{name: "a tool name split at a prefix of another",
+			stream: []string{calls(tc(0, "call_a", "get_entity", "")), calls(tc(0, "", "_history", about)), finish("tool_calls"), done},
+			want:   []string{call("call_a", "get_entity_history", about)}},
+		{name: "one id reused for the same tool twice at index 0",
+			stream: []string{calls(tc(0, "call_0", "get_entity", `{"title":"A"}`)), calls(tc(0, "call_0", "get_entity", `{"title":"B"}`)), finish("tool_calls"), done},
+			want:   []string{call("call_0", "get_entity", `{"title":"A"}`), call("call_0", "get_entity", `{"title":"B"}`)}},
+		{name: "one id reused for the same tool twice, repeated on every delta",
+			stream: []string{calls(tc(0, "call_0", "get_entity", `{"title":`)), calls(tc(0, "call_0", "get_entity", `"A"}`)),
+				calls(tc(0, "call_0", "get_entity", `{"title":`)), calls(tc(0, "call_0", "", `"B"}`)), finish("tool_calls"), done},
+			want: []string{call("call_0", "get_entity", `{"title":"A"}`), call("call_0", "get_entity", `{"title":"B"}`)}},
 		{name: "the whole call repeated in the last chunk",
 			stream: []string{calls(tc(0, "call_a", "list_entities", "")), calls(tc(0, "", "", `{"type":`)), calls(tc(0, "", "", `"event"}`)),
 				calls(tc(0, "call_a", "list_entities", listEvent)), finish("tool_calls"), done},
@@ -272,14 +301,14 @@ func TestStreamedToolCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			resp, err := p.Complete(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Text: "go"}},
-				Tools: []schema.Tool{listTool, getTool}})
+				Tools: []schema.Tool{listTool, getTool, historyTool}})
 			if err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
 			var got []string
 			for _, c := range resp.ToolCalls {
 				got = append(got, call(c.ID, c.Name, string(c.Arguments)))
-				if c.Name != listTool.Name && c.Name != getTool.Name {
+				if c.Name != listTool.Name && c.Name != getTool.Name && c.Name != historyTool.Name {
 					t.Errorf("call %q: not a tool offered (a merged call?)", c.Name)
 				}
 			}
