@@ -1,7 +1,9 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -53,12 +55,14 @@ import (
 // Arguments sent as a JSON object rather than a string (llama.cpp's
 // server, Ollama and others have done so) reach the assembler as that
 // object's JSON text: openai-go's decoder hands a string field the raw
-// JSON of an object. A legacy "function_call" delta (servers answering in the format that
-// preceded tool calls, finish_reason "function_call") is a tool-call delta
-// without id or index: it continues the call last opened.
+// JSON of an object. A legacy "function_call" delta (servers answering in
+// the format that preceded tool calls, finish_reason "function_call") is a
+// tool-call delta without id or index: it continues the call last opened.
 //
 // What still cannot be read — arguments for a call the stream never
-// opened, a call without a name, arguments that are not JSON — is reported
+// opened, a call without a name, arguments that are not a JSON object
+// (an object encoded twice, as a JSON string holding it, is unwrapped;
+// empty or null arguments are {}) — is reported
 // (model.Response.ToolCallsError), never run and never merged.
 
 // functionCall returns a legacy function_call delta as a tool-call delta
@@ -177,7 +181,7 @@ func (a *assembler) renamed(d oai.ChatCompletionChunkChoiceDeltaToolCall, hasInd
 	if hasIndex {
 		c = a.byIndex[d.Index]
 	}
-	if c == nil || c.orphan || c.complete() || (c.hasIndex != hasIndex) {
+	if c == nil || c.orphan || c.name == "" || c.complete() || c.hasIndex != hasIndex {
 		return nil
 	}
 	if n := d.Function.Name; n != "" && (len(c.args) == 0 || !strings.HasPrefix(n, c.name) && !strings.HasPrefix(c.name, n)) {
@@ -265,7 +269,11 @@ func (a *assembler) result() ([]schema.ToolCall, string) {
 		}
 		args, err := arguments(c.args, c.cumulative)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: the arguments are not valid JSON (%v)", what, err))
+			if errors.Is(err, errNotObject) {
+				problems = append(problems, what+": the arguments are JSON but not a JSON object")
+			} else {
+				problems = append(problems, fmt.Sprintf("%s: the arguments are not valid JSON (%v)", what, err))
+			}
 		}
 		out = append(out, schema.ToolCall{ID: c.id, Name: a.names.parley(c.name), Arguments: args})
 	}
@@ -292,22 +300,44 @@ func describe(i int, c *toolCall) string {
 	return s
 }
 
-// arguments returns a call's arguments as JSON: {} when empty, the
-// concatenated fragments when they are JSON, else the cumulative reading
-// when it is. Otherwise it returns the fragments as a JSON string (so
-// they stay readable in the conversation) and the JSON error.
+// arguments returns a call's arguments as a JSON object: {} when empty
+// or null, the concatenated fragments when they are an object, else the
+// cumulative reading when it is; an object encoded twice (a JSON string
+// holding it, as some servers send) is unwrapped. Otherwise it returns the
+// fragments as a JSON string (so they stay readable in the conversation)
+// and what is wrong: not JSON, or JSON but not an object (MCP tools take
+// an object).
 func arguments(concat, cumulative []byte) (json.RawMessage, error) {
-	if len(strings.TrimSpace(string(concat))) == 0 {
-		return json.RawMessage(`{}`), nil
-	}
-	var v any
-	err := json.Unmarshal(concat, &v)
-	if err == nil {
-		return json.RawMessage(concat), nil
-	}
-	if json.Valid(cumulative) {
-		return json.RawMessage(cumulative), nil
+	for _, raw := range [][]byte{concat, cumulative} {
+		if obj, ok := object(raw); ok {
+			return obj, nil
+		}
 	}
 	s, _ := json.Marshal(string(concat))
-	return s, err
+	var v any
+	if err := json.Unmarshal(concat, &v); err != nil {
+		return s, err
+	}
+	return s, errNotObject
+}
+
+// errNotObject: a call's arguments are JSON but not an object.
+var errNotObject = errors.New("not a JSON object")
+
+// object returns raw as a JSON object when it is one, empty or null ({}),
+// or a JSON string holding one of those.
+func object(raw []byte) (json.RawMessage, bool) {
+	t := bytes.TrimSpace(raw)
+	switch {
+	case len(t) == 0 || string(t) == "null":
+		return json.RawMessage(`{}`), true
+	case t[0] == '{' && json.Valid(t):
+		return json.RawMessage(t), true
+	case t[0] == '"':
+		var inner string
+		if json.Unmarshal(t, &inner) == nil && !strings.HasPrefix(strings.TrimSpace(inner), `"`) {
+			return object([]byte(inner))
+		}
+	}
+	return nil, false
 }
