@@ -1,7 +1,9 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -21,8 +23,14 @@ import (
 // so parley does not use it. The rules, per tool-call delta:
 //
 //   - a delta with an id not seen before starts a new call, whatever its
-//     index;
-//   - a delta with an id seen before continues that call, unless it names
+//     index — unless the call last opened at its index (without an
+//     index: the call last opened) is unfinished (its arguments are not
+//     yet whole JSON) and the delta names no tool, or names that call's
+//     tool again after some of its arguments: then it continues that
+//     call, which keeps its first id (servers that change the id on
+//     every delta);
+//   - a delta with an id seen before continues that call (the call
+//     opened last with it), unless it names
 //     another index than that call's (an id reused by a parallel call):
 //     then the call at its index, or a new one;
 //   - a delta without an id continues the call last opened at its index,
@@ -32,15 +40,38 @@ import (
 //     replaces it; other fragments are appended — unless the name held is
 //     already a whole offered tool name and the result would not be the
 //     start of one: then the delta starts a new call (parallel calls
-//     sharing an index without ids);
+//     sharing an index without ids). Names come before arguments: once
+//     a call's arguments are whole JSON, a delta naming another tool
+//     (even one whose name starts with the held one) starts a new call,
+//     and so does one naming the same tool with arguments that open
+//     another JSON object (the same tool called twice without ids, or
+//     with one id reused) — a repeat of the whole call, or cumulative
+//     arguments, is not a new call;
 //   - arguments concatenate per call; when the concatenation is not JSON
 //     but reading each fragment that repeats everything before it as a
 //     replacement is (servers that send cumulative arguments), that is
 //     used.
 //
+// Arguments sent as a JSON object rather than a string (llama.cpp's
+// server, Ollama and others have done so) reach the assembler as that
+// object's JSON text: openai-go's decoder hands a string field the raw
+// JSON of an object. A legacy "function_call" delta (servers answering in
+// the format that preceded tool calls, finish_reason "function_call") is a
+// tool-call delta without id or index: it continues the call last opened.
+//
 // What still cannot be read — arguments for a call the stream never
-// opened, a call without a name, arguments that are not JSON — is reported
+// opened, a call without a name, arguments that are not a JSON object
+// (an object encoded twice, as a JSON string holding it, is unwrapped;
+// empty or null arguments are {}) — is reported
 // (model.Response.ToolCallsError), never run and never merged.
+
+// functionCall returns a legacy function_call delta as a tool-call delta
+// (no id, no index).
+func functionCall(f oai.ChatCompletionChunkChoiceDeltaFunctionCall) oai.ChatCompletionChunkChoiceDeltaToolCall {
+	var d oai.ChatCompletionChunkChoiceDeltaToolCall
+	d.Function.Name, d.Function.Arguments = f.Name, f.Arguments
+	return d
+}
 
 // toolCall is a tool call being assembled from stream chunks.
 type toolCall struct {
@@ -73,7 +104,8 @@ func newAssembler(names nameMap) *assembler {
 func (a *assembler) open(d oai.ChatCompletionChunkChoiceDeltaToolCall) *toolCall {
 	c := &toolCall{id: d.ID, index: d.Index, hasIndex: d.JSON.Index.Valid()}
 	a.calls = append(a.calls, c)
-	if c.id != "" && a.byID[c.id] == nil {
+	if c.id != "" {
+		// An id reused by a later call names that call from now on.
 		a.byID[c.id] = c
 	}
 	return c
@@ -91,7 +123,11 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 			c = a.byIndex[d.Index]
 		}
 	case d.ID != "":
-		c = a.open(d)
+		if c = a.renamed(d, hasIndex); c != nil {
+			a.byID[d.ID] = c // later deltas may repeat the new id
+		} else {
+			c = a.open(d)
+		}
 	case hasIndex:
 		c = a.byIndex[d.Index]
 	default:
@@ -107,6 +143,14 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 	}
 	if name != "" {
 		merged, fresh := a.mergeName(c.name, name)
+		if !fresh && c.name != "" && c.complete() && (merged != c.name || startsCall(args, c.cumulative)) {
+			// A name arrives before its call's arguments: after whole
+			// arguments, another name (even one the held name begins),
+			// or the same name with other arguments, is another call
+			// at this index (or without one) — servers that share an
+			// index, or reuse one id, for parallel calls.
+			merged, fresh = name, true
+		}
 		if fresh {
 			c = a.open(d)
 		}
@@ -124,6 +168,43 @@ func (a *assembler) add(d oai.ChatCompletionChunkChoiceDeltaToolCall) {
 		a.byIndex[d.Index] = c
 	}
 	a.last = c
+}
+
+// renamed returns the call a delta with an id not seen before continues
+// (nil: the delta starts a new call). Some servers give one call a new id
+// on every delta: such a delta continues the call last opened at its index
+// (without an index, the call last opened) while that call's arguments are
+// not yet whole JSON, when it names no tool, or names the call's tool again
+// after some of its arguments. A call keeps the id it was opened with.
+func (a *assembler) renamed(d oai.ChatCompletionChunkChoiceDeltaToolCall, hasIndex bool) *toolCall {
+	c := a.last
+	if hasIndex {
+		c = a.byIndex[d.Index]
+	}
+	if c == nil || c.orphan || c.name == "" || c.complete() || c.hasIndex != hasIndex {
+		return nil
+	}
+	if n := d.Function.Name; n != "" && (len(c.args) == 0 || !strings.HasPrefix(n, c.name) && !strings.HasPrefix(c.name, n)) {
+		// Another tool, or the same tool again after a call that has
+		// no arguments yet (parallel calls of a tool without parameters).
+		return nil
+	}
+	return c
+}
+
+// complete reports whether the call holds arguments that are whole JSON
+// (read as fragments or cumulatively).
+func (c *toolCall) complete() bool {
+	return len(strings.TrimSpace(string(c.args))) > 0 && (json.Valid(c.args) || json.Valid(c.cumulative))
+}
+
+// startsCall reports whether args, arriving with a repeated name for a
+// call whose arguments are whole, are the start of another call's
+// arguments: they open a JSON object and do not repeat the arguments held
+// (a server repeating the whole call, or sending arguments cumulatively,
+// repeats them).
+func startsCall(args string, held []byte) bool {
+	return strings.HasPrefix(strings.TrimSpace(args), "{") && !strings.HasPrefix(args, string(held))
 }
 
 // mergeName returns the name a call holding held has after a name delta
@@ -188,7 +269,11 @@ func (a *assembler) result() ([]schema.ToolCall, string) {
 		}
 		args, err := arguments(c.args, c.cumulative)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: the arguments are not valid JSON (%v)", what, err))
+			if errors.Is(err, errNotObject) {
+				problems = append(problems, what+": the arguments are JSON but not a JSON object")
+			} else {
+				problems = append(problems, fmt.Sprintf("%s: the arguments are not valid JSON (%v)", what, err))
+			}
 		}
 		out = append(out, schema.ToolCall{ID: c.id, Name: a.names.parley(c.name), Arguments: args})
 	}
@@ -215,22 +300,44 @@ func describe(i int, c *toolCall) string {
 	return s
 }
 
-// arguments returns a call's arguments as JSON: {} when empty, the
-// concatenated fragments when they are JSON, else the cumulative reading
-// when it is. Otherwise it returns the fragments as a JSON string (so
-// they stay readable in the conversation) and the JSON error.
+// arguments returns a call's arguments as a JSON object: {} when empty
+// or null, the concatenated fragments when they are an object, else the
+// cumulative reading when it is; an object encoded twice (a JSON string
+// holding it, as some servers send) is unwrapped. Otherwise it returns the
+// fragments as a JSON string (so they stay readable in the conversation)
+// and what is wrong: not JSON, or JSON but not an object (MCP tools take
+// an object).
 func arguments(concat, cumulative []byte) (json.RawMessage, error) {
-	if len(strings.TrimSpace(string(concat))) == 0 {
-		return json.RawMessage(`{}`), nil
-	}
-	var v any
-	err := json.Unmarshal(concat, &v)
-	if err == nil {
-		return json.RawMessage(concat), nil
-	}
-	if json.Valid(cumulative) {
-		return json.RawMessage(cumulative), nil
+	for _, raw := range [][]byte{concat, cumulative} {
+		if obj, ok := object(raw); ok {
+			return obj, nil
+		}
 	}
 	s, _ := json.Marshal(string(concat))
-	return s, err
+	var v any
+	if err := json.Unmarshal(concat, &v); err != nil {
+		return s, err
+	}
+	return s, errNotObject
+}
+
+// errNotObject: a call's arguments are JSON but not an object.
+var errNotObject = errors.New("not a JSON object")
+
+// object returns raw as a JSON object when it is one, empty or null ({}),
+// or a JSON string holding one of those.
+func object(raw []byte) (json.RawMessage, bool) {
+	t := bytes.TrimSpace(raw)
+	switch {
+	case len(t) == 0 || string(t) == "null":
+		return json.RawMessage(`{}`), true
+	case t[0] == '{' && json.Valid(t):
+		return json.RawMessage(t), true
+	case t[0] == '"':
+		var inner string
+		if json.Unmarshal(t, &inner) == nil && !strings.HasPrefix(strings.TrimSpace(inner), `"`) {
+			return object([]byte(inner))
+		}
+	}
+	return nil, false
 }

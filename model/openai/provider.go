@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -153,8 +155,10 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 		resp     model.Response
 		calls    = newAssembler(names)
 		finished bool
-		usage    *model.Usage
-		anns     []oai.ChatCompletionMessageAnnotation
+		// toolsReason: the finish_reason says the model called tools.
+		toolsReason bool
+		usage       *model.Usage
+		anns        []oai.ChatCompletionMessageAnnotation
 	)
 	for stream.Next() {
 		chunk := stream.Current()
@@ -179,8 +183,12 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 			for _, tc := range ch.Delta.ToolCalls {
 				calls.add(tc)
 			}
+			if fc := ch.Delta.FunctionCall; fc.Name != "" || fc.Arguments != "" {
+				calls.add(functionCall(fc))
+			}
 			if ch.FinishReason != "" {
 				finished = true
+				toolsReason = toolsReason || ch.FinishReason == "tool_calls" || ch.FinishReason == "function_call"
 			}
 		}
 	}
@@ -196,6 +204,9 @@ func (p *Provider) attempt(ctx context.Context, params oai.ChatCompletionNewPara
 		// Not one call can be read, so there is none to tell the model
 		// about: the attempt failed, like a cut stream.
 		return model.Response{}, fmt.Errorf("%w: %s", errUnreadable, resp.ToolCallsError)
+	}
+	if toolsReason && len(resp.ToolCalls) == 0 && folded.Text == "" {
+		return model.Response{}, errNoCalls
 	}
 	if !finished {
 		// [DONE] without a finish_reason (seen from several servers): the
@@ -242,9 +253,61 @@ var doneLines = [...]string{"data: [DONE]", "data:[DONE]"}
 func (w *doneWatch) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	resp, err := next(req)
 	if err == nil && resp != nil && resp.Body != nil {
-		resp.Body = &doneReader{ReadCloser: resp.Body, w: w}
+		body := resp.Body
+		if resp.StatusCode == http.StatusOK {
+			body = &nullErrorReader{ReadCloser: body, r: bufio.NewReader(body)}
+		}
+		resp.Body = &doneReader{ReadCloser: body, w: w}
 	}
 	return resp, err
+}
+
+// nullErrorReader is a stream body with `"error": null` removed from
+// each event's data. Some servers put that member in every chunk; the
+// SDK's stream ends at any chunk that has an "error" member, null or not,
+// so every stream from them would fail. An error that is not null is kept
+// (the SDK then ends the stream with it and the attempt is retried).
+type nullErrorReader struct {
+	io.ReadCloser
+	r *bufio.Reader
+	// pending is what is left of the line read last.
+	pending []byte
+	err     error
+}
+
+func (r *nullErrorReader) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		var line []byte
+		line, r.err = r.r.ReadBytes('\n')
+		r.pending = dropNullError(line)
+	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	return n, nil
+}
+
+// dropNullError returns an SSE line without a top-level `"error": null`
+// member in its data; any other line as it is.
+func dropNullError(line []byte) []byte {
+	rest, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok || !bytes.Contains(rest, []byte(`"error"`)) {
+		return line
+	}
+	body := bytes.TrimRight(rest, "\r\n")
+	end := rest[len(body):]
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || string(m["error"]) != "null" {
+		return line
+	}
+	delete(m, "error")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return line
+	}
+	return slices.Concat([]byte("data: "), b, end)
 }
 
 // doneReader is a body read through a doneWatch.

@@ -26,6 +26,12 @@ var errUnreadable = errors.New("the model's tool calls could not be read")
 // read).
 var errNoFinish = errors.New("the response stream ended with [DONE] but no finish_reason, and without text or complete tool calls")
 
+// errNoCalls is a stream whose finish_reason says the model called tools
+// ("tool_calls", or the legacy "function_call") but that carried neither a
+// tool call nor text: the calls were lost on the way (a server's tool-call
+// parser failing), so the attempt is retried.
+var errNoCalls = errors.New("the response stream finished with tool calls but carried none, and no text")
+
 // classify decides what a failed attempt means: retry (after at least
 // wait, from Retry-After when the server sent one) or a final *model.Error.
 func classify(err error) (retry bool, wait time.Duration, final *model.Error) {
