@@ -156,7 +156,7 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 	dup := DuplicateWindow
 	chat, queue := c.maxBytes, max(c.maxBytes/4, 1<<20)
 	specs := []jetstream.StreamConfig{
-		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll},
+		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll, events.SubjectRefusedAll},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: dup,
 			MaxBytes: chat, Discard: jetstream.DiscardOld,
 			Description: "parley chat events: what parley publishes (with the echo of accepted input) and integrators read"},

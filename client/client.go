@@ -211,6 +211,11 @@ type WatchOptions struct {
 	// OnStatus, if set, is called when the watch loses or regains the
 	// server (from a goroutine of Watch; it must not block for long).
 	OnStatus func(WatchStatus)
+	// Refusals adds the client's own refusals stored under its principal
+	// (events.RefusedThreadSubjects: those of its events on a thread it is
+	// not a party of, or on a thread nobody owns yet), of Thread or of
+	// every thread. The thread's own subjects never hold them.
+	Refusals bool
 	// Backlog, if set, receives (before Watch returns) how many stored
 	// events match the filter from the start position: the channel
 	// delivers these before any newer one, so a caller that wants the
@@ -273,7 +278,15 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, err
 		}
 		filter = events.ChatThreadSubjects(opts.Thread)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	filters := []string{filter}
+	if opts.Refusals {
+		thread := opts.Thread
+		if thread == "" {
+			thread = "*"
+		}
+		filters = append(filters, events.RefusedThreadSubjects(c.principal, thread))
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverNewPolicy,
 		InactiveThreshold: watchInactiveThreshold}
 	switch {
 	case opts.StartSeq > 0:

@@ -133,7 +133,12 @@ func start(t *testing.T, opts options) *system {
 	if s.site, err = builtin.OpenSite(ctx, b.JetStream(), nil); err != nil {
 		t.Fatal(err)
 	}
-	items, err := s.client.Watch(ctx, client.WatchOptions{FromStart: true})
+	// The recorder sees every principal's refusals too (those of a
+	// stranger's events are stored under its principal, not in the
+	// thread): a watch as principal "*" (a wildcard token in the filter;
+	// it publishes nothing).
+	everyone := client.NewWithOptions(b, &client.Options{Principal: "*"})
+	items, err := everyone.Watch(ctx, client.WatchOptions{FromStart: true, Refusals: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,7 @@ func TestCatalogComplete(t *testing.T) {
 // streamSubjects are the subjects each stream holds (bus
 // EnsureStreams).
 var streamSubjects = map[string][]string{
-	StreamChat:       {SubjectChatAll},
+	StreamChat:       {SubjectChatAll, SubjectRefusedAll},
 	StreamInput:      {SubjectInputAll},
 	StreamAgent:      {SubjectRunRequested, SubjectRunResumed, SubjectToolResAll},
 	StreamRuns:       {SubjectRunCompleted, SubjectRunPaused, SubjectRunFailed},
@@ -160,6 +160,11 @@ func TestCatalogRoutes(t *testing.T) {
 			}
 			var want string
 			switch {
+			case strings.HasPrefix(r.Subject, refusedPattern):
+				want = RefusedSubject(values[0], values[1], chatSuffix[e.Type])
+				if p, th, suffix, ok := ParseRefusedSubject(got); !ok || p != values[0] || th != values[1] || suffix != chatSuffix[e.Type] {
+					t.Errorf("%s: ParseRefusedSubject(%s) = %s, %s, %s, %v", where, got, p, th, suffix, ok)
+				}
 			case r.Stream == StreamInput:
 				want = InputSubject(values[0], values[1], chatSuffix[e.Type])
 				if p, th, suffix, err := ParseInputSubject(got); err != nil || p != values[0] || th != values[1] || suffix != chatSuffix[e.Type] {

@@ -628,6 +628,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.VerdictWait)
 	defer cancel()
 	verdicts, stop, err := g.follow(ctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected),
+		events.RefusedSubject(g.opts.Principal, thread, events.ChatElicitationRejected),
 		events.ChatSubject(thread, events.ChatElicitationResponded)}, 0)
 	if err != nil {
 		g.unavailable(w, r, err)

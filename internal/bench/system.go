@@ -117,6 +117,8 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 		events.ChatSubject("*", events.ChatTurnRejected),
 		events.ChatSubject("*", events.ChatElicitationRequested),
 		events.ChatSubject("*", events.ChatElicitationRejected),
+		events.RefusedSubject("*", "*", events.ChatTurnRejected),
+		events.RefusedSubject("*", "*", events.ChatElicitationRejected),
 	})
 	if err != nil {
 		return nil, err

@@ -226,7 +226,9 @@ func (p Principal) Permissions() Permissions {
 		sub(inbox)
 		switch p.Name {
 		case Processor:
-			pub("parley.chat.>", "parley.agent.run.requested", "parley.agent.run.resumed")
+			// Refusals of a stranger's event go under the stranger's
+			// principal (events.RefusedSubject), not into the thread.
+			pub("parley.chat.>", "parley.refused.>", "parley.agent.run.requested", "parley.agent.run.resumed")
 			pub(consumer(StreamInput, "processor")...)
 			pub(consumer(StreamRuns, "processor-runs")...)
 			// Expiries of pause records (processor.HandleExpiry, raw bus
