@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1069,4 +1070,45 @@ func TestEveryStreamBounded(t *testing.T) {
 		t.Fatal("10 × 300 KiB into a 1 MiB work queue: no error")
 	}
 	t.Logf("full work queue: %v", perr)
+}
+
+// One thread's events on one subject (a flood of messages, refusals,
+// deltas) evict that subject's oldest, not another thread's history:
+// PARLEY_CHAT keeps at most ChatMaxMsgsPerSubject per subject.
+func TestChatKeepsAtMostMaxMsgsPerSubject(t *testing.T) {
+	e := newEnv(t)
+	other := events.ChatSubject("victim", events.ChatElicitationRequested)
+	if _, err := e.js.Publish(t.Context(), other, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	flood := events.ChatSubject("flood", events.ChatTurnRejected)
+	refused := events.RefusedSubject("mallory", "victim", events.ChatElicitationRejected)
+	for i := range ChatMaxMsgsPerSubject + 50 {
+		for _, subj := range []string{flood, refused} {
+			if _, err := e.js.PublishAsync(subj, []byte(strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishes not acknowledged")
+	}
+	st, err := e.js.Stream(t.Context(), events.StreamChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{flood, refused} {
+		if got := info.State.Subjects[subj]; got != ChatMaxMsgsPerSubject {
+			t.Errorf("%s holds %d events, want %d", subj, got, ChatMaxMsgsPerSubject)
+		}
+	}
+	if got := info.State.Subjects[other]; got != 1 {
+		t.Errorf("the other thread's %s holds %d events, want 1", other, got)
+	}
 }

@@ -239,6 +239,11 @@ func (p Principal) Permissions() Permissions {
 			pub(streamRead(StreamChat, StreamInput)...)
 			pub(msgGet(StreamAgent, StreamDeadLetter)...)
 			pub(bucketOwn(BucketThreads, BucketPaused)...)
+			// The thread-state endpoint (events.SubjectThreadStateAll,
+			// NATS micro): answered through allow_responses; micro
+			// answers discovery ($SRV.PING|INFO|STATS).
+			sub("parley.state.>", "$SRV.>")
+			perm.AllowResponses = true
 		case Agent:
 			pub("parley.agent.run.completed", "parley.agent.run.paused", "parley.agent.run.failed",
 				"parley.tool.call.>", "parley.tool.pre_execute.>",
@@ -284,6 +289,10 @@ func (p Principal) Permissions() Permissions {
 		pub(bucketRead(BucketTools)...)
 	case KindIntegrator, KindGateway:
 		pub(InputPrefix + p.Name + ".>")
+		// Where a thread stands, from the processor's record
+		// (events.ThreadStateSubject): only under its own principal,
+		// which the processor takes as the asker.
+		pub("parley.state." + p.Name + ".*")
 		pub(msgGet(StreamInput)...)
 		pub(chatReader()...)
 		// `parley chat` reads the titles of the entities a confirmation

@@ -144,7 +144,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	consume := func(spec bus.ConsumerSpec, h bus.Handler) {
 		wg.Go(func() {
 			if err := p.bus.Consume(ctx, spec, h); err != nil {
@@ -160,6 +160,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		return bus.ConsumerSpec{Stream: "KV_" + kvstate.BucketPaused, Durable: durable, Concurrency: p.opts.Concurrency,
 			FilterSubjects: filters, Raw: true, HeadersOnly: true, DeliverNew: true, Description: description}
 	}
+	wg.Go(func() {
+		if err := p.ServeState(ctx); err != nil {
+			errs <- err
+			cancel()
+		}
+	})
 	consume(bus.ConsumerSpec{
 		// Every input subject, so that one that does not parse is
 		// dead-lettered with the reason rather than left in the stream.
