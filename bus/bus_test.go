@@ -2,7 +2,9 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1110,5 +1112,83 @@ func TestChatKeepsAtMostMaxMsgsPerSubject(t *testing.T) {
 	}
 	if got := info.State.Subjects[other]; got != 1 {
 		t.Errorf("the other thread's %s holds %d events, want 1", other, got)
+	}
+}
+
+// One principal's flood of one thread waits in PARLEY_INPUT at most
+// InputMaxMsgsPerSubject deep: the next publish is refused (the stream is
+// full for that subject), while another thread's input is still taken.
+func TestInputBoundsOneThreadsBacklog(t *testing.T) {
+	e := newEnv(t)
+	flood := events.InputSubject("integrator", "flood", events.ChatTurnRequested)
+	var refused error
+	for i := range InputMaxMsgsPerSubject + 5 {
+		if _, err := e.js.Publish(t.Context(), flood, []byte(strconv.Itoa(i))); err != nil {
+			refused = err
+			if i != InputMaxMsgsPerSubject {
+				t.Fatalf("publish %d refused: %v; want the first refused at %d", i, err, InputMaxMsgsPerSubject)
+			}
+			break
+		}
+	}
+	if refused == nil || !isStreamFull(refused) {
+		t.Fatalf("the flood past %d: %v; want refused as a full stream", InputMaxMsgsPerSubject, refused)
+	}
+	if _, err := e.js.Publish(t.Context(), events.InputSubject("integrator", "other", events.ChatTurnRequested), []byte("x")); err != nil {
+		t.Fatalf("another thread's input during the flood: %v", err)
+	}
+}
+
+// A handler that waits for a later message (as a thread's message waits
+// for an earlier one handled elsewhere) gives its place back with Yield:
+// with Concurrency 1 the later message still runs, and the waiting
+// handler goes on once it took a place again. Without Yield the one
+// place stays taken and the later message never starts.
+func TestConsumeYieldLetsOtherMessagesRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, id := range []string{"waiter", "other"} {
+		if _, err := e.c.Publish(t.Context(), events.SubjectRunRequested, runRequested(t, id)); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	otherDone := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	spec := agentSpec()
+	spec.Concurrency = 1
+	spec.AckWait = 10 * time.Second
+	stop, _ := e.consume(t, spec, func(ctx context.Context, d *Delivery) error {
+		var in events.RunRequested
+		if err := json.Unmarshal(d.Event.Data(), &in); err != nil {
+			return Permanent(err)
+		}
+		if in.RunID == "waiter" {
+			reclaim := Yield(ctx)
+			select {
+			case <-otherDone:
+			case <-time.After(5 * time.Second):
+			}
+			if err := reclaim(ctx); err != nil {
+				return err
+			}
+		} else {
+			close(otherDone)
+		}
+		mu.Lock()
+		order = append(order, in.RunID)
+		mu.Unlock()
+		return nil
+	})
+	waitFor(t, 10*time.Second, "both messages handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 2
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	if want := []string{"other", "waiter"}; !slices.Equal(order, want) {
+		t.Errorf("handled %v, want %v (the waiter gave its place to the other)", order, want)
 	}
 }

@@ -143,6 +143,17 @@ const DuplicateWindow = 2 * time.Minute
 // stream's byte limit reaches other threads' history (see docs/LIMITS.md).
 const ChatMaxMsgsPerSubject = 1000
 
+// InputMaxMsgsPerSubject bounds how many of one principal's inputs of one
+// kind to one thread PARLEY_INPUT holds unhandled
+// (parley.in.<principal>.<thread>.turn.requested, .elicitation.responded):
+// the next is refused at publish (discard new per subject; the publisher
+// retries within its budget, then fails "the stream is full"), so one
+// thread's flood cannot put thousands of messages ahead of other threads'
+// in the processor's queue. It is twice what a thread can queue
+// (processor.MaxQueue): a thread's own traffic never meets it unless it
+// is being refused thread_busy anyway. See docs/LIMITS.md.
+const InputMaxMsgsPerSubject = 32
+
 // EnsureStreams creates parley's streams, or updates those whose
 // configuration differs from parley's. It is idempotent and safe to call
 // from every worker replica at once on a fresh cluster: each stream is
@@ -171,6 +182,7 @@ func (c *Client) EnsureStreams(ctx context.Context) error {
 			Description: "parley chat events: what parley publishes (with the echo of accepted input) and integrators read"},
 		{Name: events.StreamInput, Subjects: []string{events.SubjectInputAll},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
+			MaxMsgsPerSubject: InputMaxMsgsPerSubject, DiscardNewPerSubject: true,
 			Description: "processor work queue: integrator input (turn.requested, elicitation.responded) under the publisher's principal"},
 		{Name: events.StreamAgent, Subjects: []string{events.SubjectRunRequested, events.SubjectRunResumed, events.SubjectToolResAll},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
@@ -300,6 +312,9 @@ func StreamConfigChanges(have, want jetstream.StreamConfig) ([]string, error) {
 	}
 	if want.MaxMsgsPerSubject != 0 && have.MaxMsgsPerSubject != want.MaxMsgsPerSubject {
 		diff("max_msgs_per_subject", have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	}
+	if want.DiscardNewPerSubject && !have.DiscardNewPerSubject {
+		diff("discard_new_per_subject", have.DiscardNewPerSubject, want.DiscardNewPerSubject)
 	}
 	if have.Discard != want.Discard {
 		diff("discard", have.Discard, want.Discard)

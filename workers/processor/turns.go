@@ -310,8 +310,22 @@ func (p *Processor) firstUnrecorded(ctx context.Context, thread string, last uin
 // taken unchecked. A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
-func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
+func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (t *Thread, rev uint64, cached bool, err error) {
 	deadline := time.Now().Add(p.opts.OrderWait)
+	// While it waits, the message holds none of the consumer's handler
+	// slots (bus.Yield): a thread's backlog waits in line without
+	// keeping other threads' messages from being handled.
+	var (
+		reclaim func(context.Context) error
+		changed <-chan struct{}
+	)
+	defer func() {
+		if reclaim != nil {
+			if rerr := reclaim(ctx); rerr != nil && err == nil {
+				t, rev, cached, err = nil, 0, false, rerr
+			}
+		}
+	}()
 	for fresh := false; ; fresh = true {
 		var (
 			t      *Thread
@@ -345,6 +359,12 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if cached {
 			continue // the record may be behind: read it before waiting
 		}
+		if changed == nil {
+			// Taken before the read below is trusted: a write after
+			// this point wakes the wait.
+			changed = p.threads.changed(thread)
+			continue
+		}
 		if time.Now().After(deadline) {
 			// Free the slot (the earlier message may need it) and come back.
 			return nil, 0, false, bus.RetryLater(fmt.Errorf("message %d of %s waits for earlier message %d", d.StreamSeq, thread, next), 500*time.Millisecond)
@@ -352,13 +372,26 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if d.Msg != nil { // nil in the package tests
 			_ = d.Msg.InProgress()
 		}
+		if reclaim == nil {
+			reclaim = bus.Yield(ctx)
+		}
+		// Woken by this replica's next write of the thread (the earlier
+		// message recorded here), else polled: another replica's write
+		// is seen only by reading.
 		select {
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-changed:
+		case <-time.After(orderPoll):
 		}
+		changed = nil // taken afresh before the next wait
 	}
 }
+
+// orderPoll is how often a message waiting for an earlier one of its
+// thread reads the thread again when no write of this replica wakes it
+// (the earlier message is another replica's).
+const orderPoll = 100 * time.Millisecond
 
 // validateTurn checks a turn.requested event; the violations name fields.
 func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequested, []schema.Violation) {
