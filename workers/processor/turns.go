@@ -326,7 +326,15 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			}
 		}
 	}()
-	for fresh := false; ; fresh = true {
+	var (
+		next  uint64 // the thread's first message not yet recorded, once found
+		woken bool   // by this replica's write of the thread (its cache has it)
+	)
+	for fresh := false; ; {
+		if changed == nil {
+			// Taken before the read: a write after the read wakes the wait.
+			changed = p.threads.changed(thread)
+		}
 		var (
 			t      *Thread
 			rev    uint64
@@ -349,20 +357,24 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
-		next, err := p.firstUnrecorded(ctx, thread, t.LastTurnSeq)
-		switch {
-		case err != nil:
-			return nil, 0, false, err
-		case next == 0 || next >= d.StreamSeq:
-			return t, rev, cached, nil // this is the next message of the thread
+		// The stream is asked again only once the message it named last
+		// is recorded: every waiter of a thread is woken by each of its
+		// writes, and only the next one in line has anything to ask.
+		if next == 0 || t.LastTurnSeq >= next {
+			n, err := p.firstUnrecorded(ctx, thread, t.LastTurnSeq)
+			switch {
+			case err != nil:
+				return nil, 0, false, err
+			case n == 0 || n >= d.StreamSeq:
+				return t, rev, cached, nil // this is the next message of the thread
+			}
+			next = n
 		}
-		if cached {
-			continue // the record may be behind: read it before waiting
-		}
-		if changed == nil {
-			// Taken before the read below is trusted: a write after
-			// this point wakes the wait.
-			changed = p.threads.changed(thread)
+		if cached && !woken {
+			// The record may be behind: read it before waiting (after a
+			// wake the cache holds the write that woke it; a write of
+			// another replica is found by the poll's fresh read).
+			fresh = true
 			continue
 		}
 		if time.Now().After(deadline) {
@@ -382,9 +394,11 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
 		case <-changed:
+			woken, fresh = true, false
 		case <-time.After(orderPoll):
+			woken, fresh = false, true
 		}
-		changed = nil // taken afresh before the next wait
+		changed = nil
 	}
 }
 
