@@ -2,7 +2,10 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -1069,4 +1072,123 @@ func TestEveryStreamBounded(t *testing.T) {
 		t.Fatal("10 × 300 KiB into a 1 MiB work queue: no error")
 	}
 	t.Logf("full work queue: %v", perr)
+}
+
+// One thread's events on one subject (a flood of messages, refusals,
+// deltas) evict that subject's oldest, not another thread's history:
+// PARLEY_CHAT keeps at most ChatMaxMsgsPerSubject per subject.
+func TestChatKeepsAtMostMaxMsgsPerSubject(t *testing.T) {
+	e := newEnv(t)
+	other := events.ChatSubject("victim", events.ChatElicitationRequested)
+	if _, err := e.js.Publish(t.Context(), other, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	flood := events.ChatSubject("flood", events.ChatTurnRejected)
+	refused := events.RefusedSubject("mallory", "victim", events.ChatElicitationRejected)
+	for i := range ChatMaxMsgsPerSubject + 50 {
+		for _, subj := range []string{flood, refused} {
+			if _, err := e.js.PublishAsync(subj, []byte(strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("publishes not acknowledged")
+	}
+	st, err := e.js.Stream(t.Context(), events.StreamChat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context(), jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, subj := range []string{flood, refused} {
+		if got := info.State.Subjects[subj]; got != ChatMaxMsgsPerSubject {
+			t.Errorf("%s holds %d events, want %d", subj, got, ChatMaxMsgsPerSubject)
+		}
+	}
+	if got := info.State.Subjects[other]; got != 1 {
+		t.Errorf("the other thread's %s holds %d events, want 1", other, got)
+	}
+}
+
+// One principal's flood of one thread waits in PARLEY_INPUT at most
+// InputMaxMsgsPerSubject deep: the next publish is refused (the stream is
+// full for that subject), while another thread's input is still taken.
+func TestInputBoundsOneThreadsBacklog(t *testing.T) {
+	e := newEnv(t)
+	flood := events.InputSubject("integrator", "flood", events.ChatTurnRequested)
+	var refused error
+	for i := range InputMaxMsgsPerSubject + 5 {
+		if _, err := e.js.Publish(t.Context(), flood, []byte(strconv.Itoa(i))); err != nil {
+			refused = err
+			if i != InputMaxMsgsPerSubject {
+				t.Fatalf("publish %d refused: %v; want the first refused at %d", i, err, InputMaxMsgsPerSubject)
+			}
+			break
+		}
+	}
+	if refused == nil || !isStreamFull(refused) {
+		t.Fatalf("the flood past %d: %v; want refused as a full stream", InputMaxMsgsPerSubject, refused)
+	}
+	if _, err := e.js.Publish(t.Context(), events.InputSubject("integrator", "other", events.ChatTurnRequested), []byte("x")); err != nil {
+		t.Fatalf("another thread's input during the flood: %v", err)
+	}
+}
+
+// A handler that waits for a later message (as a thread's message waits
+// for an earlier one handled elsewhere) gives its place back with Yield:
+// with Concurrency 1 the later message still runs, and the waiting
+// handler goes on once it took a place again. Without Yield the one
+// place stays taken and the later message never starts.
+func TestConsumeYieldLetsOtherMessagesRun(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, id := range []string{"waiter", "other"} {
+		if _, err := e.c.Publish(t.Context(), events.SubjectRunRequested, runRequested(t, id)); err != nil {
+			t.Fatalf("Publish: %v", err)
+		}
+	}
+	otherDone := make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	spec := agentSpec()
+	spec.Concurrency = 1
+	spec.AckWait = 10 * time.Second
+	stop, _ := e.consume(t, spec, func(ctx context.Context, d *Delivery) error {
+		var in events.RunRequested
+		if err := json.Unmarshal(d.Event.Data(), &in); err != nil {
+			return Permanent(err)
+		}
+		if in.RunID == "waiter" {
+			reclaim := Yield(ctx)
+			select {
+			case <-otherDone:
+			case <-time.After(5 * time.Second):
+			}
+			if err := reclaim(ctx); err != nil {
+				return err
+			}
+		} else {
+			close(otherDone)
+		}
+		mu.Lock()
+		order = append(order, in.RunID)
+		mu.Unlock()
+		return nil
+	})
+	waitFor(t, 10*time.Second, "both messages handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 2
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Consume: %v", err)
+	}
+	if want := []string{"other", "waiter"}; !slices.Equal(order, want) {
+		t.Errorf("handled %v, want %v (the waiter gave its place to the other)", order, want)
+	}
 }

@@ -135,6 +135,25 @@ func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults(
 // work-queue messages.)
 const DuplicateWindow = 2 * time.Minute
 
+// ChatMaxMsgsPerSubject bounds how many events PARLEY_CHAT keeps on each
+// subject: per thread and kind (parley.chat.<thread>.turn.requested,
+// .message.delta, …) and per sender, thread and kind of refusal
+// (parley.refused.<principal>.<thread>.*). The oldest of a subject drop
+// first, so one thread's traffic evicts its own oldest events before the
+// stream's byte limit reaches other threads' history (see docs/LIMITS.md).
+const ChatMaxMsgsPerSubject = 1000
+
+// InputMaxMsgsPerSubject bounds how many of one principal's inputs of one
+// kind to one thread PARLEY_INPUT holds unhandled
+// (parley.in.<principal>.<thread>.turn.requested, .elicitation.responded):
+// the next is refused at publish (discard new per subject; the publisher
+// retries within its budget, then fails "the stream is full"), so one
+// thread's flood cannot put thousands of messages ahead of other threads'
+// in the processor's queue. It is twice what a thread can queue
+// (processor.MaxQueue): a thread's own traffic never meets it unless it
+// is being refused thread_busy anyway. See docs/LIMITS.md.
+const InputMaxMsgsPerSubject = 32
+
 // EnsureStreams creates parley's streams, or updates those whose
 // configuration differs from parley's. It is idempotent and safe to call
 // from every worker replica at once on a fresh cluster: each stream is
@@ -151,17 +170,19 @@ const DuplicateWindow = 2 * time.Minute
 // messages at the bound, so a publisher gets an error (and retries, or
 // tells its caller) instead of work being lost silently; PARLEY_CHAT and
 // PARLEY_DLQ, histories read by people, drop their oldest messages (and
-// those past MaxAge). See docs/LIMITS.md.
+// those past MaxAge), PARLEY_CHAT also past ChatMaxMsgsPerSubject on one
+// subject. See docs/LIMITS.md.
 func (c *Client) EnsureStreams(ctx context.Context) error {
 	dup := DuplicateWindow
 	chat, queue := c.maxBytes, max(c.maxBytes/4, 1<<20)
 	specs := []jetstream.StreamConfig{
-		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll},
+		{Name: events.StreamChat, Subjects: []string{events.SubjectChatAll, events.SubjectRefusedAll},
 			Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, Duplicates: dup,
-			MaxBytes: chat, Discard: jetstream.DiscardOld,
+			MaxBytes: chat, Discard: jetstream.DiscardOld, MaxMsgsPerSubject: ChatMaxMsgsPerSubject,
 			Description: "parley chat events: what parley publishes (with the echo of accepted input) and integrators read"},
 		{Name: events.StreamInput, Subjects: []string{events.SubjectInputAll},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
+			MaxMsgsPerSubject: InputMaxMsgsPerSubject, DiscardNewPerSubject: true,
 			Description: "processor work queue: integrator input (turn.requested, elicitation.responded) under the publisher's principal"},
 		{Name: events.StreamAgent, Subjects: []string{events.SubjectRunRequested, events.SubjectRunResumed, events.SubjectToolResAll},
 			Retention: jetstream.WorkQueuePolicy, Duplicates: dup, MaxBytes: queue, Discard: jetstream.DiscardNew,
@@ -288,6 +309,12 @@ func StreamConfigChanges(have, want jetstream.StreamConfig) ([]string, error) {
 	}
 	if want.MaxBytes != 0 && have.MaxBytes != want.MaxBytes {
 		diff("max_bytes", have.MaxBytes, want.MaxBytes)
+	}
+	if want.MaxMsgsPerSubject != 0 && have.MaxMsgsPerSubject != want.MaxMsgsPerSubject {
+		diff("max_msgs_per_subject", have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	}
+	if want.DiscardNewPerSubject && !have.DiscardNewPerSubject {
+		diff("discard_new_per_subject", have.DiscardNewPerSubject, want.DiscardNewPerSubject)
 	}
 	if have.Discard != want.Discard {
 		diff("discard", have.Discard, want.Discard)

@@ -338,6 +338,65 @@ func ConsumerConfigChanges(stream string, have, want jetstream.ConsumerConfig) (
 	return out, nil
 }
 
+// slot is one handler's place among a consumer's spec.Concurrency
+// (Yield).
+type slot struct {
+	mu   sync.Mutex
+	sem  chan struct{}
+	held bool
+}
+
+type slotKey struct{}
+
+// release gives the slot back, if held.
+func (s *slot) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held {
+		<-s.sem
+		s.held = false
+	}
+}
+
+// take takes a slot again (waiting for one, or for ctx), if not held.
+func (s *slot) take(ctx context.Context) error {
+	s.mu.Lock()
+	held := s.held
+	s.mu.Unlock()
+	if held {
+		return nil
+	}
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	s.held = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Yield gives the calling handler's place among the consumer's
+// ConsumerSpec.Concurrency back while it waits for something other
+// messages do not depend on it for (an earlier message of the same
+// thread, handled by another handler), so the consumer starts other
+// messages meanwhile: one thread's backlog then waits without holding
+// every slot, and the other threads' messages are not served after it.
+// The returned function takes a place again (waiting until one is free,
+// or ctx ends: its error) and must be called before the handler goes on
+// with its work. Outside Consume (a handler called directly) both do
+// nothing. The message stays unacknowledged meanwhile (MaxAckPending
+// still bounds how many are).
+func Yield(ctx context.Context) (reclaim func(context.Context) error) {
+	s, ok := ctx.Value(slotKey{}).(*slot)
+	if !ok {
+		return func(context.Context) error { return nil }
+	}
+	s.release()
+	return s.take
+}
+
 // Consume runs h for every message of the durable consumer spec until ctx
 // is cancelled, then stops taking messages, waits for in-flight handlers
 // (up to spec.DrainTimeout) and returns nil, or an *UncleanDrainError when
@@ -375,10 +434,11 @@ func (c *Client) Consume(ctx context.Context, spec ConsumerSpec, h Handler) erro
 			return
 		}
 		running.Add(1)
+		sl := &slot{sem: sem, held: true}
 		wg.Go(func() {
-			defer func() { <-sem }()
+			defer sl.release()
 			defer running.Add(-1)
-			c.handle(base, &spec, m, h)
+			c.handle(context.WithValue(base, slotKey{}, sl), &spec, m, h)
 		})
 	}, jetstream.PullMaxMessages(spec.Concurrency),
 		// Short pulls with frequent heartbeats: a pull request lost with a

@@ -102,7 +102,7 @@ func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 			fail("400", err)
 			return
 		}
-		reply, err := fn(rctx, req)
+		reply, err := fn(context.WithValue(rctx, requestSubjectKey{}, r.Subject()), req)
 		if err != nil {
 			fail("500", err)
 			return
@@ -120,6 +120,19 @@ func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 	}
 	<-ctx.Done()
 	return svc.Stop()
+}
+
+// requestSubjectKey is the context key of the subject a served request
+// arrived on.
+type requestSubjectKey struct{}
+
+// RequestSubject returns the subject the request a ServeFunc answers
+// arrived on ("" outside Serve): an endpoint on a wildcard subject reads
+// its tokens from it (a principal's own subject, which the server's
+// permissions let only that principal publish on).
+func RequestSubject(ctx context.Context) string {
+	s, _ := ctx.Value(requestSubjectKey{}).(string)
+	return s
 }
 
 // IsInbox reports whether subject is a NATS inbox: "_INBOX.<...>" (the

@@ -149,7 +149,7 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 		return nil, fmt.Errorf("delivering %s: only %s and %s have a verdict", e.Type(), events.TypeTurnRequested, events.TypeElicitationResponded)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	items, err := c.Watch(wctx, WatchOptions{Thread: thread})
+	items, err := c.Watch(wctx, WatchOptions{Thread: thread, Refusals: true})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -174,7 +174,7 @@ func (c *Client) Deliver(ctx context.Context, e *event.Event, wait time.Duration
 		stop() // wait until the first watch is cleaned up
 		actx, acancel := context.WithCancel(ctx)
 		from := time.Now().Add(-InputDuplicateWindow - time.Minute)
-		again, err := c.Watch(actx, WatchOptions{Thread: thread, StartTime: from})
+		again, err := c.Watch(actx, WatchOptions{Thread: thread, StartTime: from, Refusals: true})
 		if err != nil {
 			acancel()
 			stop = func() {}

@@ -211,6 +211,11 @@ type WatchOptions struct {
 	// OnStatus, if set, is called when the watch loses or regains the
 	// server (from a goroutine of Watch; it must not block for long).
 	OnStatus func(WatchStatus)
+	// Refusals adds the client's own refusals stored under its principal
+	// (events.RefusedThreadSubjects: those of its events on a thread it is
+	// not a party of, or on a thread nobody owns yet), of Thread or of
+	// every thread. The thread's own subjects never hold them.
+	Refusals bool
 	// Backlog, if set, receives (before Watch returns) how many stored
 	// events match the filter from the start position: the channel
 	// delivers these before any newer one, so a caller that wants the
@@ -273,7 +278,15 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (<-chan Item, err
 		}
 		filter = events.ChatThreadSubjects(opts.Thread)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	filters := []string{filter}
+	if opts.Refusals {
+		thread := opts.Thread
+		if thread == "" {
+			thread = "*"
+		}
+		filters = append(filters, events.RefusedThreadSubjects(c.principal, thread))
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverNewPolicy,
 		InactiveThreshold: watchInactiveThreshold}
 	switch {
 	case opts.StartSeq > 0:
@@ -486,13 +499,68 @@ const MaxPendingScan = 10000
 // those of the first MaxPendingScan.
 var ErrPendingTruncated = errors.New("thread too long to read in full")
 
+// threadPaused is the processor's state of a paused thread
+// (events.ThreadStateReply.State).
+const threadPaused = "paused"
+
+// ThreadStateTimeout bounds ThreadState's wait for the processor's
+// answer.
+const ThreadStateTimeout = 3 * time.Second
+
+// ErrNotAParty is matched by the error of ThreadState when the processor
+// answered that the client (as onBehalfOf, when its principal speaks for
+// users) is not a party of the thread.
+var ErrNotAParty = errors.New("not a party of the thread")
+
+// ThreadState asks the processor where thread stands and which of its
+// questions are open, from the thread's record (the request-reply
+// events.ThreadStateSubject under the client's principal; onBehalfOf is
+// the end user a trusted principal speaks for, or ""). Unlike a fold of
+// the thread's events it does not miss a question whose event
+// PARLEY_CHAT's limits dropped, and reads one record however long the
+// thread. Errors: ErrNotAParty; a transport error (no processor answered
+// within ThreadStateTimeout, nats.ErrNoResponders when none runs), which
+// a caller may answer by folding the events instead.
+func (c *Client) ThreadState(ctx context.Context, thread, onBehalfOf string) (*events.ThreadStateReply, error) {
+	if err := events.ValidToken("thread", thread); err != nil {
+		return nil, err
+	}
+	e, err := events.New(c.source, events.TypeThreadStateRequested, thread, events.ThreadStateRequest{OnBehalfOf: onBehalfOf})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ThreadStateTimeout)
+	defer cancel()
+	reply, err := c.bus.Request(ctx, events.ThreadStateSubject(c.principal, thread), e)
+	if err != nil {
+		return nil, err
+	}
+	out, err := events.Data[events.ThreadStateReply](reply)
+	if err != nil || events.TypeOf(reply) != events.TypeThreadStateAnswered {
+		return nil, fmt.Errorf("thread state of %s: the processor answered %s: %v", thread, reply.Type(), err)
+	}
+	if out.Forbidden {
+		return nil, fmt.Errorf("thread state of %s: %w", thread, ErrNotAParty)
+	}
+	return &out, nil
+}
+
 // PendingQuestions returns the questions a paused turn of thread still
 // waits on (elicitation/create params, with their elicitation IDs in
-// _meta), so a client that joins a paused thread can ask them. It folds
-// the thread's events in PARLEY_CHAT (threadstate.Fold), never the
-// processor's bucket, so it needs only read access to PARLEY_CHAT. None
-// when the thread is not paused.
+// _meta), so a client that joins a paused thread can ask them. It asks
+// the processor (ThreadState: the thread's record, the source of truth of
+// what is pending, never the processor's bucket directly); when no
+// processor answers it folds the thread's events in PARLEY_CHAT
+// (threadstate.Fold), which misses a question whose event the stream's
+// limits dropped. None when the thread is not paused.
 func (c *Client) PendingQuestions(ctx context.Context, thread string) ([]schema.ElicitRequestParams, error) {
+	st, err := c.ThreadState(ctx, thread, "")
+	switch {
+	case err == nil:
+		return st.Pending, nil
+	case errors.Is(err, ErrNotAParty) || ctx.Err() != nil:
+		return nil, err
+	}
 	f, err := c.FoldThread(ctx, thread)
 	if f == nil {
 		return nil, err

@@ -74,7 +74,9 @@ type Session struct {
 }
 
 // Follow starts a Session on thread: it returns once the stored events are
-// folded (State and Pending then say where the thread stands), and
+// folded and the processor's record of the open questions adopted
+// (Client.ThreadState; State and Pending then say where the thread
+// stands), and
 // delivers the events stored after that on Items until ctx ends (Items
 // is then closed, after the watch's consumer was deleted). Errors: an
 // invalid thread or agent token; those of Watch.
@@ -106,6 +108,12 @@ func (c *Client) Follow(ctx context.Context, thread string, opts *SessionOptions
 		for range in {
 		}
 		return nil, err
+	}
+	// What is pending is the processor's record's to say: a question
+	// whose events the stream's limits dropped is still open there. When
+	// no processor answers, the fold stands.
+	if st, err := c.ThreadState(ctx, thread, ""); err == nil && st.State == threadPaused && len(st.Pending) > 0 {
+		s.fold.AdoptPaused(st.TurnID, st.Pending)
 	}
 	go s.run(ctx, in)
 	return s, nil

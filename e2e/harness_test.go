@@ -58,6 +58,10 @@ type options struct {
 	// progressDelay is the agent's ProgressDelay; 0 means its default
 	// (agent.DefaultProgressDelay), negative every phase's progress at once.
 	progressDelay time.Duration
+	// streamMaxBytes is the streams' byte bound (bus.Options.StreamMaxBytes:
+	// PARLEY_CHAT's; the work queues get a quarter, at least 1 MiB); 0
+	// means its default.
+	streamMaxBytes int64
 }
 
 // system is a running parley on an embedded server.
@@ -121,7 +125,7 @@ func start(t *testing.T, opts options) *system {
 		}
 	})
 	nc := srv.Connect(t)
-	b, err := bus.New(nc, nil)
+	b, err := bus.New(nc, &bus.Options{StreamMaxBytes: opts.streamMaxBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +137,12 @@ func start(t *testing.T, opts options) *system {
 	if s.site, err = builtin.OpenSite(ctx, b.JetStream(), nil); err != nil {
 		t.Fatal(err)
 	}
-	items, err := s.client.Watch(ctx, client.WatchOptions{FromStart: true})
+	// The recorder sees every principal's refusals too (those of a
+	// stranger's events are stored under its principal, not in the
+	// thread): a watch as principal "*" (a wildcard token in the filter;
+	// it publishes nothing).
+	everyone := client.NewWithOptions(b, &client.Options{Principal: "*"})
+	items, err := everyone.Watch(ctx, client.WatchOptions{FromStart: true, Refusals: true})
 	if err != nil {
 		t.Fatal(err)
 	}

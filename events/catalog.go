@@ -137,6 +137,7 @@ func paramName(tok string) (string, bool) {
 // Subject patterns of the catalogue (see Route.Subject).
 const (
 	chatPattern       = "parley.chat.{thread}."
+	refusedPattern    = "parley.refused.{principal}.{thread}."
 	inputPattern      = "parley.in.{principal}.{thread}."
 	toolCallPattern   = "parley.tool.call.{tool}"
 	toolResultPattern = "parley.tool.result.{run}"
@@ -148,6 +149,12 @@ const (
 // echoes it, once accepted, on the chat route of the same suffix.
 func inputRoute(suffix string) Route {
 	return Route{Subject: inputPattern + suffix, Stream: StreamInput, Publishers: integrators, Consumers: processor}
+}
+
+// refusedRoute is a refusal stored under the refused sender's principal
+// (RefusedSubject), when the sender is not a party of the thread.
+func refusedRoute(suffix string) Route {
+	return Route{Subject: refusedPattern + suffix, Stream: StreamChat, Publishers: processor, Consumers: integrators}
 }
 
 func chatRoute(suffix string, pub []Role, sub []Role) Route {
@@ -183,7 +190,8 @@ var catalog = []Entry{
 		Routes:     []Route{chatRoute(ChatElicitationRequested, processor, integrators)}}),
 	of(KindElicitationRejected, Entry{Summary: "An answer was refused; the reason names the rule.",
 		Visibility: Public,
-		Routes:     []Route{chatRoute(ChatElicitationRejected, processor, integrators)}}),
+		Routes: []Route{chatRoute(ChatElicitationRejected, processor, integrators),
+			refusedRoute(ChatElicitationRejected)}}),
 	of(KindElicitationExpired, Entry{Summary: "Questions expired unanswered; the thread is idle again.",
 		Visibility: Public,
 		Routes:     []Route{chatRoute(ChatElicitationExpired, processor, integrators)}}),
@@ -198,7 +206,8 @@ var catalog = []Entry{
 		Routes:     []Route{chatRoute(ChatTurnFailed, processor, integrators)}}),
 	of(KindTurnRejected, Entry{Summary: "A turn.requested was refused; errors name each field and rule.",
 		Visibility: Public,
-		Routes:     []Route{chatRoute(ChatTurnRejected, processor, integrators)}}),
+		Routes: []Route{chatRoute(ChatTurnRejected, processor, integrators),
+			refusedRoute(ChatTurnRejected)}}),
 	of(KindMessageDelta, Entry{Summary: "A piece of the assistant's answer while the model writes it (a preview; turn.completed is authoritative).",
 		Visibility: Public,
 		Routes:     []Route{chatRoute(ChatMessageDelta, []Role{RoleAgent}, integrators)}}),
@@ -239,6 +248,12 @@ var catalog = []Entry{
 	of(KindLookupEntitiesAnswered, Entry{Summary: "The entities matching a lookup (the reply to lookup.entities.requested).",
 		Visibility: Internal,
 		Routes:     []Route{{Publishers: []Role{RoleToolexec}, Consumers: integrators}}}),
+	of(KindThreadStateRequested, Entry{Summary: "An integrator asks the processor where a thread stands and which questions are open, from its record (request-reply).",
+		Visibility: Internal, Reply: TypeThreadStateAnswered,
+		Routes: []Route{{Subject: threadStatePattern, Publishers: integrators, Consumers: processor}}}),
+	of(KindThreadStateAnswered, Entry{Summary: "A thread's state and open questions from the processor's record (the reply to thread.state.requested).",
+		Visibility: Internal,
+		Routes:     []Route{{Publishers: processor, Consumers: integrators}}}),
 	of(KindDeadLettered, Entry{Summary: "An event that could not be handled, with the reason and the original message.",
 		Visibility: Internal,
 		Routes: []Route{{Subject: deadLetterPattern, Stream: StreamDeadLetter,

@@ -100,7 +100,7 @@ func TestCatalogComplete(t *testing.T) {
 // streamSubjects are the subjects each stream holds (bus
 // EnsureStreams).
 var streamSubjects = map[string][]string{
-	StreamChat:       {SubjectChatAll},
+	StreamChat:       {SubjectChatAll, SubjectRefusedAll},
 	StreamInput:      {SubjectInputAll},
 	StreamAgent:      {SubjectRunRequested, SubjectRunResumed, SubjectToolResAll},
 	StreamRuns:       {SubjectRunCompleted, SubjectRunPaused, SubjectRunFailed},
@@ -128,10 +128,11 @@ func subjectMatches(f, s string) bool {
 // same parameters, and the route's stream holds the subject.
 func TestCatalogRoutes(t *testing.T) {
 	builders := map[Type]func(p []string) string{
-		TypeToolCallRequested:   func(p []string) string { return ToolCallSubject(p[0]) },
-		TypeToolResultReady:     func(p []string) string { return ToolResultSubject(p[0]) },
-		TypePreExecuteRequested: func(p []string) string { return PreExecuteSubject(p[0], p[1]) },
-		TypeDeadLettered:        func(p []string) string { return DeadLetterSubject(p[0], p[1]) },
+		TypeToolCallRequested:    func(p []string) string { return ToolCallSubject(p[0]) },
+		TypeToolResultReady:      func(p []string) string { return ToolResultSubject(p[0]) },
+		TypePreExecuteRequested:  func(p []string) string { return PreExecuteSubject(p[0], p[1]) },
+		TypeDeadLettered:         func(p []string) string { return DeadLetterSubject(p[0], p[1]) },
+		TypeThreadStateRequested: func(p []string) string { return ThreadStateSubject(p[0], p[1]) },
 	}
 	chatSuffix := map[Type]string{
 		TypeTurnRequested: ChatTurnRequested, TypeTurnPaused: ChatTurnPaused, TypeTurnCompleted: ChatTurnCompleted,
@@ -144,7 +145,7 @@ func TestCatalogRoutes(t *testing.T) {
 		for _, r := range e.Routes {
 			where := string(e.Type) + " " + r.Subject
 			if r.Subject == "" {
-				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered {
+				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered && e.Type != TypeThreadStateAnswered {
 					t.Errorf("%s: no subject (only a reply travels on the requester's inbox)", where)
 				}
 				continue
@@ -160,6 +161,11 @@ func TestCatalogRoutes(t *testing.T) {
 			}
 			var want string
 			switch {
+			case strings.HasPrefix(r.Subject, refusedPattern):
+				want = RefusedSubject(values[0], values[1], chatSuffix[e.Type])
+				if p, th, suffix, ok := ParseRefusedSubject(got); !ok || p != values[0] || th != values[1] || suffix != chatSuffix[e.Type] {
+					t.Errorf("%s: ParseRefusedSubject(%s) = %s, %s, %s, %v", where, got, p, th, suffix, ok)
+				}
 			case r.Stream == StreamInput:
 				want = InputSubject(values[0], values[1], chatSuffix[e.Type])
 				if p, th, suffix, err := ParseInputSubject(got); err != nil || p != values[0] || th != values[1] || suffix != chatSuffix[e.Type] {

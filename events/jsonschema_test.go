@@ -272,6 +272,9 @@ func payloadSamples(t *testing.T) map[Type][]any {
 		TypeLookupEntitiesRequested: {LookupEntitiesRequest{Query: "abo", TargetType: "node", Bundles: []string{"page"}, Limit: 5}},
 		TypeLookupEntitiesAnswered: {LookupEntitiesReply{Entities: []LookupEntity{{ID: "7", Label: "About us", EntityType: "node",
 			Bundle: "page", Status: "published", URI: "https://example.com/node/7"}}, Truncated: true}},
+		TypeThreadStateRequested: {ThreadStateRequest{}, ThreadStateRequest{OnBehalfOf: "ann"}},
+		TypeThreadStateAnswered: {ThreadStateReply{Thread: "th", State: "paused", TurnID: "t1", Pending: []schema.ElicitRequestParams{confirm},
+			ExpiresAt: &at, Queued: 1}, ThreadStateReply{Thread: "th", Forbidden: true}},
 		TypeTurnCompleted: {TurnCompleted{TurnID: "t1", Message: msg, Decisions: []DecisionRecord{{CallID: "call_0_0",
 			Tool: "delete_entities", Decision: DecisionConfirm, ElicitationID: "e1", Action: schema.ActionAccept, AnsweredBy: Identity{Principal: "gateway", OnBehalfOf: "ann"}, AnsweredAt: at}}}},
 		TypeProgress: {

@@ -118,5 +118,7 @@ var (
 	KindPreExecuteDecided       = Kind[PolicyDecision]{TypePreExecuteDecided}
 	KindLookupEntitiesRequested = Kind[LookupEntitiesRequest]{TypeLookupEntitiesRequested}
 	KindLookupEntitiesAnswered  = Kind[LookupEntitiesReply]{TypeLookupEntitiesAnswered}
+	KindThreadStateRequested    = Kind[ThreadStateRequest]{TypeThreadStateRequested}
+	KindThreadStateAnswered     = Kind[ThreadStateReply]{TypeThreadStateAnswered}
 	KindDeadLettered            = Kind[DeadLetter]{TypeDeadLettered}
 )

@@ -117,3 +117,54 @@ func PolicyReplySubject(reply, policy string) string { return reply + "." + poli
 func DeadLetterSubject(stream, consumer string) string {
 	return fmt.Sprintf(subjectDeadLetterTemplate, stream, consumer)
 }
+
+// Refusals of a party who is not a party of the thread (a stranger's
+// message or answer, or the first message of a thread nobody owns yet)
+// are stored under the refused sender's principal, not in the thread:
+// parley.refused.<principal>.<thread>.<suffix> (suffix ChatTurnRejected or
+// ChatElicitationRejected), in StreamChat. The sender reads them there
+// (RefusedThreadSubjects); the thread's own subjects
+// (ChatThreadSubjects) never see them, so no stranger can add events to
+// someone else's thread. See docs/events.md "Refusals".
+const (
+	// SubjectRefusedAll is every refusal subject.
+	SubjectRefusedAll    = "parley.refused.>"
+	subjectRefusedPrefix = "parley.refused."
+)
+
+// RefusedSubject returns parley.refused.<principal>.<thread>.<suffix>:
+// where the refusal of principal's event on thread is stored when
+// principal is not a party of the thread.
+func RefusedSubject(principal, thread, suffix string) string {
+	return subjectRefusedPrefix + principal + "." + thread + "." + suffix
+}
+
+// RefusedThreadSubjects returns the filter
+// parley.refused.<principal>.<thread>.>: principal's refusals on thread
+// that are stored under its principal (RefusedSubject).
+func RefusedThreadSubjects(principal, thread string) string {
+	return subjectRefusedPrefix + principal + "." + thread + ".>"
+}
+
+// ParseRefusedSubject splits parley.refused.<principal>.<thread>.<suffix>;
+// ok is false for any other subject.
+func ParseRefusedSubject(subject string) (principal, thread, suffix string, ok bool) {
+	rest, found := strings.CutPrefix(subject, subjectRefusedPrefix)
+	if !found {
+		return "", "", "", false
+	}
+	principal, rest, ok1 := strings.Cut(rest, ".")
+	thread, suffix, ok2 := strings.Cut(rest, ".")
+	return principal, thread, suffix, ok1 && ok2 && principal != "" && thread != "" && suffix != ""
+}
+
+// ThreadOf returns the thread of a subject of StreamChat: the <thread>
+// token of a chat subject (ParseChatSubject) or of a refusal subject
+// (ParseRefusedSubject); ok is false for any other subject.
+func ThreadOf(subject string) (thread string, ok bool) {
+	if th, _, ok := ParseChatSubject(subject); ok {
+		return th, true
+	}
+	_, th, _, ok := ParseRefusedSubject(subject)
+	return th, ok
+}

@@ -96,7 +96,9 @@ func (s *epochSystem) integratorSends(t *testing.T, thread string) bool {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := stream.GetLastMsgForSubject(t.Context(), events.ChatSubject(thread, events.ChatTurnRejected)); err == nil {
+		// A refusal of a message to someone else's thread is stored
+		// under the integrator's principal, not in the thread.
+		if _, err := stream.GetLastMsgForSubject(t.Context(), events.RefusedSubject("integrator", thread, events.ChatTurnRejected)); err == nil {
 			return false
 		}
 		if m, err := stream.GetLastMsgForSubject(t.Context(), events.ChatSubject(thread, events.ChatTurnRequested)); err == nil {

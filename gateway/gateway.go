@@ -651,6 +651,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.VerdictWait)
 	defer cancel()
 	verdicts, stop, err := g.follow(ctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected),
+		events.RefusedSubject(g.opts.Principal, thread, events.ChatElicitationRejected),
 		events.ChatSubject(thread, events.ChatElicitationResponded)}, 0)
 	if err != nil {
 		g.unavailable(w, r, err)
@@ -796,10 +797,23 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// threadState folds the thread's stored events that claim t may show
+// threadState is the thread's state as claim t may see it: the fold of
+// its events (foldState) with the processor's record of its state and
+// open questions (recordState); errNotOwner when the processor's
+// ownership t was confirmed under ended.
+func (g *Gateway) threadState(ctx context.Context, thread string, t ThreadOwner) (ThreadState, error) {
+	st, err := g.foldState(ctx, thread, t)
+	if err != nil {
+		return st, err
+	}
+	g.recordState(ctx, &st, t)
+	return st, nil
+}
+
+// foldState folds the thread's stored events that claim t may show
 // (epoch.go), up to the last one stored when it starts; errNotOwner when
 // the processor's ownership t was confirmed under ended.
-func (g *Gateway) threadState(ctx context.Context, thread string, t ThreadOwner) (ThreadState, error) {
+func (g *Gateway) foldState(ctx context.Context, thread string, t ThreadOwner) (ThreadState, error) {
 	st := ThreadState{Thread: thread, State: StateIdle, Pending: []schema.ElicitRequestParams{}}
 	gctx, gcancel := bus.WithRequestTimeout(ctx)
 	defer gcancel()
@@ -849,4 +863,41 @@ func (g *Gateway) threadState(ctx context.Context, thread string, t ThreadOwner)
 	}
 	stateOf(&st, &f, truncated)
 	return st, nil
+}
+
+// recordState replaces st's state and open questions with the processor's
+// record of them (events.ThreadStateSubject, asked on behalf of the claim's
+// owner, whom the processor accepted): a question whose events
+// PARLEY_CHAT's limits dropped, or that lies past what the fold read,
+// is still open there. When no processor answers (within
+// client.ThreadStateTimeout), st keeps the fold's and Source says so.
+func (g *Gateway) recordState(ctx context.Context, st *ThreadState, t ThreadOwner) {
+	st.Source = SourceEvents
+	e, err := events.New(SourceGateway, events.TypeThreadStateRequested, st.Thread, events.ThreadStateRequest{OnBehalfOf: t.Owner})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateWait)
+	defer cancel()
+	reply, err := g.bus.Request(ctx, events.ThreadStateSubject(g.opts.Principal, st.Thread), e)
+	if err != nil {
+		g.log.WarnContext(ctx, "thread state: the processor did not answer; the state is folded from the events", "subject", st.Thread, "error", err)
+		return
+	}
+	rs, err := events.Data[events.ThreadStateReply](reply)
+	if err != nil || events.TypeOf(reply) != events.TypeThreadStateAnswered || rs.Forbidden {
+		g.log.WarnContext(ctx, "thread state: the processor's answer is not usable; the state is folded from the events",
+			"subject", st.Thread, "type", reply.Type(), "forbidden", rs.Forbidden, "error", err)
+		return
+	}
+	st.Source = SourceRecord
+	switch rs.State {
+	case StatePaused, StateRunning:
+		st.State = rs.State
+	default: // idle: the fold tells idle from failed (the last turn's end)
+		if st.State != StateFailed {
+			st.State = StateIdle
+		}
+	}
+	st.Pending = append(st.Pending[:0], rs.Pending...)
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"time"
+
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/schema"
 )
@@ -21,8 +23,9 @@ const (
 // read; "truncated" says older ones were skipped).
 const MaxStateEvents = 10000
 
-// ThreadState is the body of GET /v1/threads/{thread}: derived from the
-// thread's events only (threadstate.Fold).
+// ThreadState is the body of GET /v1/threads/{thread}: the processor's
+// record of the thread's state and open questions, with what else the
+// thread's events say (threadstate.Fold).
 type ThreadState struct {
 	Thread string `json:"thread"`
 	Owner  string `json:"owner"`
@@ -38,7 +41,22 @@ type ThreadState struct {
 	LastEventID uint64 `json:"lastEventId"`
 	// Truncated says only the newest MaxStateEvents events were read.
 	Truncated bool `json:"truncated,omitempty"`
+	// Source says where State and Pending come from: "record" (the
+	// processor's record of the thread, the source of truth of what is
+	// pending, asked over events.ThreadStateSubject) or "events" (a fold
+	// of the thread's events, when no processor answered).
+	Source string `json:"source"`
 }
+
+// Sources of ThreadState.State and Pending.
+const (
+	SourceRecord = "record"
+	SourceEvents = "events"
+)
+
+// stateWait bounds how long GET /v1/threads/{thread} waits for the
+// processor's record of the thread.
+const stateWait = 3 * time.Second
 
 // stateOf fills st from a fold of the thread's events.
 func stateOf(st *ThreadState, f *threadstate.Fold, truncated bool) {

@@ -77,10 +77,12 @@ const (
 )
 
 // verdictSubjects are the subjects of the events that carry verdicts on
-// thread's turn.requested inputs: the echo (turn.requested) and
-// turn.rejected.
-func verdictSubjects(thread string) []string {
-	return []string{events.ChatSubject(thread, events.ChatTurnRequested), events.ChatSubject(thread, events.ChatTurnRejected)}
+// principal's turn.requested inputs on thread: the echo (turn.requested)
+// and turn.rejected, in the thread or, for a message of a party that is
+// not (yet) the thread's, under principal (events.RefusedSubject).
+func verdictSubjects(principal, thread string) []string {
+	return []string{events.ChatSubject(thread, events.ChatTurnRequested), events.ChatSubject(thread, events.ChatTurnRejected),
+		events.RefusedSubject(principal, thread, events.ChatTurnRejected)}
 }
 
 // judge reads the thread's turn.requested and turn.rejected events from the claim's FromSeq (1 for a
@@ -103,7 +105,7 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 			return outcomePending, nil, item{}, fmt.Errorf("opening %s: %w", events.StreamChat, err)
 		}
 		var last uint64
-		for _, subj := range verdictSubjects(thread) {
+		for _, subj := range verdictSubjects(v.principal, thread) {
 			m, err := stream.GetLastMsgForSubject(rctx, subj)
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
 				continue
@@ -120,7 +122,7 @@ func (v *verdicts) judge(ctx context.Context, thread, user string, t ThreadOwner
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	items, stop, err := v.follow(ctx, verdictSubjects(thread), from)
+	items, stop, err := v.follow(ctx, verdictSubjects(v.principal, thread), from)
 	if err != nil {
 		return outcomePending, nil, item{}, err
 	}

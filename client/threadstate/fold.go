@@ -564,3 +564,22 @@ func addBounded(list []string, id string, limit int) []string {
 	}
 	return append(list, id)
 }
+
+// AdoptPaused makes the fold paused on turnID with the questions pending
+// open (elicitation/create params with their IDs in _meta), as the
+// processor's record of the thread says (client.ThreadState): a question
+// whose events PARLEY_CHAT's limits dropped, or that the fold did not
+// read, is open all the same. Questions already open stay; one without
+// an ID is skipped.
+func (f *Fold) AdoptPaused(turnID string, pending []schema.ElicitRequestParams) {
+	for _, p := range pending {
+		q := Question{ID: ElicitationID(p), Params: p, TurnID: turnID}
+		if q.ID == "" {
+			continue
+		}
+		if _, open := f.Question(q.ID); !open {
+			f.open1(q)
+		}
+	}
+	f.TurnID, f.paused = turnID, true
+}

@@ -40,7 +40,7 @@ func (c *eventsCmd) Run(e *env) error {
 	ctx, cancel := context.WithCancel(e.ctx)
 	notes := &lockedWriter{w: terminalSafe(e.stderr)}
 	var backlog uint64
-	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true, Backlog: &backlog,
+	ch, err := cl.Watch(ctx, client.WatchOptions{Thread: c.Thread, FromStart: true, Backlog: &backlog, Refusals: true,
 		OnStatus: func(s client.WatchStatus) { fmt.Fprintf(notes, "parley events: %s\n", s) }})
 	if err != nil {
 		cancel()

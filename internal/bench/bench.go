@@ -108,6 +108,9 @@ type Report struct {
 	Confirm  ConfirmFigures  `json:"confirm"`
 	Veto     VetoFigures     `json:"veto"`
 	Held     HeldFigures     `json:"held"`
+	// Neighbour is another user's turn while one integrator floods a
+	// thread (the noisy neighbour), next to the same turn unloaded.
+	Neighbour NeighbourFigures `json:"neighbour"`
 	// Ratios are parley ÷ floor for each figure (latency: above 1 is
 	// slower; rates: below 1 is slower); the keys starting "min_" are
 	// parley ÷ the minimal floor.
@@ -183,6 +186,26 @@ type VetoFigures struct {
 	Samples      int     `json:"samples"`
 	RequestBytes int     `json:"request_bytes"`
 	ReplyBytes   int     `json:"reply_bytes"`
+}
+
+// NeighbourFigures are a read turn on a fresh thread, unloaded and
+// started right after one integrator published a burst of FloodMessages
+// messages to one thread of its own (neighbourPhase).
+type NeighbourFigures struct {
+	FloodMessages int `json:"flood_messages"`
+	Rounds        int `json:"rounds"`
+	// FloodPublishMS is how long publishing one burst took (async).
+	FloodPublishMS float64 `json:"flood_publish_ms"`
+	// FloodStored and FloodRefused are the burst's messages PARLEY_INPUT
+	// took and refused (bus.InputMaxMsgsPerSubject), per round.
+	FloodStored  int `json:"flood_stored"`
+	FloodRefused int `json:"flood_refused"`
+	// UnloadedP50 and LoadedP50 are the victim's turn, without and with
+	// the flood; LoadedMax its slowest with the flood.
+	UnloadedP50        float64 `json:"unloaded_p50_ms"`
+	LoadedP50          float64 `json:"loaded_p50_ms"`
+	LoadedMax          float64 `json:"loaded_max_ms"`
+	LoadedOverUnloaded float64 `json:"loaded_over_unloaded"`
 }
 
 // HeldFigures compare resumes with many paused turns held and with few.
@@ -320,6 +343,9 @@ func WriteTable(w io.Writer, r *Report) error {
 		{fmt.Sprintf("resume p99 (ms), %d held", r.Held.Paused), f3(r.Held.ResumeP99),
 			f3(r.Held.BaselineResumeP99) + fmt.Sprintf(" @%d", r.Held.BaselinePaused), x("held_resume_p99"), "", ""},
 		{"KV bytes per paused turn", f0(r.Held.KVBytesPerPausedTurn), "", "", "", ""},
+		{fmt.Sprintf("read turn p50 (ms) during a %d-message flood of another thread", r.Neighbour.FloodMessages),
+			f3(r.Neighbour.LoadedP50), f3(r.Neighbour.UnloadedP50) + " unloaded", f3(r.Neighbour.LoadedOverUnloaded), "", ""},
+		{"read turn max (ms) during the flood", f3(r.Neighbour.LoadedMax), "", "", "", ""},
 	}
 	head := row{"figure", "parley", "floor", "ratio", "floor_min", "ratio"}
 	wd := [6]int{}
@@ -409,6 +435,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		{"confirm", func() error { return confirmPhase(ctx, sys, &opts, &rep.Confirm) }},
 		{"veto", func() error { return vetoPhase(ctx, sys, &opts, &rep.Veto) }},
 		{"held", func() error { return heldPhase(ctx, sys, env, &opts, &rep.Held, progress) }},
+		{"neighbour", func() error { return neighbourPhase(ctx, sys, &opts, &rep.Neighbour) }},
 	}
 	for _, s := range steps {
 		progress("%s", s.name)

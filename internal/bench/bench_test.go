@@ -33,6 +33,7 @@ func TestSmoke(t *testing.T) {
 		"veto":      {"p50_ms", "p99_ms", "raw_p50_ms", "raw_p99_ms"},
 		"held": {"paused", "resume_p50_ms", "resume_p99_ms", "baseline_resume_p50_ms", "baseline_resume_p99_ms",
 			"kv_bytes_per_paused_turn"},
+		"neighbour": {"flood_messages", "flood_publish_ms", "unloaded_p50_ms", "loaded_p50_ms", "loaded_over_unloaded"},
 	}
 	for section, keys := range want {
 		for _, k := range keys {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/natsserver"
 )
@@ -110,7 +111,8 @@ type dispatcher struct {
 }
 
 // newDispatcher reads stream (filtered) from now on. Subjects are
-// <prefix>.chat.<thread>.<suffix>.
+// <prefix>.chat.<thread>.<suffix>, or refusal subjects
+// (events.RefusedSubject).
 func newDispatcher(ctx context.Context, js jetstream.JetStream, stream string, filters []string) (*dispatcher, error) {
 	d := &dispatcher{waiters: map[string]chan note{}}
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
@@ -120,7 +122,13 @@ func newDispatcher(ctx context.Context, js jetstream.JetStream, stream string, f
 	}
 	d.cc, err = cons.Consume(func(m jetstream.Msg) {
 		at := time.Now()
-		parts := strings.SplitN(m.Subject(), ".", 4)
+		subject := m.Subject()
+		if _, thread, suffix, ok := events.ParseRefusedSubject(subject); ok {
+			// A refusal stored under its sender's principal: as if on
+			// the thread's own subject.
+			subject = events.ChatSubject(thread, suffix)
+		}
+		parts := strings.SplitN(subject, ".", 4)
 		if len(parts) < 4 {
 			return
 		}

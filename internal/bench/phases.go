@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
@@ -334,4 +336,91 @@ func vetoPhase(ctx context.Context, s *system, opts *Options, out *VetoFigures) 
 // toolCall is the call the scripted model makes of tool.
 func toolCall(name string) schema.ToolCall {
 	return schema.ToolCall{ID: "call_0_0", Name: name, Arguments: []byte(`{"what":"status"}`)}
+}
+
+// floodMessages is how many messages the noisy neighbour publishes at
+// once to one thread of its own, as fast as the client can.
+const floodMessages = 3000
+
+// neighbourPhase measures another user's turn while one integrator floods
+// a thread of its own: the victim's read turn on a fresh thread, first
+// unloaded, then started right after each flood's publishes were sent
+// (floodMessages turn.requested, asynchronously, as one burst). PARLEY_INPUT
+// bounds one thread's unhandled input (bus.InputMaxMsgsPerSubject), so
+// most of the flood is refused at publish, and what is taken waits in its
+// own thread's queue. Between rounds the flood drains, so rounds are
+// independent.
+func neighbourPhase(ctx context.Context, s *system, opts *Options, out *NeighbourFigures) error {
+	th := newThreads(s.env, "neighbour", 0)
+	rounds := max(minSamples, int(opts.Duration/(2*time.Second)))
+	var unloaded, loaded []time.Duration
+	for range rounds {
+		d, err := readTurn(ctx, s, th.fresh())
+		if err != nil {
+			return err
+		}
+		unloaded = append(unloaded, d)
+	}
+	// The noisy neighbour has its own connection, as another integrator
+	// would: the victim's publish does not queue behind the flood's on
+	// one socket.
+	nc, err := s.env.connect("noisy")
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(floodMessages))
+	if err != nil {
+		return err
+	}
+	var refused, published int
+	var floodTime time.Duration
+	for r := range rounds {
+		flood := th.fresh()
+		subject := events.InputSubject(s.client.Principal(), flood, events.ChatTurnRequested)
+		start := time.Now()
+		var futures []jetstream.PubAckFuture
+		for i := range floodMessages {
+			e, err := s.client.TurnRequest(flood, "", textRead, "")
+			if err != nil {
+				return err
+			}
+			h, body, err := events.Encode(e)
+			if err != nil {
+				return err
+			}
+			f, err := js.PublishMsgAsync(&nats.Msg{Subject: subject, Header: nats.Header(h), Data: body},
+				jetstream.WithMsgID(fmt.Sprintf("%s-%d-%d", flood, r, i)))
+			if err != nil {
+				return fmt.Errorf("publishing the flood: %w", err)
+			}
+			futures = append(futures, f)
+		}
+		floodTime += time.Since(start)
+		d, err := readTurn(ctx, s, th.fresh())
+		if err != nil {
+			return fmt.Errorf("the victim's turn during a flood: %w", err)
+		}
+		loaded = append(loaded, d)
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+				published++
+			case <-f.Err():
+				refused++
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if err := s.awaitInputDrained(ctx); err != nil {
+			return err
+		}
+	}
+	out.FloodMessages, out.Rounds = floodMessages, rounds
+	out.FloodPublishMS = ms(floodTime / time.Duration(rounds))
+	out.FloodStored, out.FloodRefused = published/rounds, refused/rounds
+	out.UnloadedP50, _ = p50p99(unloaded)
+	out.LoadedP50, _ = p50p99(loaded)
+	out.LoadedMax = ms(slices.Max(loaded))
+	out.LoadedOverUnloaded = round3(ratio(out.LoadedP50, out.UnloadedP50))
+	return s.failed()
 }

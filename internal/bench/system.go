@@ -117,6 +117,8 @@ func startSystem(ctx context.Context, env *benchEnv, opts *Options) (s *system, 
 		events.ChatSubject("*", events.ChatTurnRejected),
 		events.ChatSubject("*", events.ChatElicitationRequested),
 		events.ChatSubject("*", events.ChatElicitationRejected),
+		events.RefusedSubject("*", "*", events.ChatTurnRejected),
+		events.RefusedSubject("*", "*", events.ChatElicitationRejected),
 	})
 	if err != nil {
 		return nil, err
@@ -410,3 +412,40 @@ func kvGet(ctx context.Context, js jetstream.JetStream, bucket, key string) ([]b
 }
 
 var errNoSamples = errors.New("no samples")
+
+// awaitInputDrained waits (up to waitTimeout) until parley's work queues
+// (input, agent, runs, tools) are empty on two reads 100 ms apart: a
+// flood's accepted messages have run.
+func (s *system) awaitInputDrained(ctx context.Context) error {
+	js := s.drv.JetStream()
+	deadline := time.Now().Add(waitTimeout)
+	empty := 0
+	for empty < 2 {
+		n := uint64(0)
+		for _, name := range []string{events.StreamInput, events.StreamAgent, events.StreamRuns, events.StreamTools} {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				return err
+			}
+			n += info.State.Msgs
+		}
+		if n == 0 {
+			empty++
+		} else {
+			empty = 0
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("parley's work queues still hold %d messages after %s", n, waitTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}

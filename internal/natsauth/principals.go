@@ -226,7 +226,9 @@ func (p Principal) Permissions() Permissions {
 		sub(inbox)
 		switch p.Name {
 		case Processor:
-			pub("parley.chat.>", "parley.agent.run.requested", "parley.agent.run.resumed")
+			// Refusals of a stranger's event go under the stranger's
+			// principal (events.RefusedSubject), not into the thread.
+			pub("parley.chat.>", "parley.refused.>", "parley.agent.run.requested", "parley.agent.run.resumed")
 			pub(consumer(StreamInput, "processor")...)
 			pub(consumer(StreamRuns, "processor-runs")...)
 			// Expiries of pause records (processor.HandleExpiry, raw bus
@@ -237,6 +239,11 @@ func (p Principal) Permissions() Permissions {
 			pub(streamRead(StreamChat, StreamInput)...)
 			pub(msgGet(StreamAgent, StreamDeadLetter)...)
 			pub(bucketOwn(BucketThreads, BucketPaused)...)
+			// The thread-state endpoint (events.SubjectThreadStateAll,
+			// NATS micro): answered through allow_responses; micro
+			// answers discovery ($SRV.PING|INFO|STATS).
+			sub("parley.state.>", "$SRV.>")
+			perm.AllowResponses = true
 		case Agent:
 			pub("parley.agent.run.completed", "parley.agent.run.paused", "parley.agent.run.failed",
 				"parley.tool.call.>", "parley.tool.pre_execute.>",
@@ -282,6 +289,10 @@ func (p Principal) Permissions() Permissions {
 		pub(bucketRead(BucketTools)...)
 	case KindIntegrator, KindGateway:
 		pub(InputPrefix + p.Name + ".>")
+		// Where a thread stands, from the processor's record
+		// (events.ThreadStateSubject): only under its own principal,
+		// which the processor takes as the asker.
+		pub("parley.state." + p.Name + ".*")
 		pub(msgGet(StreamInput)...)
 		pub(chatReader()...)
 		// `parley chat` reads the titles of the entities a confirmation

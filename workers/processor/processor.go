@@ -144,7 +144,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	consume := func(spec bus.ConsumerSpec, h bus.Handler) {
 		wg.Go(func() {
 			if err := p.bus.Consume(ctx, spec, h); err != nil {
@@ -160,6 +160,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		return bus.ConsumerSpec{Stream: "KV_" + kvstate.BucketPaused, Durable: durable, Concurrency: p.opts.Concurrency,
 			FilterSubjects: filters, Raw: true, HeadersOnly: true, DeliverNew: true, Description: description}
 	}
+	wg.Go(func() {
+		if err := p.ServeState(ctx); err != nil {
+			errs <- err
+			cancel()
+		}
+	})
 	consume(bus.ConsumerSpec{
 		// Every input subject, so that one that does not parse is
 		// dead-lettered with the reason rather than left in the stream.
@@ -459,6 +465,13 @@ func publishChat[T any](ctx context.Context, p *Processor, thread string, kind e
 // chose, which may be another party's event's (every integrator reads
 // them in PARLEY_CHAT): clients match a refusal by its principal too, and
 // one party's refusal cannot take the ID of another's.
+//
+// A refusal is stored in the thread (parley.chat.<thread>.<suffix>) only
+// when who is a party of it (partyOf); a stranger's refusal, and one of
+// the first message of a thread nobody owns yet, is stored under who's
+// principal (events.RefusedSubject), where that sender reads it and no
+// party of the thread does: a stranger cannot fill someone else's thread
+// with refusals.
 func publishRefusal[T any](ctx context.Context, p *Processor, thread string, kind events.Kind[T], who events.Identity, data T, parts ...string) error {
 	id := events.DerivedID(append([]string{string(kind.Type()), who.Principal}, parts...)...)
 	e, err := kind.New(events.SourceProcessor, id, thread, data)
@@ -471,8 +484,55 @@ func publishRefusal[T any](ctx context.Context, p *Processor, thread string, kin
 	if who.OnBehalfOf != "" {
 		e.SetExtension(events.ExtOnBehalfOf, who.OnBehalfOf)
 	}
+	party, err := p.partyOf(ctx, thread, who)
+	if err != nil {
+		return err
+	}
+	if !party {
+		subject, err := events.SubjectOf(e, events.StreamChat, thread)
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("publishing %s: %w", e.ID(), err))
+		}
+		_, err = p.pub.Publish(ctx, refusedSubject(subject, who.Principal, thread), e)
+		return err
+	}
 	_, err = bus.PublishTo(ctx, p.pub, events.StreamChat, e, thread)
 	return err
+}
+
+// refusedSubject turns the chat subject of a refusal on thread into its
+// subject under principal (events.RefusedSubject).
+func refusedSubject(chatSubject, principal, thread string) string {
+	_, suffix, _ := events.ParseChatSubject(chatSubject)
+	return events.RefusedSubject(principal, thread, suffix)
+}
+
+// partyOf reports whether who is a party of thread as the processor
+// records it: the thread has an owner, and who is the owner or one it
+// shared the thread with. A thread ID that is no token has no record
+// (true: its refusal goes where it always went, and fails there). A
+// cached record is trusted only to say yes (grants only grow); a no is
+// checked on a fresh read. An unreadable record (kvstate.ErrIncompatible)
+// makes nobody a party; other read errors are returned (retried).
+func (p *Processor) partyOf(ctx context.Context, thread string, who events.Identity) (bool, error) {
+	if who.Principal == "" || events.ValidToken("thread", thread) != nil {
+		return true, nil
+	}
+	party := func(t *Thread) bool { return t.Owner != nil && mayUse(t, who) == nil }
+	t, _, cached, err := p.threads.view(ctx, thread)
+	if err == nil && party(t) {
+		return true, nil
+	}
+	if err == nil && cached {
+		t, _, err = p.threads.Load(ctx, thread)
+	}
+	switch {
+	case errors.Is(err, kvstate.ErrIncompatible):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading thread %s to place a refusal: %w", thread, err)
+	}
+	return party(t), nil
 }
 
 // publish publishes e on its type's subject in stream (bus.PublishTo).

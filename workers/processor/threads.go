@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/parley-dev/parley/kvstate"
 )
@@ -35,10 +36,39 @@ type threads struct {
 	// adopt, if set, completes a record as read from the bucket (an
 	// earlier version's paused turn: Processor.adoptLegacy).
 	adopt func(ctx context.Context, t *Thread) error
+
+	// writes wakes the handlers of this replica that wait for a thread's
+	// record to change (changed): closed and dropped on each write.
+	mu     sync.Mutex
+	writes map[string]chan struct{}
 }
 
 func newThreads(recs threadRecords, cache bool) *threads {
-	return &threads{recs: recs, cache: newRevCache[Thread](cache)}
+	return &threads{recs: recs, cache: newRevCache[Thread](cache), writes: map[string]chan struct{}{}}
+}
+
+// changed returns a channel closed at this replica's next write of
+// thread id's record (another replica's writes are seen only by
+// reading).
+func (s *threads) changed(id string) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.writes[id]
+	if !ok {
+		ch = make(chan struct{})
+		s.writes[id] = ch
+	}
+	return ch
+}
+
+// wrote wakes the waiters of changed(id).
+func (s *threads) wrote(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch, ok := s.writes[id]; ok {
+		close(ch)
+		delete(s.writes, id)
+	}
 }
 
 // errCachedNoChange: a write function found nothing to change on a cached
@@ -145,6 +175,7 @@ func (s *threads) mutate(ctx context.Context, id string, from *Thread, rev uint6
 		return nil, err
 	}
 	s.remember(v.Value, v.Rev)
+	s.wrote(id)
 	return v.Value, nil
 }
 

@@ -322,9 +322,31 @@ func (p *Processor) firstUnrecorded(ctx context.Context, thread string, last uin
 // taken unchecked. A cached record only ever lets the
 // message go sooner when it is current (its LastTurnSeq and Handled only
 // grow), so one that says "wait" is read again before waiting.
-func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (*Thread, uint64, bool, error) {
+func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus.Delivery) (t *Thread, rev uint64, cached bool, err error) {
 	deadline := time.Now().Add(p.opts.OrderWait)
-	for fresh := false; ; fresh = true {
+	// While it waits, the message holds none of the consumer's handler
+	// slots (bus.Yield): a thread's backlog waits in line without
+	// keeping other threads' messages from being handled.
+	var (
+		reclaim func(context.Context) error
+		changed <-chan struct{}
+	)
+	defer func() {
+		if reclaim != nil {
+			if rerr := reclaim(ctx); rerr != nil && err == nil {
+				t, rev, cached, err = nil, 0, false, rerr
+			}
+		}
+	}()
+	var (
+		next  uint64 // the thread's first message not yet recorded, once found
+		woken bool   // by this replica's write of the thread (its cache has it)
+	)
+	for fresh := false; ; {
+		if changed == nil {
+			// Taken before the read: a write after the read wakes the wait.
+			changed = p.threads.changed(thread)
+		}
 		var (
 			t      *Thread
 			rev    uint64
@@ -347,15 +369,25 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if t.LastTurnSeq >= d.StreamSeq {
 			return t, rev, cached, nil // recorded already, or a late message: take it now
 		}
-		next, err := p.firstUnrecorded(ctx, thread, t.LastTurnSeq)
-		switch {
-		case err != nil:
-			return nil, 0, false, err
-		case next == 0 || next >= d.StreamSeq:
-			return t, rev, cached, nil // this is the next message of the thread
+		// The stream is asked again only once the message it named last
+		// is recorded: every waiter of a thread is woken by each of its
+		// writes, and only the next one in line has anything to ask.
+		if next == 0 || t.LastTurnSeq >= next {
+			n, err := p.firstUnrecorded(ctx, thread, t.LastTurnSeq)
+			switch {
+			case err != nil:
+				return nil, 0, false, err
+			case n == 0 || n >= d.StreamSeq:
+				return t, rev, cached, nil // this is the next message of the thread
+			}
+			next = n
 		}
-		if cached {
-			continue // the record may be behind: read it before waiting
+		if cached && !woken {
+			// The record may be behind: read it before waiting (after a
+			// wake the cache holds the write that woke it; a write of
+			// another replica is found by the poll's fresh read).
+			fresh = true
+			continue
 		}
 		if time.Now().After(deadline) {
 			// Free the slot (the earlier message may need it) and come back.
@@ -364,13 +396,28 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 		if d.Msg != nil { // nil in the package tests
 			_ = d.Msg.InProgress()
 		}
+		if reclaim == nil {
+			reclaim = bus.Yield(ctx)
+		}
+		// Woken by this replica's next write of the thread (the earlier
+		// message recorded here), else polled: another replica's write
+		// is seen only by reading.
 		select {
 		case <-ctx.Done():
 			return nil, 0, false, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-changed:
+			woken, fresh = true, false
+		case <-time.After(orderPoll):
+			woken, fresh = false, true
 		}
+		changed = nil
 	}
 }
+
+// orderPoll is how often a message waiting for an earlier one of its
+// thread reads the thread again when no write of this replica wakes it
+// (the earlier message is another replica's).
+const orderPoll = 100 * time.Millisecond
 
 // validateTurn checks a turn.requested event; the violations name fields.
 func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequested, []schema.Violation) {
