@@ -35,6 +35,8 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/workers/gate"
+
+	"github.com/parley-dev/parley/internal/testskip"
 )
 
 // workerRoles are the subcommands that run one worker; every container and
@@ -50,7 +52,7 @@ func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		if p := os.Getenv("PARLEY_BIN"); p != "" {
 			parleyBin = p
-			return m.Run()
+			return testskip.Run(m)
 		}
 		dir, err := os.MkdirTemp("", "parley-deploy-test")
 		if err != nil {
@@ -62,7 +64,7 @@ func TestMain(m *testing.M) {
 		if out, err := exec.Command("go", "build", "-o", parleyBin, "../cmd/parley").CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ../cmd/parley: %v\n%s", err, out)
 		}
-		return m.Run()
+		return testskip.Run(m)
 	}())
 }
 
@@ -990,7 +992,7 @@ func kustomize(t *testing.T) []string {
 	if p, err := exec.LookPath("kubectl"); err == nil {
 		return []string{p, "kustomize"}
 	}
-	t.Skip("neither kustomize nor kubectl is on PATH; install one (go install sigs.k8s.io/kustomize/kustomize/v5@v5.8.2) to build the overlays")
+	testskip.Skip(t, testskip.Kustomize, "neither kustomize nor kubectl is on PATH, so the overlays are not built")
 	return nil
 }
 
