@@ -67,18 +67,20 @@ func Skip(tb testing.TB, need Need, why string) {
 }
 
 // Record is Skip for a test that goes on without what need gives (a
-// check it leaves out): it records tb for Run's block, and fails tb under
-// CI=true.
+// check it leaves out): it records tb's top-level test for Run's block,
+// and fails tb under CI=true.
 func Record(tb testing.TB, need Need, why string) {
 	tb.Helper()
 	if os.Getenv("CI") == "true" {
 		tb.Fatalf("%s: %s; CI=true requires it (install: %s)", need.Name, why, need.Install)
 		return
 	}
+	// A test is listed once, however many of its subtests skipped.
+	name, _, _ := strings.Cut(tb.Name(), "/")
 	mu.Lock()
 	defer mu.Unlock()
-	if !slices.Contains(skipped[need], tb.Name()) {
-		skipped[need] = append(skipped[need], tb.Name())
+	if !slices.Contains(skipped[need], name) {
+		skipped[need] = append(skipped[need], name)
 	}
 }
 

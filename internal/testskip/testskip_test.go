@@ -31,7 +31,7 @@ func TestSkipAndSummary(t *testing.T) {
 		t.Errorf("under CI=true: fatal %q, want a failure naming the install command", ci.fatal)
 	}
 	t.Setenv("CI", "")
-	for _, name := range []string{"TestBrowserA", "TestBrowserB", "TestBrowserA"} {
+	for _, name := range []string{"TestBrowserA", "TestBrowserB/one", "TestBrowserB/two", "TestBrowserA"} {
 		r := &recorder{TB: t, name: name}
 		Skip(r, Chromium, "not on PATH")
 		if r.skip == "" || r.fatal != "" {

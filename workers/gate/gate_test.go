@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -243,5 +244,26 @@ func TestDevConfig(t *testing.T) {
 				t.Errorf("%s: %s %q, want %s %q", key, got.Decision, got.Reason, want.Decision, want.Reason)
 			}
 		}
+	}
+}
+
+// docs/POLICY.md shows parley dev's demo policy as it is.
+func TestDevConfigDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/POLICY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "### parley dev's demo policy")
+	_, block, ok2 := strings.Cut(section, "```json\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/POLICY.md has no JSON block under \"### parley dev's demo policy\"")
+	}
+	documented, err := gate.ParseConfig([]byte(block))
+	if err != nil {
+		t.Fatalf("docs/POLICY.md: %v", err)
+	}
+	if got, want := documented.Version(), gate.DevConfig().Version(); got != want {
+		t.Errorf("docs/POLICY.md shows a policy (%s) other than gate.DevConfig (%s):\n%s", got, want, block)
 	}
 }
