@@ -62,7 +62,7 @@ var (
 // it; under CI=true it fails tb instead.
 func Skip(tb testing.TB, need Need, why string) {
 	tb.Helper()
-	Record(tb, need, why)
+	record(tb, need, why, "")
 	tb.Skipf("%s: %s; install: %s", need.Name, why, need.Install)
 }
 
@@ -71,12 +71,23 @@ func Skip(tb testing.TB, need Need, why string) {
 // and fails tb under CI=true.
 func Record(tb testing.TB, need Need, why string) {
 	tb.Helper()
+	record(tb, need, why, ranWithout)
+}
+
+// ranWithout marks, in Summary, a test that ran without a check.
+const ranWithout = " (ran without it)"
+
+// record is Skip's and Record's: suffix is "" for a skipped test,
+// ranWithout for one that went on.
+func record(tb testing.TB, need Need, why, suffix string) {
+	tb.Helper()
 	if os.Getenv("CI") == "true" {
 		tb.Fatalf("%s: %s; CI=true requires it (install: %s)", need.Name, why, need.Install)
 		return
 	}
 	// A test is listed once, however many of its subtests skipped.
 	name, _, _ := strings.Cut(tb.Name(), "/")
+	name += suffix
 	mu.Lock()
 	defer mu.Unlock()
 	if !slices.Contains(skipped[need], name) {
@@ -112,14 +123,24 @@ func Summary() string {
 		return ""
 	}
 	needs := make([]Need, 0, len(skipped))
-	n := 0
+	n, without := 0, 0
 	for need, tests := range skipped {
 		needs = append(needs, need)
-		n += len(tests)
+		for _, t := range tests {
+			if strings.HasSuffix(t, ranWithout) {
+				without++
+			} else {
+				n++
+			}
+		}
 	}
 	slices.SortFunc(needs, func(a, b Need) int { return strings.Compare(a.Name, b.Name) })
 	var b strings.Builder
-	fmt.Fprintf(&b, "--- parley: %d test(s) of %s skipped: tools not installed\n", n, packageDir())
+	also := ""
+	if without > 0 {
+		also = fmt.Sprintf(" (and %d ran without a check)", without)
+	}
+	fmt.Fprintf(&b, "--- parley: %d test(s) of %s skipped%s: tools not installed\n", n, packageDir(), also)
 	for _, need := range needs {
 		fmt.Fprintf(&b, "    %s: %s\n        install: %s\n", need.Name, strings.Join(skipped[need], ", "), need.Install)
 	}

@@ -39,10 +39,10 @@ func TestSkipAndSummary(t *testing.T) {
 		}
 	}
 	Record(&recorder{TB: t, name: "TestShapes"}, MCPSchemas, "missing")
-	want := "--- parley: 3 test(s) of ./internal/testskip skipped: tools not installed\n" +
+	want := "--- parley: 2 test(s) of ./internal/testskip skipped (and 1 ran without a check): tools not installed\n" +
 		"    chromium: TestBrowserA, TestBrowserB\n" +
 		"        install: " + Chromium.Install + "\n" +
-		"    the official MCP JSON schemas: TestShapes\n" +
+		"    the official MCP JSON schemas: TestShapes (ran without it)\n" +
 		"        install: " + MCPSchemas.Install + "\n"
 	if got := Summary(); got != want {
 		t.Errorf("Summary =\n%s\nwant\n%s", got, want)
