@@ -27,30 +27,37 @@ const EnvDir = "PARLEY_MCP_SCHEMAS"
 
 // Dir returns the schema directory holding rev (e.g. "2025-06-18"),
 // absolute. When it is missing it fails tb under CI=true and otherwise
-// skips tb, recording the test for the block of Run (testskip.Record).
+// skips tb, named in the block of Run (testskip.Skip).
 func Dir(tb testing.TB, rev string) string {
 	tb.Helper()
-	dir, why := Find(tb, rev)
+	dir, why := find(rev)
 	if dir == "" {
-		tb.Skip(why)
+		testskip.Skip(tb, testskip.MCPSchemas, why)
 	}
 	return dir
 }
 
 // Find is Dir for a test that goes on without the schema check: it
 // returns the directory, or "" and why (recording the test for Run's
-// block; failing tb under CI=true).
+// block as one that ran without the check; failing tb under CI=true).
 func Find(tb testing.TB, rev string) (dir, why string) {
 	tb.Helper()
+	dir, why = find(rev)
+	if dir == "" {
+		testskip.Record(tb, testskip.MCPSchemas, why)
+	}
+	return dir, why
+}
+
+// find returns the schema directory holding rev, or "" and why not.
+func find(rev string) (dir, why string) {
 	dir, err := lookup()
 	if err == nil {
 		if _, err = os.Stat(filepath.Join(dir, rev, "schema.json")); err == nil {
 			return dir, ""
 		}
 	}
-	why = fmt.Sprintf("official MCP %s schema not found (%v): set %s to a directory of <revision>/schema.json from github.com/modelcontextprotocol/modelcontextprotocol/tree/main/schema (see docs/MCP.md)", rev, err, EnvDir)
-	testskip.Record(tb, testskip.MCPSchemas, why)
-	return "", why
+	return "", fmt.Sprintf("official MCP %s schema not found (%v): set %s to a directory of <revision>/schema.json from github.com/modelcontextprotocol/modelcontextprotocol/tree/main/schema (see docs/MCP.md)", rev, err, EnvDir)
 }
 
 // lookup returns $PARLEY_MCP_SCHEMAS, or ../shared/mcp from the module
