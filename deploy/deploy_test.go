@@ -1110,7 +1110,6 @@ type composeService struct {
 	Healthcheck struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
-	Ports   []string `yaml:"ports"`
 	Secrets []struct {
 		Source string `yaml:"source"`
 		Target string `yaml:"target"`
