@@ -16,6 +16,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -35,6 +36,8 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/workers/gate"
+
+	"github.com/parley-dev/parley/internal/testskip"
 )
 
 // workerRoles are the subcommands that run one worker; every container and
@@ -50,7 +53,7 @@ func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		if p := os.Getenv("PARLEY_BIN"); p != "" {
 			parleyBin = p
-			return m.Run()
+			return testskip.Run(m)
 		}
 		dir, err := os.MkdirTemp("", "parley-deploy-test")
 		if err != nil {
@@ -62,7 +65,7 @@ func TestMain(m *testing.M) {
 		if out, err := exec.Command("go", "build", "-o", parleyBin, "../cmd/parley").CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build ../cmd/parley: %v\n%s", err, out)
 		}
-		return m.Run()
+		return testskip.Run(m)
 	}())
 }
 
@@ -114,7 +117,7 @@ func parley(t *testing.T) cliInfo {
 				cli.commands[m[1]] = true
 			}
 		}
-		for _, role := range workerRoles {
+		for _, role := range append(slices.Clone(workerRoles), "gateway") {
 			out, err := help(role)
 			if err != nil {
 				cliErr = err
@@ -990,7 +993,7 @@ func kustomize(t *testing.T) []string {
 	if p, err := exec.LookPath("kubectl"); err == nil {
 		return []string{p, "kustomize"}
 	}
-	t.Skip("neither kustomize nor kubectl is on PATH; install one (go install sigs.k8s.io/kustomize/kustomize/v5@v5.8.2) to build the overlays")
+	testskip.Skip(t, testskip.Kustomize, "neither kustomize nor kubectl is on PATH, so the overlays are not built")
 	return nil
 }
 
@@ -1107,6 +1110,10 @@ type composeService struct {
 	Healthcheck struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
+	Secrets []struct {
+		Source string `yaml:"source"`
+		Target string `yaml:"target"`
+	} `yaml:"secrets"`
 }
 
 func TestCompose(t *testing.T) {
@@ -1213,6 +1220,75 @@ func TestCompose(t *testing.T) {
 	}
 	if builders != 1 {
 		t.Errorf("%d role services build the image, want exactly 1 (two builds of one tag race)", builders)
+	}
+	fileSecrets := map[string]string{} // name -> file
+	if top, ok := docs[0].(map[string]any)["secrets"].(map[string]any); ok {
+		for name, v := range top {
+			fileSecrets[name] = as[struct {
+				File string `yaml:"file"`
+			}](t, v).File
+		}
+	}
+	checkComposeGateway(t, services, image, fileSecrets)
+}
+
+// checkComposeGateway checks compose's gateway service: the web chat of
+// `docker compose up`. It runs `parley gateway` from the shared image as
+// the principal gateway (its seed from auth init's directory), reads its
+// tokens from a secret file, listens on the port compose publishes on
+// the host's loopback, and starts after NATS is healthy and the processor
+// started; the processor trusts the principal gateway to name its users.
+func checkComposeGateway(t *testing.T, services map[string]composeService, image string, fileSecrets map[string]string) {
+	t.Helper()
+	s, ok := services["gateway"]
+	if !ok {
+		t.Error("no gateway service: docker compose up gives no web chat")
+		return
+	}
+	const where = "compose gateway"
+	if len(s.Command) != 1 || s.Command[0] != "gateway" || !parley(t).commands["gateway"] {
+		t.Errorf("%s: command %q, want [gateway]", where, s.Command)
+	}
+	if s.Image != image || s.Build != nil {
+		t.Errorf("%s: image %q (build %v), want the shared %q, not built", where, s.Image, s.Build != nil, image)
+	}
+	checkEnv(t, where, "gateway", mapKeys(s.Environment))
+	for k, want := range map[string]string{
+		"PARLEY_NATS":       "nats://nats:4222",
+		"OTEL_SERVICE_NAME": "parley-gateway",
+	} {
+		if got := composeDefault(s.Environment[k]); got != want {
+			t.Errorf("%s: %s = %q, want %q", where, k, s.Environment[k], want)
+		}
+	}
+	// Its secrets: the principal's seed and the token file, each mounted
+	// where the environment says, from the auth directory.
+	mounted := map[string]string{} // /run/secrets/<target> -> host file
+	for _, sec := range s.Secrets {
+		mounted["/run/secrets/"+sec.Target] = fileSecrets[sec.Source]
+	}
+	for k, want := range map[string]string{
+		"PARLEY_NATS_NKEY":          "./deploy/compose-auth/" + natsauth.SeedFile(natsauth.Gateway),
+		"PARLEY_GATEWAY_TOKEN_FILE": "./deploy/compose-auth/gateway-tokens",
+	} {
+		if got := mounted[s.Environment[k]]; s.Environment[k] == "" || got != want {
+			t.Errorf("%s: %s = %q mounts %q, want a secret from %s", where, k, s.Environment[k], got, want)
+		}
+	}
+	// Listens on all of the container's interfaces, on the port compose
+	// publishes on the host's loopback only.
+	host, port, err := net.SplitHostPort(s.Environment["PARLEY_GATEWAY_LISTEN"])
+	if err != nil || host != "0.0.0.0" {
+		t.Errorf("%s: PARLEY_GATEWAY_LISTEN = %q, want 0.0.0.0:<port> (%v)", where, s.Environment["PARLEY_GATEWAY_LISTEN"], err)
+	}
+	if !slices.Contains(s.Ports, "127.0.0.1:"+port+":"+port) {
+		t.Errorf("%s: ports %v, want 127.0.0.1:%s:%s (the host's loopback)", where, s.Ports, port, port)
+	}
+	if s.DependsOn["nats"].Condition != "service_healthy" || s.DependsOn["processor"].Condition == "" {
+		t.Errorf("%s: depends_on %v, want nats healthy and the processor started (it creates the streams)", where, s.DependsOn)
+	}
+	if tp, ok := services["processor"].Environment["PARLEY_TRUSTED_PRINCIPALS"]; ok && !slices.Contains(strings.Split(tp, ","), natsauth.Gateway) {
+		t.Errorf("compose processor: PARLEY_TRUSTED_PRINCIPALS = %q leaves out the gateway", tp)
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/parley-dev/parley/gateway"
+
+	"github.com/parley-dev/parley/internal/testskip"
 )
 
 // chromiumPath finds Debian's chromium (or PARLEY_CHROMIUM). Outside CI a
@@ -29,10 +31,7 @@ func chromiumPath(t *testing.T) string {
 			return p
 		}
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium not found: .ci/run installs it (apt-get install chromium); the browser tests cannot run")
-	}
-	t.Skip("!!! SKIPPING BROWSER TESTS: chromium not found (apt-get install chromium, or set PARLEY_CHROMIUM) !!!")
+	testskip.Skip(t, testskip.Chromium, "chromium, chromium-browser and google-chrome are not on PATH (.ci/run installs chromium)")
 	return ""
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/parley-dev/parley/workers/toolexec"
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 	"github.com/parley-dev/parley/workers/toolexec/mcpclient"
+
+	"github.com/parley-dev/parley/internal/testskip"
 )
 
 // npmPackage returns the path of a file of an npm package installed in
@@ -36,12 +38,7 @@ func npmPackage(t *testing.T, rel string) string {
 	if statErr == nil && nodeErr == nil {
 		return path
 	}
-	msg := fmt.Sprintf("MCP test needs node and %s: run `npm ci --prefix e2e/testdata/mcp` (stat: %v, node: %v)", rel, statErr, nodeErr)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	fmt.Fprintln(os.Stderr, "SKIP "+t.Name()+": "+msg)
-	t.Skip(msg)
+	testskip.Skip(t, testskip.MCPPackages, fmt.Sprintf("MCP test needs node and %s (stat: %v, node: %v)", rel, statErr, nodeErr))
 	return ""
 }
 

@@ -12,10 +12,10 @@ import (
 	"github.com/parley-dev/parley/workers/toolexec/mcpclient"
 )
 
-// README's "try it" for MCP servers runs `parley dev --mcp-config
+// The "try it" of docs/MCP.md runs `parley dev --mcp-config
 // docs/mcp-try/servers.json --rules docs/mcp-try/rules.json
 // --form-revision 2025-11-25`. The same two files, with the server started
-// from the pinned npm package instead of npx, must work as README says:
+// from the pinned npm package instead of npx, must work as it says:
 // every tool the rules call exists on the server, "echo ..." echoes, and
 // "ask me something" pauses with the server's form.
 func TestReadmeMCPTry(t *testing.T) {

@@ -44,7 +44,7 @@ func TestOwnershipRacesOnReplicatedBucket(t *testing.T) {
 	// stream answers 10164).
 	for i := range 20 {
 		thread := fmt.Sprintf("refused-%d", i)
-		r, err := a.createClaim(t.Context(), thread, "dev", "")
+		r, err := a.createClaim(t.Context(), thread, "dev", "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestOwnershipRacesOnReplicatedBucket(t *testing.T) {
 		}
 	}
 
-	if _, err := a.createClaim(t.Context(), "shared", "dev", ""); err != nil {
+	if _, err := a.createClaim(t.Context(), "shared", "dev", "", ""); err != nil {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 2)

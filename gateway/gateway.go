@@ -89,7 +89,15 @@ type Options struct {
 	// processor honours only from principals it trusts to speak for users
 	// (--trusted-principals). Optional. Default: events.PrincipalGateway.
 	Principal string
+	// TokenSource says where a person gets a token, in the 401 problem
+	// of a request whose token is missing or not accepted (e.g. "parley
+	// dev prints it and keeps it in .parley/gateway-token"). Optional.
+	// Default: DefaultTokenSource.
+	TokenSource string
 }
+
+// DefaultTokenSource is Options.TokenSource's default.
+const DefaultTokenSource = "tokens come from whoever runs this gateway (its token file or identity provider)"
 
 func (o *Options) withDefaults() Options {
 	var c Options
@@ -131,6 +139,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.ThreadTTL == 0 {
 		c.ThreadTTL = DefaultThreadTTL
+	}
+	if c.TokenSource == "" {
+		c.TokenSource = DefaultTokenSource
 	}
 	return c
 }
@@ -361,9 +372,11 @@ func (g *Gateway) authed(h func(http.ResponseWriter, *http.Request, string)) htt
 			user, err = g.auth.Authenticate(r.Context(), tok)
 		}
 		if !ok || err != nil {
-			detail := "an Authorization: Bearer token is required"
+			// The web chat shows the detail on its login card: it says
+			// what is wrong and where a token comes from.
+			detail := "an Authorization: Bearer token is required; " + g.opts.TokenSource
 			if err != nil {
-				detail = "the bearer token is not valid"
+				detail = "token not accepted (unknown, expired or from another gateway); " + g.opts.TokenSource
 				g.log.InfoContext(r.Context(), "token refused", "error", err)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
@@ -554,7 +567,7 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		return
 	}
 	// The claim is pending until the processor accepts (verify.go).
-	c, pending, err := g.owners.claimFor(r.Context(), thread, user, e.ID())
+	c, pending, err := g.owners.claimFor(r.Context(), thread, user, e.ID(), threadTitle(req.Text))
 	if !g.owned(w, r, err) {
 		return
 	}

@@ -83,6 +83,10 @@ type ThreadOwner struct {
 	// show nothing stored before it (an earlier owner's events). Set when
 	// the claim is confirmed; zero before epochs were followed.
 	StartSeq uint64 `json:"startSeq,omitempty"`
+	// Title is the thread's title for lists: threadTitle of the text of
+	// the claim's first message. Empty for a claim made by a share until
+	// the owner's first message, and for records written before titles.
+	Title string `json:"title,omitempty"`
 }
 
 // sharedWith returns the users Shared gives access to once the claim is
@@ -111,6 +115,31 @@ func (t ThreadOwner) allows(user string) bool {
 type ThreadSummary struct {
 	Thread    string    `json:"thread"`
 	CreatedAt time.Time `json:"createdAt"`
+	// Title is the text of the thread's first message, on one line, cut
+	// to MaxTitle characters (see threadTitle); "" when unknown.
+	Title string `json:"title"`
+}
+
+// MaxTitle bounds ThreadSummary.Title: at most 80 characters (Unicode
+// code points), the ellipsis of a cut title included.
+const MaxTitle = 80
+
+// threadTitle is the title of a thread whose first message is text: its
+// words on one line (runs of white space, newlines included, become one
+// space) and, when that is longer than MaxTitle characters, cut at the
+// last word boundary that leaves room for "…" (in the middle of a word
+// only when its first word is that long).
+func threadTitle(text string) string {
+	t := strings.Join(strings.Fields(text), " ")
+	r := []rune(t)
+	if len(r) <= MaxTitle {
+		return t
+	}
+	cut := r[:MaxTitle-1] // room for the ellipsis
+	if i := strings.LastIndexByte(string(cut), ' '); i > 0 && r[MaxTitle-1] != ' ' {
+		return string(cut)[:i] + "…"
+	}
+	return strings.TrimRight(string(cut), " ") + "…"
 }
 
 // errNotOwner means the thread exists and belongs to someone else, or (for
@@ -191,7 +220,7 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			return ThreadOwner{}, err
 		}
 		if !used {
-			if _, err := o.createClaim(ctx, thread, owner, ""); err != nil && !kvstate.IsConflict(err) {
+			if _, err := o.createClaim(ctx, thread, owner, "", ""); err != nil && !kvstate.IsConflict(err) {
 				return ThreadOwner{}, err
 			}
 		}
@@ -307,6 +336,11 @@ func (o *ownership) list(ctx context.Context, user string) ([]ThreadSummary, boo
 		s := ThreadSummary{Thread: strings.TrimPrefix(k, prefix)}
 		if e, err := o.kv.Get(ctx, k); err == nil {
 			_ = s.CreatedAt.UnmarshalText(e.Value())
+		}
+		// The title is the record's, shown only to whom the record gives
+		// the thread (an index entry may outlive its claim).
+		if r, err := o.get(ctx, s.Thread); err == nil && r.allows(user) {
+			s.Title = r.Title
 		}
 		out = append(out, s)
 	}

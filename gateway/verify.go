@@ -358,14 +358,15 @@ func nextItem(ctx context.Context, items <-chan item) (it item, ok bool) {
 }
 
 // createClaim creates user's pending claim on thread for the message
-// eventID ("" for a claim made by a share); an error for which
-// kvstate.IsConflict holds when the thread is claimed already.
-func (o *ownership) createClaim(ctx context.Context, thread, user, eventID string) (rec, error) {
+// eventID titled title ("" and "" for a claim made by a share); an
+// error for which kvstate.IsConflict holds when the thread is claimed
+// already.
+func (o *ownership) createClaim(ctx context.Context, thread, user, eventID, title string) (rec, error) {
 	from, err := o.nextChatSeq(ctx)
 	if err != nil {
 		return rec{}, err
 	}
-	t := ThreadOwner{Owner: user, CreatedAt: time.Now().UTC(), Verdict: VerdictPending, EventID: eventID, FromSeq: from}
+	t := ThreadOwner{Owner: user, CreatedAt: time.Now().UTC(), Verdict: VerdictPending, EventID: eventID, FromSeq: from, Title: title}
 	val, _ := json.Marshal(t)
 	rev, err := o.kv.Create(ctx, "t."+thread, val)
 	if kvstate.IsConflict(err) {
@@ -377,13 +378,14 @@ func (o *ownership) createClaim(ctx context.Context, thread, user, eventID strin
 	return rec{t, rev}, nil
 }
 
-// claimFor reserves thread for user's message eventID: it creates a
+// claimFor reserves thread for user's message eventID, titled title
+// (threadTitle of its text; the title of a claim it creates): it creates a
 // pending claim when the thread is unclaimed (or its earlier claim was
 // refused), and returns the record to follow, with pending false when the
 // processor already accepted user's claim, or the owner's when user is
 // shared the thread. It returns errNotOwner when another user holds the
 // claim and user is not shared it, or is shared a claim not yet accepted.
-func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) (r rec, pending bool, err error) {
+func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title string) (r rec, pending bool, err error) {
 	for range 3 {
 		r, err = o.get(ctx, thread)
 		switch {
@@ -394,7 +396,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 			} else if !ok {
 				return rec{}, false, errNotOwner
 			}
-			r, err := o.createClaim(ctx, thread, user, eventID)
+			r, err := o.createClaim(ctx, thread, user, eventID, title)
 			if kvstate.IsConflict(err) {
 				continue // another request claimed it first: read its claim
 			}
@@ -458,7 +460,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID string) 
 				return rec{}, false, errNotOwner
 			}
 			t := r.ThreadOwner
-			t.EventID = eventID
+			t.EventID, t.Title = eventID, title
 			val, _ := json.Marshal(t)
 			rev, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
 			if kvstate.IsConflict(err) {

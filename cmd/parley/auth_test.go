@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -299,4 +300,74 @@ func waitToolsRegistered(t *testing.T, js jetstream.JetStream) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// parley dev keeps the gateway token in <data-dir>/gateway-token (0600)
+// and prints that path next to the URL; a stale token is told where the
+// token comes from; a message to the agent "support" (README's example)
+// meets dev's policy, which vetoes its delete with the reason, as the
+// thread's turn.completed records.
+func TestDevGatewayTokenFileAndPolicy(t *testing.T) {
+	dir := t.TempDir()
+	url, out := startDevCmdGateway(t, dir, "127.0.0.1:0")
+	waitToolsRegistered(t, adminJS(t, url, dir))
+	m := regexp.MustCompile(`Web chat: (http://\S+)/#token=(\S+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no gateway URL in:\n%s", out.String())
+	}
+	base, token := m[1], m[2]
+	path := filepath.Join(dir, "gateway-token")
+	data, err := os.ReadFile(path)
+	if err != nil || strings.TrimSpace(string(data)) != token {
+		t.Fatalf("%s = %q, %v; want the printed token %q", path, data, err, token)
+	}
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s mode %v, want 0600", path, fi.Mode().Perm())
+	}
+	if !strings.Contains(out.String(), "kept in "+path) {
+		t.Errorf("dev's output does not name %s:\n%s", path, out.String())
+	}
+
+	do := func(method, p, tok, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+p, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do("GET", "/v1/threads", "dev-stale-0123456789abcdef", ""); code != http.StatusUnauthorized ||
+		!strings.Contains(body, "token not accepted") || !strings.Contains(body, path) {
+		t.Errorf("stale token: %d %s, want 401 saying token not accepted and naming %s", code, body, path)
+	}
+	if code, body := do("POST", "/v1/threads/veto1/messages", token, `{"text":"delete the 10 draft articles","agent":"support"}`); code != http.StatusAccepted {
+		t.Fatalf("POST message: %d %s", code, body)
+	}
+	// The thread's event stream carries the turn's decisions.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/threads/veto1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var seen strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		seen.WriteString(line + "\n")
+		if strings.Contains(line, "turn.completed") && strings.Contains(line, `"decision":"veto"`) &&
+			strings.Contains(line, "support agents never delete content") {
+			return
+		}
+	}
+	t.Fatalf("no veto in the thread's events (%v):\n%s\ndev output:\n%s", sc.Err(), seen.String(), out.String())
 }

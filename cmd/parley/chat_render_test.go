@@ -76,3 +76,30 @@ func TestRenderFailedTurnNamesToolsThatRan(t *testing.T) {
 		}
 	}
 }
+
+// A vetoed call is the policy's notice in the chat, before the assistant's
+// message, not only the model's words; a call no policy answered for says
+// it was not run. Allowed and confirmed calls add nothing.
+func TestRenderVetoNotice(t *testing.T) {
+	data := events.TurnCompleted{TurnID: "t", RequestEventID: "r",
+		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Execution of publish_entities was denied: publishing is not allowed here"},
+		Decisions: []events.DecisionRecord{
+			{CallID: "c0", Tool: "list_entities", Decision: events.DecisionAllow, Policy: "gate"},
+			{CallID: "c1", Tool: "publish_entities", Decision: events.DecisionVeto, Policy: "gate", Reason: "publishing is not allowed here"},
+			{CallID: "c2", Tool: "delete_entities", Decision: events.DecisionVeto, Policy: "gate,compliance", Reason: "no; never"},
+			{CallID: "c3", Tool: "wipe", Decision: events.DecisionUnavailable, Reason: "no policy service answered"},
+			{CallID: "c4", Tool: "create_event", Decision: events.DecisionConfirm, Policy: "gate", Action: schema.ActionAccept},
+		}}
+	ev, err := events.New("/test", events.TypeTurnCompleted, "t1", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := render(threadstate.Change{Event: ev, Data: data}, renderChat, true)
+	want := "! Blocked by policy gate: publishing is not allowed here (publish_entities not run)\n" +
+		"! Blocked by policies gate, compliance: no; never (delete_entities not run)\n" +
+		"! wipe not run: no policy service answered\n" +
+		"assistant: Execution of publish_entities was denied: publishing is not allowed here"
+	if got != want {
+		t.Errorf("render =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -47,8 +47,9 @@ type chatHarness struct {
 	seen int
 }
 
-// startDev starts an embedded NATS server and all workers, and waits until
-// the tool-executor has registered its tools.
+// startDev starts an embedded NATS server and all workers, with parley
+// dev's policy (gate.DevConfig), and waits until the tool-executor has
+// registered its tools.
 func startDev(t *testing.T) (url string, ctx context.Context) {
 	t.Helper()
 	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
@@ -59,7 +60,8 @@ func startDev(t *testing.T) (url string, ctx context.Context) {
 	ctx, cancel := context.WithCancel(t.Context())
 	logs := &syncBuffer{} // the workers' warnings, shown when a test fails
 	wait, err := startWorkers(ctx, srv.ClientURL(), []string{"gate", "toolexec", "agent", "processor"},
-		roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4}, agent: agentFlags{PreExecuteTimeout: 2 * time.Second}},
+		roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4}, agent: agentFlags{PreExecuteTimeout: 2 * time.Second},
+			gate: gateFlags{devPolicy: true}},
 		&env{Globals: &Globals{LogLevel: "warn", LogFormat: "text"}, ctx: ctx, stderr: logs})
 	if err != nil {
 		t.Fatal(err)
@@ -88,11 +90,17 @@ func startDev(t *testing.T) (url string, ctx context.Context) {
 // startChat runs chatCmd.Run on thread with a pipe as stdin.
 func startChat(t *testing.T, url string, ctx context.Context, thread string) *chatHarness {
 	t.Helper()
+	return startChatAs(t, url, ctx, thread, "")
+}
+
+// startChatAs is startChat talking to agent ("": the default).
+func startChatAs(t *testing.T, url string, ctx context.Context, thread, agent string) *chatHarness {
+	t.Helper()
 	pr, pw := io.Pipe()
 	h := &chatHarness{t: t, in: pw, out: &syncBuffer{}, done: make(chan error, 1)}
 	e := &env{Globals: &Globals{NATS: url, LogLevel: "error", LogFormat: "text"}, ctx: ctx,
 		stdin: pr, stdout: h.out, stderr: io.Discard}
-	go func() { h.done <- (&chatCmd{Thread: thread, User: "tester"}).Run(e) }()
+	go func() { h.done <- (&chatCmd{Thread: thread, User: "tester", AgentN: agent}).Run(e) }()
 	t.Cleanup(func() {
 		_ = pw.Close()
 		if t.Failed() {
@@ -223,6 +231,28 @@ func TestChatChoiceAndConfirmation(t *testing.T) {
 	h.waitFor("User declined execution of delete_entities: not now")
 	h.waitFor("you> ")
 	h.quit()
+}
+
+// parley dev's policy vetoes publishing, and deleting for the agent
+// "support" (README's `parley chat -a support`): the chat shows each veto
+// as the policy's notice, with its reason, and nothing asks to confirm.
+func TestChatVetoNotice(t *testing.T) {
+	url, ctx := startDev(t)
+	h := startChat(t, url, ctx, "chat-test-veto")
+	h.typeLine("publish the draft articles")
+	h.waitFor("! Blocked by policy gate: publishing is not allowed here (publish_entities not run)\n")
+	h.waitFor("you> ")
+
+	s := startChatAs(t, url, ctx, "chat-test-veto-support", "support")
+	s.typeLine("delete the 10 draft articles")
+	s.waitFor("! Blocked by policy gate: support agents never delete content (delete_entities not run)\n")
+	s.waitFor("you> ")
+	for _, h := range []*chatHarness{h, s} {
+		if out := h.out.String(); strings.Contains(out, "Allow?") {
+			t.Errorf("a vetoed call was put to the person:\n%s", out)
+		}
+		h.quit()
+	}
 }
 
 func TestChatForm(t *testing.T) {

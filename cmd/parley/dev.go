@@ -81,7 +81,7 @@ func (c *devCmd) Run(e *env) error {
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 	url := srv.ClientURL()
-	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags}
+	cfg := devRoleConfig(c)
 	roles := []string{"gate", "toolexec", "agent", "processor"}
 	hs, stopOps, err := startOps(e.ctx, "parley-dev", c.opsFlags, roles, e.logger(e.stderr))
 	if err != nil {
@@ -101,6 +101,9 @@ func (c *devCmd) Run(e *env) error {
 		if fallback, _ := filepath.Abs(devAuthDir(devDataDir())); fallback != authDir {
 			try += " --nats-nkey " + filepath.Join(authDir, natsauth.SeedFile(natsauth.Integrator))
 		}
+	}
+	if c.GateConfig == "" {
+		fmt.Fprintln(e.stdout, "Policy: the demo policy (workers/gate/dev-policy.json): publishing is vetoed, and the agent support may not delete; --gate-config for your own.")
 	}
 	fmt.Fprintf(e.stdout, "Try: %s   (Ctrl-C stops)\n", try)
 	if c.Gateway != "off" {
@@ -131,6 +134,14 @@ func devPolicies(expected []string, gateName string) []string {
 		}
 	}
 	return out
+}
+
+// devRoleConfig is the configuration of dev's roles: its flags, with
+// gate.DevConfig as the policy unless --gate-config names a file.
+func devRoleConfig(c *devCmd) roleConfig {
+	cfg := roleConfig{store: c.storeFlags, processor: c.processorFlags, agent: c.agentFlags, gate: c.gateFlags, mcp: c.mcpFlags, toolexec: c.toolexecFlags}
+	cfg.gate.devPolicy = true
+	return cfg
 }
 
 // runRoleFunc runs a role for startWorkers (tests replace it).

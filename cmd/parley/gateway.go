@@ -30,6 +30,8 @@ type gatewayFlags struct {
 	RateBurst    int           `name:"burst" env:"PARLEY_GATEWAY_BURST" default:"20" help:"Burst of the per-user rate limit."`
 	MaxBodyBytes int64         `name:"max-body" env:"PARLEY_GATEWAY_MAX_BODY" default:"524288" help:"Largest request body in bytes (413 beyond)."`
 	storeFlags
+	// tokenSource is gateway.Options.TokenSource ("": its default).
+	tokenSource string
 }
 
 type gatewayCmd struct {
@@ -70,6 +72,15 @@ func (c *gatewayCmd) Run(e *env) error {
 		}
 		auth = append(auth, st)
 	}
+	// Said in the 401 to anyone, so it names no file of this host.
+	switch {
+	case c.JWKSURL != "" && c.TokenFile != "":
+		c.tokenSource = "tokens are JWTs issued by " + c.JWTIssuer + ", or development tokens from this gateway's operator"
+	case c.JWKSURL != "":
+		c.tokenSource = "tokens are JWTs issued by " + c.JWTIssuer
+	default:
+		c.tokenSource = "tokens are handed out by this gateway's operator (its --token-file)"
+	}
 	wait, addr, err := startGateway(e.ctx, e.NATS, auth, c.gatewayFlags, e.credentials(natsauth.Gateway), e)
 	if err != nil {
 		return err
@@ -92,7 +103,7 @@ func startGateway(ctx context.Context, url string, auth gateway.Authenticator, f
 		return nil, "", err
 	}
 	g, err := gateway.New(ctx, b, auth, &gateway.Options{Logger: log, AllowedOrigins: f.CORSOrigins,
-		RatePerSecond: f.RatePerSec, RateBurst: f.RateBurst, MaxBodyBytes: f.MaxBodyBytes})
+		RatePerSecond: f.RatePerSec, RateBurst: f.RateBurst, MaxBodyBytes: f.MaxBodyBytes, TokenSource: f.tokenSource})
 	if err != nil {
 		nc.Close()
 		return nil, "", err
@@ -110,10 +121,34 @@ func startGateway(ctx context.Context, url string, auth gateway.Authenticator, f
 	return func() error { return <-done }, ln.Addr().String(), nil
 }
 
+// devTokenFile is the file under parley dev's data dir that holds the
+// gateway's development token alone (one line, mode 0600), so that a
+// person finds it after dev's output scrolled away and a script reads it
+// with $(cat .parley/gateway-token).
+const devTokenFile = "gateway-token"
+
 // devToken returns the development token of dataDir's gateway-tokens
-// file, creating the file with a random token for subject "dev" at first
-// start.
+// file (the gateway's --token-file format), creating the file with a
+// random token for subject "dev" at first start, and writes the token
+// to dataDir/devTokenFile (0600) at every start.
 func devToken(dataDir string) (gateway.StaticTokens, string, error) {
+	st, tok, err := devTokens(dataDir)
+	if err != nil {
+		return nil, "", err
+	}
+	path := filepath.Join(dataDir, devTokenFile)
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return nil, "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	// WriteFile keeps the mode of a file that exists.
+	if err := os.Chmod(path, 0o600); err != nil {
+		return nil, "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return st, tok, nil
+}
+
+// devTokens reads or creates dataDir's gateway-tokens file (see devToken).
+func devTokens(dataDir string) (gateway.StaticTokens, string, error) {
 	path := filepath.Join(dataDir, "gateway-tokens")
 	if st, err := gateway.LoadStaticTokens(path); err == nil {
 		for tok, sub := range st {
@@ -139,11 +174,13 @@ func startDevGateway(ctx context.Context, url, dataDir, listen string, store sto
 	if err != nil {
 		return nil, err
 	}
-	f := gatewayFlags{Listen: listen, RatePerSec: 20, RateBurst: 50, MaxBodyBytes: 512 << 10, storeFlags: store}
+	f := gatewayFlags{Listen: listen, RatePerSec: 20, RateBurst: 50, MaxBodyBytes: 512 << 10, storeFlags: store,
+		tokenSource: fmt.Sprintf("parley dev prints the token when it starts and keeps it in %s", filepath.Join(dataDir, devTokenFile))}
 	wait, addr, err := startGateway(ctx, url, st, f, creds, e)
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(e.stdout, "Web chat: http://%s/#token=%s\nGateway token (user \"dev\"): %s\n", addr, tok, tok)
+	fmt.Fprintf(e.stdout, "Web chat: http://%s/#token=%s\nGateway token (user \"dev\"): %s\n  (kept in %s; the web chat asks for it when the link has none)\n",
+		addr, tok, tok, filepath.Join(dataDir, devTokenFile))
 	return wait, nil
 }

@@ -10,7 +10,7 @@ import (
 
 // mcpFlags configure the MCP servers whose tools the tool-executor runs.
 type mcpFlags struct {
-	MCPConfig string `name:"mcp-config" env:"PARLEY_MCP_CONFIG" type:"existingfile" help:"MCP servers file (JSON, see README); their tools are registered as <server>__<tool>."`
+	MCPConfig string `name:"mcp-config" env:"PARLEY_MCP_CONFIG" type:"existingfile" help:"MCP servers file (JSON, see docs/MCP.md); their tools are registered as <server>__<tool>."`
 }
 
 // check loads the file, so a bad one is a usage error before connecting.

@@ -57,7 +57,7 @@ func render(ch threadstate.Change, mode renderMode, mine bool) string {
 		}
 		return body("user: "+indent(d.Message.Text)+blocks(d.Message.Content), who+": "+indentRest(d.Message.Text))
 	case events.TurnCompleted:
-		return body(renderMessage(d.Message, mode)+decisions(d.Decisions), renderMessage(d.Message, mode))
+		return body(renderMessage(d.Message, mode)+decisions(d.Decisions), blocked(d.Decisions)+renderMessage(d.Message, mode))
 	case events.TurnPaused:
 		// The prose restates questions asked as elicitations; the chat
 		// shows it only when one did not arrive as an elicitation.
@@ -147,6 +147,35 @@ func askedBy(req *schema.ElicitRequestParams) []string {
 			strings.Join(ms.SecretFields, ", ")))
 	}
 	return out
+}
+
+// blocked renders, one notice line each, the calls of ds that policy kept
+// from running: "! Blocked by policy gate: <reason> (tool not run)" for a
+// veto, "! tool not run: <reason>" when no policy service answered. The
+// chat shows them before the assistant's message, so a veto reads as the
+// policy's, not as the model's words.
+func blocked(ds []events.DecisionRecord) string {
+	var b strings.Builder
+	for _, d := range ds {
+		switch d.Decision {
+		case events.DecisionVeto:
+			who := "policy " + d.Policy
+			switch {
+			case d.Policy == "":
+				who = "policy"
+			case strings.Contains(d.Policy, ","):
+				who = "policies " + strings.ReplaceAll(d.Policy, ",", ", ")
+			}
+			reason := d.Reason
+			if reason == "" {
+				reason = "no reason given"
+			}
+			fmt.Fprintf(&b, "! Blocked by %s: %s (%s not run)\n", who, reason, d.Tool)
+		case events.DecisionUnavailable:
+			fmt.Fprintf(&b, "! %s not run: %s\n", d.Tool, d.Reason)
+		}
+	}
+	return b.String()
 }
 
 // statusOf is what a progress notification says: its status item

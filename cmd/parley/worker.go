@@ -74,8 +74,21 @@ func (t toolexecFlags) check() error {
 }
 
 type gateFlags struct {
-	GateConfig string `name:"gate-config" env:"PARLEY_GATE_CONFIG" type:"existingfile" help:"Gating configuration (JSON); default: confirm every tool that is not read-only, except create_event (never)."`
+	GateConfig string `name:"gate-config" env:"PARLEY_GATE_CONFIG" type:"existingfile" help:"Gating configuration (JSON); default: confirm every tool that is not read-only, except create_event (never); parley dev also vetoes publish_entities, and delete_entities for the agent support (workers/gate/dev-policy.json)."`
 	PolicyName string `name:"policy-name" env:"PARLEY_POLICY_NAME" default:"gate" help:"Policy name the gate signs decisions with (agents list it in --policies); replicas with one name share the load."`
+	// devPolicy makes gate.DevConfig the policy when GateConfig is empty
+	// (parley dev); otherwise it is gate.DefaultConfig.
+	devPolicy bool
+}
+
+// config returns the gating configuration of the flags: the file of
+// --gate-config, else gate.DevConfig for parley dev, else
+// gate.DefaultConfig.
+func (g gateFlags) config() (*gate.Config, error) {
+	if g.GateConfig == "" && g.devPolicy {
+		return gate.DevConfig(), nil
+	}
+	return gate.LoadConfig(g.GateConfig)
 }
 
 // check rejects values no worker can run with (kong reports the error as
@@ -211,7 +224,7 @@ func roleWorker(role string, cfg roleConfig, log *slog.Logger) (starter.Worker, 
 			Options: toolexec.Options{Logger: log, CallTimeout: cfg.toolexec.ToolTimeout},
 		}), nil
 	case starter.RoleGate:
-		gc, err := gate.LoadConfig(cfg.gate.GateConfig)
+		gc, err := cfg.gate.config()
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,8 @@
 // Package mcpschema finds the official MCP JSON schemas for the
 // conformance tests (package schema, e2e, cmd/parley), and makes their
 // absence loud: under CI=true a missing schema directory fails the tests;
-// elsewhere they are skipped and the test binary says so in one line.
+// elsewhere they are skipped and the test binary says so in the block of
+// internal/testskip.
 // Import it only from _test.go files.
 //
 // The schemas are the schema.json files of the MCP specification
@@ -14,56 +15,49 @@ package mcpschema
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"sync"
 	"testing"
+
+	"github.com/parley-dev/parley/internal/testskip"
 )
 
 // EnvDir names the variable that points at the schema directory.
 const EnvDir = "PARLEY_MCP_SCHEMAS"
 
-var (
-	mu      sync.Mutex
-	skipped []string
-)
-
 // Dir returns the schema directory holding rev (e.g. "2025-06-18"),
 // absolute. When it is missing it fails tb under CI=true and otherwise
-// skips tb, recording the test for the summary line of Run.
+// skips tb, named in the block of Run (testskip.Skip).
 func Dir(tb testing.TB, rev string) string {
 	tb.Helper()
-	dir, why := Find(tb, rev)
+	dir, why := find(rev)
 	if dir == "" {
-		tb.Skip(why)
+		testskip.Skip(tb, testskip.MCPSchemas, why)
 	}
 	return dir
 }
 
 // Find is Dir for a test that goes on without the schema check: it
 // returns the directory, or "" and why (recording the test for Run's
-// line; failing tb under CI=true).
+// block as one that ran without the check; failing tb under CI=true).
 func Find(tb testing.TB, rev string) (dir, why string) {
 	tb.Helper()
+	dir, why = find(rev)
+	if dir == "" {
+		testskip.Record(tb, testskip.MCPSchemas, why)
+	}
+	return dir, why
+}
+
+// find returns the schema directory holding rev, or "" and why not.
+func find(rev string) (dir, why string) {
 	dir, err := lookup()
 	if err == nil {
 		if _, err = os.Stat(filepath.Join(dir, rev, "schema.json")); err == nil {
 			return dir, ""
 		}
 	}
-	why = fmt.Sprintf("official MCP %s schema not found (%v): set %s to a directory of <revision>/schema.json from github.com/modelcontextprotocol/modelcontextprotocol/tree/main/schema (see README)", rev, err, EnvDir)
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf("%s; CI=true requires the MCP conformance checks", why)
-	}
-	mu.Lock()
-	if !slices.Contains(skipped, tb.Name()) {
-		skipped = append(skipped, tb.Name())
-	}
-	mu.Unlock()
-	return "", why
+	return "", fmt.Sprintf("official MCP %s schema not found (%v): set %s to a directory of <revision>/schema.json from github.com/modelcontextprotocol/modelcontextprotocol/tree/main/schema (see docs/MCP.md)", rev, err, EnvDir)
 }
 
 // lookup returns $PARLEY_MCP_SCHEMAS, or ../shared/mcp from the module
@@ -86,24 +80,6 @@ func lookup() (string, error) {
 	}
 }
 
-// Run runs the tests (call it from TestMain: os.Exit(mcpschema.Run(m)))
-// and, when Dir or Find skipped a check, prints one line naming them and
-// why: on the terminal when there is one (go test hides a passing
-// package's output), else on stderr. It returns m.Run's status.
-func Run(m *testing.M) int {
-	code := m.Run()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(skipped) > 0 {
-		// go test hides the output of a passing package unless -v: a
-		// person at a terminal gets the line there.
-		var w io.Writer = os.Stderr
-		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-			defer tty.Close()
-			w = tty
-		}
-		fmt.Fprintf(w, "!!! MCP CONFORMANCE NOT CHECKED: %d test(s) skipped (%s): the official MCP schemas are missing; set %s (see README), CI=true fails instead\n",
-			len(skipped), strings.Join(skipped, ", "), EnvDir)
-	}
-	return code
-}
+// Run runs the tests (call it from TestMain: os.Exit(mcpschema.Run(m))):
+// testskip.Run, whose block names the tests Dir or Find skipped.
+func Run(m *testing.M) int { return testskip.Run(m) }

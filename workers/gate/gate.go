@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,26 @@ func DefaultConfig() *Config {
 	return &Config{Agents: map[string]AgentConfig{
 		"*": {RequireToolConfirmation: true, Tools: map[string]string{"create_event": ModeNever}},
 	}}
+}
+
+// devPolicy is DevConfig's file, shipped beside this package so that it
+// can be read, copied and passed to --gate-config.
+//
+//go:embed dev-policy.json
+var devPolicy []byte
+
+// DevConfig is the policy `parley dev` runs without --gate-config
+// (workers/gate/dev-policy.json): DefaultConfig's confirmations, plus
+// vetoes a newcomer meets at once. Publishing (publish_entities) is denied
+// to every agent, "publishing is not allowed here"; the agent "support"
+// runs every other tool unconfirmed but may neither publish nor delete
+// (delete_entities: "support agents never delete content").
+func DevConfig() *Config {
+	c, err := ParseConfig(devPolicy)
+	if err != nil {
+		panic("gate: dev-policy.json: " + err.Error()) // a test keeps the file valid
+	}
+	return c
 }
 
 // Validate checks agent names and modes.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/gate"
+	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // The gating matrix of design section 4, asked over NATS request-reply:
@@ -212,4 +214,56 @@ func ask(ctx context.Context, b *bus.Client, subject string, req *event.Event, p
 		return nil, fmt.Errorf("reply from %q, want it on <reply>.%s", got.Responder, policy)
 	}
 	return got.Event, nil
+}
+
+// The policy parley dev runs without --gate-config vetoes publishing for
+// every agent, and deleting for the agent "support", each with a reason a
+// person can read; the other tools decide as DefaultConfig does, except
+// that "support" runs them unconfirmed.
+func TestDevConfig(t *testing.T) {
+	dev, def := gate.DevConfig(), gate.DefaultConfig()
+	vetoes := map[string]string{ // agent/tool -> reason
+		"default/publish_entities": "publishing is not allowed here",
+		"support/publish_entities": "publishing is not allowed here",
+		"support/delete_entities":  "support agents never delete content",
+	}
+	for _, agentName := range []string{"default", "support"} {
+		for _, tl := range (&builtin.Site{}).Tools() {
+			tool := tl.Definition()
+			req := events.PreExecuteRequest{Agent: agentName, Thread: "t", RunID: "r",
+				Call: schema.ToolCall{ID: "c", Name: tool.Name, Arguments: json.RawMessage(`{}`)}, Tool: tool}
+			got, key := dev.Decide(req), agentName+"/"+tool.Name
+			want := def.Decide(req)
+			switch reason, vetoed := vetoes[key]; {
+			case vetoed:
+				want = events.PolicyDecision{Decision: events.DecisionVeto, Reason: reason}
+			case agentName == "support":
+				want = events.PolicyDecision{Decision: events.DecisionAllow}
+			}
+			if got.Decision != want.Decision || (want.Decision == events.DecisionVeto && got.Reason != want.Reason) {
+				t.Errorf("%s: %s %q, want %s %q", key, got.Decision, got.Reason, want.Decision, want.Reason)
+			}
+		}
+	}
+}
+
+// docs/POLICY.md shows parley dev's demo policy as it is.
+func TestDevConfigDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/POLICY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "### parley dev's demo policy")
+	_, block, ok2 := strings.Cut(section, "```json\n")
+	block, _, ok3 := strings.Cut(block, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/POLICY.md has no JSON block under \"### parley dev's demo policy\"")
+	}
+	documented, err := gate.ParseConfig([]byte(block))
+	if err != nil {
+		t.Fatalf("docs/POLICY.md: %v", err)
+	}
+	if got, want := documented.Version(), gate.DevConfig().Version(); got != want {
+		t.Errorf("docs/POLICY.md shows a policy (%s) other than gate.DevConfig (%s):\n%s", got, want, block)
+	}
 }

@@ -9,24 +9,17 @@ import (
 
 	"github.com/parley-dev/parley/schema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/parley-dev/parley/internal/mcpschema"
 )
 
 // mcpSchemaDir holds the official MCP JSON Schemas (../shared/mcp of the
 // checkout); override with PARLEY_MCP_SCHEMAS. Tests skip without it.
 func mcpSchemaDir(t *testing.T) string {
-	dir := os.Getenv("PARLEY_MCP_SCHEMAS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "..", "shared", "mcp")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "2025-06-18", "schema.json")); err != nil {
-		t.Skipf("MCP schemas not found in %s (set PARLEY_MCP_SCHEMAS)", dir)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
+	return mcpschema.Dir(t, "2025-06-18")
 }
+
+func TestMain(m *testing.M) { os.Exit(mcpschema.Run(m)) }
 
 func validateShape(t *testing.T, sch *jsonschema.Schema, what string, v any) {
 	t.Helper()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/parley-dev/parley/internal/testskip"
 )
 
 // The test binary doubles as a stdio MCP server: with
@@ -31,7 +33,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(testskip.Run(m))
 }
 
 func mustWd() string {
