@@ -30,7 +30,7 @@ type benchCmd struct {
 	Verbose    bool          `name:"verbose" short:"v" help:"Also print the workers' logs (stderr)."`
 	CPUProfile string        `name:"cpuprofile" help:"Write a CPU profile (server, workers, driver) to this file: of the whole run, or of --profile-phase."`
 	MemProfile string        `name:"memprofile" help:"Write a heap allocation profile to this file at the end of the run, or of --profile-phase (then also FILE.base at its start, for 'go tool pprof -base')."`
-	Phase      string        `name:"profile-phase" help:"Profile only this phase (floor, floor_min, turn, confirm, veto, held)."`
+	Phase      string        `name:"profile-phase" help:"Profile only this phase (floor, floor_min, turn, confirm, veto, held, neighbour)."`
 
 	// natsGiven is set when --nats (or PARLEY_NATS) chose a server;
 	// otherwise the bench starts an embedded one.

@@ -68,7 +68,7 @@ type Options struct {
 }
 
 // Phases are the names of Run's phases, in the order it runs them.
-var Phases = []string{"floor", "floor_min", "turn", "confirm", "veto", "held"}
+var Phases = []string{"floor", "floor_min", "turn", "confirm", "veto", "held", "neighbour"}
 
 func (o *Options) defaults() error {
 	if o.Duration <= 0 {
