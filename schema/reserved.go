@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // parley owns the _meta keys it gives meaning to: a client draws parley's
@@ -130,25 +132,41 @@ func (t *Tool) MCPTool() *MCPToolMeta {
 // "Security Considerations") says "Servers MUST NOT use form mode
 // elicitation to request sensitive information such as passwords, API
 // keys, access tokens, or payment credentials". A property counts when
-// its format is "password" or its name or title, split into words (at
-// "_", "-", spaces and camelCase), has a word password, passwd, pwd,
-// passphrase, secret, token, credential(s), otp, cvv or cvc, the pairs
-// api key, access key, private key, card number, credit card or security
-// code, or, run together, one of password, passwd, passphrase, apikey,
-// accesstoken, authtoken, privatekey, secretkey or clientsecret. It is a
+//   - its format is "password";
+//   - its name or title, split into words (at "_", "-", spaces and
+//     camelCase), has a word password, passwd, pwd, passphrase, passcode,
+//     secret, token, credential(s), otp, totp, cvv or cvc, the pairs api
+//     key, access key, private key, card number, credit card or security
+//     code, or, run together, one of password, passwd, passphrase,
+//     apikey, accesstoken, authtoken, privatekey, secretkey or
+//     clientsecret;
+//   - its description, read as prose, names a secret (looksSecretProse:
+//     the same words, but "token" only as access, auth, api, bearer,
+//     session or refresh token); or
+//   - it is a free-text string (no enum, no oneOf) and the form's message,
+//     read as prose, names a secret: "Enter your admin password" over a
+//     field called "answer" asks for the password all the same.
+//
+// Names, titles, descriptions and the message are compared after NFKC
+// (fullwidth and mathematical letters become plain ones), with Cyrillic
+// and Greek letters that look like Latin ones read as those ("раssword"
+// with a Cyrillic "р" and "а"), and once more with digits and signs
+// commonly written for letters read as those letters ("p@ssw0rd"). It is a
 // heuristic: "max_tokens" does not count ("tokens"), "sitepassword" does.
 // A URL-mode request has no fields.
 func SecretFields(p *ElicitRequestParams) []string {
 	if p == nil || p.IsURLMode() {
 		return nil
 	}
+	askedInMessage := looksSecretProse(p.Message)
 	var out []string
 	for _, name := range p.RequestedSchema.PropertyNames() {
 		ps := p.RequestedSchema.Properties[name]
 		if ps == nil {
 			continue
 		}
-		if strings.EqualFold(ps.Format, "password") || looksSecret(name) || looksSecret(ps.Title) {
+		if strings.EqualFold(strings.TrimSpace(foldLookAlikes(ps.Format)), "password") || looksSecret(name) || looksSecret(ps.Title) ||
+			looksSecretProse(ps.Description) || (askedInMessage && ps.kind() == kindString) {
 			out = append(out, name)
 		}
 	}
@@ -156,20 +174,29 @@ func SecretFields(p *ElicitRequestParams) []string {
 }
 
 var (
-	secretWords = map[string]bool{"password": true, "passwd": true, "pwd": true, "passphrase": true, "secret": true,
-		"token": true, "credential": true, "credentials": true, "otp": true, "cvv": true, "cvc": true}
+	secretWords = map[string]bool{"password": true, "passwd": true, "pwd": true, "passphrase": true, "passcode": true,
+		"secret": true, "token": true, "credential": true, "credentials": true, "otp": true, "totp": true, "cvv": true, "cvc": true}
 	secretPairs = [][2]string{{"api", "key"}, {"access", "key"}, {"private", "key"}, {"card", "number"},
 		{"credit", "card"}, {"security", "code"}}
 	secretRuns = []string{"password", "passwd", "passphrase", "apikey", "accesstoken", "authtoken", "privatekey",
 		"secretkey", "clientsecret"}
+	// tokenPairs are the "<word> token" pairs that name a secret in prose,
+	// where "token" alone ("the token limit") need not.
+	tokenPairs = []string{"access", "auth", "api", "bearer", "session", "refresh"}
 )
 
-// looksSecret applies SecretFields' word rules to one name or title.
+// looksSecret applies SecretFields' word rules to one name or title, as
+// written and with look-alike characters read as the letters they imitate
+// (foldLookAlikes, deleet).
 func looksSecret(s string) bool {
 	if s == "" {
 		return false
 	}
-	ws := words(s)
+	f := foldLookAlikes(s)
+	return looksSecretWords(words(f)) || looksSecretWords(words(deleet(f)))
+}
+
+func looksSecretWords(ws []string) bool {
 	for i, w := range ws {
 		if secretWords[w] {
 			return true
@@ -190,6 +217,78 @@ func looksSecret(s string) bool {
 	}
 	return false
 }
+
+// looksSecretProse applies SecretFields' rules to a sentence (a
+// description or a form's message): the secret words and pairs, "token"
+// only after one of tokenPairs, and the run-together forms only within
+// one word (a whole sentence run together would find "password" in "by
+// pass words").
+func looksSecretProse(s string) bool {
+	if s == "" {
+		return false
+	}
+	f := foldLookAlikes(s)
+	return proseWords(words(f)) || proseWords(words(deleet(f)))
+}
+
+func proseWords(ws []string) bool {
+	for i, w := range ws {
+		if w != "token" && secretWords[w] {
+			return true
+		}
+		for _, r := range secretRuns {
+			if strings.Contains(w, r) {
+				return true
+			}
+		}
+		if i == 0 {
+			continue
+		}
+		for _, p := range secretPairs {
+			if ws[i-1] == p[0] && w == p[1] {
+				return true
+			}
+		}
+		if w == "token" || w == "tokens" {
+			if slices.Contains(tokenPairs, ws[i-1]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lookAlikes maps Cyrillic and Greek letters that look like Latin ones
+// (Unicode's confusables for the Latin alphabet) to those Latin letters.
+var lookAlikes = map[rune]rune{
+	'а': 'a', 'в': 'b', 'е': 'e', 'к': 'k', 'м': 'm', 'н': 'h', 'о': 'o', 'р': 'p', 'с': 'c', 'т': 't', 'у': 'y',
+	'х': 'x', 'ѕ': 's', 'і': 'i', 'ј': 'j', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w', 'ɑ': 'a', 'ı': 'i',
+	'А': 'A', 'В': 'B', 'Е': 'E', 'К': 'K', 'М': 'M', 'Н': 'H', 'О': 'O', 'Р': 'P', 'С': 'C', 'Т': 'T', 'Х': 'X',
+	'Ѕ': 'S', 'І': 'I', 'Ј': 'J', 'Ԁ': 'D', 'Ԛ': 'Q', 'Ԝ': 'W',
+	'α': 'a', 'ε': 'e', 'ι': 'i', 'κ': 'k', 'ν': 'v', 'ο': 'o', 'ρ': 'p', 'τ': 't', 'υ': 'u', 'χ': 'x', 'ω': 'w',
+	'Α': 'A', 'Β': 'B', 'Ε': 'E', 'Ζ': 'Z', 'Η': 'H', 'Ι': 'I', 'Κ': 'K', 'Μ': 'M', 'Ν': 'N', 'Ο': 'O', 'Ρ': 'P',
+	'Τ': 'T', 'Υ': 'Y', 'Χ': 'X',
+}
+
+// foldLookAlikes returns s in NFKC with the letters of lookAlikes
+// replaced and the characters that draw nothing (format characters such
+// as zero-width spaces and soft hyphens, and combining marks) removed, so
+// that "pass\u200bword" reads as one word.
+func foldLookAlikes(s string) string {
+	return strings.Map(func(r rune) rune {
+		if l, ok := lookAlikes[r]; ok {
+			return l
+		}
+		if unicode.Is(unicode.Cf, r) || unicode.Is(unicode.Mn, r) {
+			return -1
+		}
+		return r
+	}, norm.NFKC.String(s))
+}
+
+// deleet reads digits and signs commonly written for letters as those
+// letters: "p@ssw0rd" is "password", "s3cr3t" is "secret".
+var deleet = strings.NewReplacer("0", "o", "1", "i", "3", "e", "4", "a", "5", "s", "7", "t", "@", "a", "$", "s").Replace
 
 // words splits s into lower-case words at every character that is not a
 // letter or digit and before an upper-case letter that follows a
@@ -218,4 +317,85 @@ func words(s string) []string {
 	}
 	flush()
 	return out
+}
+
+// MetaOf returns the _meta of content block c, for reading and writing;
+// nil for a block of a type parley does not know.
+func MetaOf(c Content) *Meta {
+	switch c := c.(type) {
+	case *TextContent:
+		return &c.Meta
+	case *ImageContent:
+		return &c.Meta
+	case *AudioContent:
+		return &c.Meta
+	case *ResourceLink:
+		return &c.Meta
+	case *EmbeddedResource:
+		return &c.Meta
+	}
+	return nil
+}
+
+// FromMCPServer makes the result of a tool of MCP server name one parley
+// may pass on, changing r in place: the result's _meta, every content
+// block's and every embedded resource's lose the reserved keys
+// (IsReservedMetaKey), except that a trusted server's blocks keep
+// _meta["drupal.org/ai.entity"] (the deployment vouches for the site
+// entities it names); and every block is marked with the server
+// (_meta["dev.parley/mcp_server"] = {name, trusted}), so that a client
+// showing it to the person (design section 5: blocks for the user, and
+// resource links) says which server's words they are. It returns the keys
+// it dropped, sorted and without repeats.
+func (r *CallToolResult) FromMCPServer(name string, trusted bool) []string {
+	var dropped []string
+	strip := func(m *Meta, keep string) {
+		kept, ks := m.WithoutReserved()
+		for _, k := range ks {
+			if k == keep {
+				kept = kept.Clone()
+				kept[k] = (*m)[k]
+				continue
+			}
+			dropped = append(dropped, k)
+		}
+		*m = kept
+	}
+	strip(&r.Meta, "")
+	keep := ""
+	if trusted {
+		keep = MetaEntity
+	}
+	for _, c := range r.Content {
+		m := MetaOf(c)
+		if m == nil {
+			continue
+		}
+		strip(m, keep)
+		if er, ok := c.(*EmbeddedResource); ok {
+			strip(&er.Resource.Meta, "")
+		}
+		if ShownToUser(c) {
+			*m = m.Clone()
+			m.SetMCPServer(MCPServerMeta{Name: name, Trusted: trusted})
+		}
+	}
+	slices.Sort(dropped)
+	return slices.Compact(dropped)
+}
+
+// ShownToUser reports whether a content block of a tool result is meant
+// for the end user (design section 5), so that the agent passes it on in
+// the turn's answer: a block whose annotations' audience has "user", or a
+// resource link without an audience (an entity the answer refers to).
+// Other blocks only feed the model.
+func ShownToUser(c Content) bool {
+	a := AnnotationsOf(c)
+	if _, link := c.(*ResourceLink); link && (a == nil || len(a.Audience) == 0) {
+		return true
+	}
+	if a == nil {
+		return false
+	}
+	return slices.Contains(a.Audience, RoleUser)
 }

@@ -110,3 +110,45 @@ func TestServerQuestionIsNoConfirmation(t *testing.T) {
 		t.Fatalf("Validate = %v", err)
 	}
 }
+
+// A form asks for a secret however it spells the field: look-alike
+// letters (Cyrillic, Greek, fullwidth), characters that draw nothing,
+// digits written for letters, the secret named only in the field's
+// description, or only in the form's message over a free-text field
+// called something innocent. Choices and ordinary prose ("the token
+// limit") do not count.
+func TestSecretFieldsAskedInDisguise(t *testing.T) {
+	for _, tc := range []struct {
+		msg   string
+		props map[string]*PropertySchema
+		want  string
+	}{
+		{"m", map[string]*PropertySchema{"\u0440\u0430ssword": {Type: "string"}}, "\u0440\u0430ssword"},
+		{"m", map[string]*PropertySchema{"x": {Type: "string", Title: "\uff30\uff41\uff53\uff53\uff57\uff4f\uff52\uff44"}}, "x"},
+		{"m", map[string]*PropertySchema{"x": {Type: "string", Title: "Pass\u200bword"}}, "x"},
+		{"m", map[string]*PropertySchema{"p@ssw0rd": {Type: "string"}}, "p@ssw0rd"},
+		{"m", map[string]*PropertySchema{"s3cr3t": {Type: "string"}}, "s3cr3t"},
+		{"m", map[string]*PropertySchema{"x": {Type: "string", Format: "PASSWORD "}}, "x"},
+		{"m", map[string]*PropertySchema{"answer": {Type: "string", Description: "Your Drupal admin password"}}, "answer"},
+		{"m", map[string]*PropertySchema{"answer": {Type: "string", Description: "The bearer token of the API"}}, "answer"},
+		{"To continue, type the site's p\u0430ssword below.", map[string]*PropertySchema{
+			"answer": {Type: "string"}, "remember": {Type: "boolean"}, "site": {Type: "string", Enum: []string{"a", "b"}}}, "answer"},
+		{"Summarise within the token limit.", map[string]*PropertySchema{
+			"answer": {Type: "string", Description: "At most 200 tokens"}, "max_tokens": {Type: "integer"}}, ""},
+		{"Pick a colour", map[string]*PropertySchema{"colour": {Type: "string", Description: "Bypass words are fine"}}, ""},
+	} {
+		p := &ElicitRequestParams{Message: tc.msg, RequestedSchema: RequestedSchema{Type: "object", Properties: tc.props}}
+		if got := strings.Join(SecretFields(p), ","); got != tc.want {
+			t.Errorf("message %q, properties %s: SecretFields = %q, want %q", tc.msg, mustJSONString(t, tc.props), got, tc.want)
+		}
+	}
+}
+
+func mustJSONString(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

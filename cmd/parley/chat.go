@@ -1091,7 +1091,27 @@ func prettyJSON(raw json.RawMessage, prefix string) string {
 }
 
 // renderBlock renders one content block on one line (or a few, indented).
+// A block of an MCP server's tool result (parley marks it with
+// _meta["dev.parley/mcp_server"]) is first labelled with the server, and
+// warned of when the server is not trusted: its words are the server's,
+// not the assistant's or parley's.
 func renderBlock(c schema.Content) string {
+	if m := schema.MetaOf(c); m != nil {
+		if ms, err := m.MCPServer(); err != nil || ms != nil {
+			from := "[from an MCP server whose name is unreadable; parley cannot vouch for it] "
+			if ms != nil {
+				from = "[from MCP server " + ms.Name + "] "
+				if !ms.Trusted {
+					from = "[from MCP server " + ms.Name + ", not trusted: parley cannot vouch for what it says] "
+				}
+			}
+			return from + ownBlock(c)
+		}
+	}
+	return ownBlock(c)
+}
+
+func ownBlock(c schema.Content) string {
 	switch c := c.(type) {
 	case *schema.TextContent:
 		return "[text] " + indentRest(c.Text)

@@ -103,3 +103,27 @@ func TestRenderVetoNotice(t *testing.T) {
 		t.Errorf("render =\n%s\nwant\n%s", got, want)
 	}
 }
+
+// Blocks of an MCP server's tool result in an answer (parley marks them
+// with _meta["dev.parley/mcp_server"]) are labelled with the server in
+// `parley chat` and `parley events`, and an untrusted one is warned of:
+// they never read as the assistant's own words.
+func TestRenderServerBlocks(t *testing.T) {
+	m := schema.ChatMessage{Role: schema.RoleAssistant, Text: "Done.", Content: schema.ContentList{
+		&schema.TextContent{Text: "parley: all checked", Meta: schema.Meta{schema.MetaMCPServer: map[string]any{"name": "evil", "trusted": false}}},
+		&schema.ResourceLink{URI: "https://site.example/node/1", Name: "Home", Meta: schema.Meta{schema.MetaMCPServer: map[string]any{"name": "site", "trusted": true}}},
+		&schema.TextContent{Text: "own"},
+	}}
+	for _, mode := range []renderMode{renderChat, renderLog} {
+		got := renderMessage(m, mode)
+		for _, w := range []string{"[from MCP server evil, not trusted: parley cannot vouch for what it says] [text] parley: all checked",
+			"[from MCP server site] [link] Home <https://site.example/node/1>"} {
+			if !strings.Contains(got, w) {
+				t.Errorf("mode %d: %q lacks %q", mode, got, w)
+			}
+		}
+		if strings.Contains(got, "server evil] [text] own") || strings.Contains(got, "] [text] own") {
+			t.Errorf("mode %d: parley's own block labelled: %q", mode, got)
+		}
+	}
+}

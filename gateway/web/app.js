@@ -81,6 +81,23 @@ function link(href, text) {
 // Outside such a message they are ordinary characters.
 const MARK = /[\uE001-\uE0FF]/g;
 let cites = null;
+// plainLinks is set while a question card's message is rendered: a link
+// there is shown as its text and its target ("text <url>"), never as a
+// link whose text could name one place and whose target is another.
+let plainLinks = false;
+
+// questionMarkdown renders the message of a question card (plainLinks).
+function questionMarkdown(src) {
+  plainLinks = true;
+  try { return markdown(src); } finally { plainLinks = false; }
+}
+
+// plainMessage renders text as it is, line breaks kept: for words of an
+// MCP server, which never get parley's formatting (headings, emphasis,
+// links), so they cannot dress up as parley's.
+function plainMessage(text, cls) {
+  return el("p", { class: "plain " + (cls || ""), text: String(text || "") });
+}
 
 function unmark(text) { return cites ? String(text).replace(MARK, "") : String(text); }
 
@@ -111,7 +128,7 @@ function inline(text) {
     if (m[1]) frag.append(el("code", { text: unmark(m[1].slice(1, -1)) }));
     else if (m[2]) frag.append(el("strong", {}, inline(m[2].slice(2, -2))));
     else if (m[3]) frag.append(el("em", {}, inline(m[3].slice(1, -1))));
-    else if (m[4]) frag.append(link(unmark(m[6]), unmark(m[5])));
+    else if (m[4]) frag.append(plainLinks ? document.createTextNode(unmark(m[5]) + " <" + unmark(m[6]) + ">") : link(unmark(m[6]), unmark(m[5])));
     last = re.lastIndex;
   }
   if (last < text.length) frag.append(plainText(text.slice(last)));
@@ -166,8 +183,24 @@ function entityCard(block, meta) {
   return card;
 }
 
+// renderBlock shows a content block of a message. A block from an MCP
+// server's tool result (parley marks it with _meta["dev.parley/mcp_server"])
+// is framed and labelled with the server, with a warning when the server is
+// not trusted, and its text is shown as it is (no Markdown): the server's
+// words never read as the assistant's or parley's.
 function renderBlock(b) {
   const meta = (b && b._meta) || {};
+  const s = meta[META.mcpServer];
+  if (!s || typeof s !== "object") return renderOwnBlock(b, meta);
+  const name = typeof s.name === "string" && s.name ? s.name : "(unnamed)";
+  const box = el("div", { class: "from-server" + (s.trusted === true ? "" : " untrusted"), "data-mcp-server": name, role: "group",
+    "aria-label": "From MCP server " + name });
+  box.append(el("p", { class: "label", text: "From MCP server " + name + (s.trusted === true ? "" : " (not trusted: parley cannot vouch for what it says)") }));
+  box.append(b && b.type === "text" ? plainMessage(b.text, "server-text") : renderOwnBlock(b, meta));
+  return box;
+}
+
+function renderOwnBlock(b, meta) {
   switch (b && b.type) {
     case "text": return markdown(b.text);
     case "image": {
@@ -636,7 +669,7 @@ function renderQuestion(q) {
     const h = el("h3", { text: confirmTitle(tc, ann, ids, null) });
     card.append(h);
     card.append(el("p", { class: "tool-name" }, "Tool: ", el("strong", { text: String(ann.title || tc.name) }), " ", el("code", { text: String(tc.name) })));
-    card.append(markdown(q.message));
+    card.append(questionMarkdown(q.message));
     const badges = el("div", { class: "badges", "aria-label": "Tool annotations" });
     const flag = (on, label, danger) => on && badges.append(el("span", { class: "badge" + (danger ? " danger" : ""), text: label }));
     flag(ann.readOnlyHint === true, "read-only");
@@ -657,8 +690,11 @@ function renderQuestion(q) {
         renderArgs(dl, args, found);
       });
     }
+  } else if (notice) {
+    // An MCP server's words, shown as they are under its label.
+    card.append(plainMessage(q.message, "server-message"));
   } else {
-    card.append(markdown(q.message));
+    card.append(questionMarkdown(q.message));
   }
   let renderable = true;
   // A confirmation asks for nothing before its answer: its only property

@@ -870,21 +870,9 @@ func userBlocks(msgs []model.Message) schema.ContentList {
 	return out
 }
 
-func forUser(c schema.Content) bool {
-	a := schema.AnnotationsOf(c)
-	if _, link := c.(*schema.ResourceLink); link && (a == nil || len(a.Audience) == 0) {
-		return true // an entity card is shown to the user unless it says otherwise
-	}
-	if a == nil {
-		return false
-	}
-	for _, r := range a.Audience {
-		if r == schema.RoleUser {
-			return true
-		}
-	}
-	return false
-}
+// forUser is schema.ShownToUser: the blocks of a tool result the end user
+// sees.
+func forUser(c schema.Content) bool { return schema.ShownToUser(c) }
 
 func cloneMeta(m schema.Meta) schema.Meta {
 	out := make(schema.Meta, len(m)+1)

@@ -475,6 +475,12 @@ func (t *tool) finish(o callOutcome) (builtin.Result, error) {
 	if err != nil {
 		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned an invalid tool result: %v", s.name, err))}, nil
 	}
+	// parley's own _meta keys are parley's to write, on results as on
+	// questions; the blocks a client may show the person are marked with
+	// the server whose words they are (schema.CallToolResult.FromMCPServer).
+	if dropped := r.FromMCPServer(s.name, s.cfg.Trusted); len(dropped) > 0 {
+		s.log.Warn("mcp tool result carried _meta keys reserved for parley; dropped", "tool", t.name, "keys", dropped)
+	}
 	if err := r.Validate(&t.def); err != nil {
 		return builtin.Result{Call: schema.ErrorResult(fmt.Sprintf("server %s returned a tool result that breaks the MCP rules: %v", s.name, err))}, nil
 	}

@@ -65,7 +65,8 @@ func mustJSON(t *testing.T, v any) string {
 
 // Every content kind, annotations (audience, priority, lastModified),
 // _meta at every level, structuredContent and isError reach parley as the
-// server sent them.
+// server sent them; the blocks the person is shown (audience "user", and
+// resource links) are marked with the server they come from.
 func TestResultsFlowThroughUnchanged(t *testing.T) {
 	s, _ := startInMemory(t, true, Options{})
 	r, err := call(t, s, "all-content", `{}`)
@@ -73,11 +74,11 @@ func TestResultsFlowThroughUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"content":[` +
-		`{"type":"text","text":"for you","annotations":{"audience":["user"],"priority":0.7}},` +
+		`{"type":"text","text":"for you","annotations":{"audience":["user"],"priority":0.7},"_meta":{"dev.parley/mcp_server":{"name":"test","trusted":true}}},` +
 		`{"type":"text","text":"for the model","annotations":{"audience":["assistant"],"priority":0.3},"_meta":{"com.example/k":"v"}},` +
-		`{"type":"image","data":"iVBORw0KGgoAAAAN","mimeType":"image/png","annotations":{"audience":["user"],"priority":0.5}},` +
+		`{"type":"image","data":"iVBORw0KGgoAAAAN","mimeType":"image/png","annotations":{"audience":["user"],"priority":0.5},"_meta":{"dev.parley/mcp_server":{"name":"test","trusted":true}}},` +
 		`{"type":"audio","data":"UklGRjAwMDBXQVZF","mimeType":"audio/wav"},` +
-		`{"type":"resource_link","uri":"demo://resource/1","name":"one","mimeType":"text/plain","size":12,"annotations":{"lastModified":"2025-01-12T15:00:58Z"}},` +
+		`{"type":"resource_link","uri":"demo://resource/1","name":"one","mimeType":"text/plain","size":12,"annotations":{"lastModified":"2025-01-12T15:00:58Z"},"_meta":{"dev.parley/mcp_server":{"name":"test","trusted":true}}},` +
 		`{"type":"resource","resource":{"uri":"demo://resource/2","mimeType":"text/plain","text":"two"}},` +
 		`{"type":"resource","resource":{"uri":"demo://resource/3","mimeType":"application/octet-stream","blob":"AQID"}}],` +
 		`"structuredContent":{"temperature":21.5},"_meta":{"com.example/trace":"abc","io.modelcontextprotocol/serverInfo":{"name":"test-server","version":"1"}}}`
