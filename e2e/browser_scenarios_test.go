@@ -13,6 +13,7 @@ import (
 
 	"github.com/parley-dev/parley/gateway"
 	"github.com/parley-dev/parley/model"
+	"github.com/parley-dev/parley/schema"
 	"github.com/parley-dev/parley/workers/gate"
 )
 
@@ -38,7 +39,9 @@ func TestBrowserScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := start(t, options{gate: cfg})
+	// Forms in 2025-11-25, as `parley dev` asks them: the web chat renders
+	// it, prefilled defaults included.
+	s := start(t, options{gate: cfg, formRevision: schema.Rev20251125})
 	x := s.startGateway(&gateway.Options{VerdictWait: time.Second})
 	ctx := browser(t, s, x)
 	dir := screenshotDir(t)
@@ -177,8 +180,9 @@ func TestBrowserScenarios(t *testing.T) {
 	}
 	screenshot(t, ctx, dir, "scenario-delete-allowed.png")
 
-	// 2. Create an event: the date is missing, then impossible, then
-	// given. The fields keep the form's order (title before date).
+	// 2. Create an event: the title the message gave is prefilled; the
+	// date is missing, then impossible, then given. The fields keep the
+	// form's order (title before date).
 	run(t, ctx, "new thread", chromedp.Click("#new-thread", chromedp.ByID))
 	say(t, ctx, "create an event called Launch party")
 	run(t, ctx, "the event form", chromedp.WaitVisible(card+` input[type=date]`))
@@ -187,9 +191,20 @@ func TestBrowserScenarios(t *testing.T) {
 	if strings.Join(order, ",") != "title,date" {
 		t.Errorf("fields in order %q, want title,date", order)
 	}
+	var prefilled, dateValue, formText string
+	run(t, ctx, "the prefilled title",
+		chromedp.Value(card+` [data-field=title] input`, &prefilled),
+		chromedp.Value(card+` [data-field=date] input`, &dateValue),
+		chromedp.Text(card, &formText))
+	if prefilled != "Launch party" || dateValue != "" {
+		t.Fatalf("form opens with title %q and date %q, want the title Launch party prefilled and no date", prefilled, dateValue)
+	}
+	if !strings.Contains(formText, `"Launch party"`) {
+		t.Errorf("the form says %q, want it to name the title it knows", formText)
+	}
+	screenshot(t, ctx, dir, "scenario-event-prefilled.png")
 	dateErr := card + ` [data-field=date] .error`
 	run(t, ctx, "the date missing",
-		chromedp.SendKeys(card+` [data-field=title] input`, "Launch party"),
 		chromedp.Click(card+` button[data-action=accept]`))
 	var errText string
 	run(t, ctx, "missing date error", chromedp.Text(dateErr, &errText))

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,6 +32,40 @@ func TestRulesErrorsNameTheField(t *testing.T) {
 func TestDefaultRulesParse(t *testing.T) {
 	if _, err := LoadScripted(""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The default create-event rule passes a title the message names ("called",
+// "named" or "titled", quoted or not), and no arguments otherwise.
+func TestDefaultRulesCreateEventTitle(t *testing.T) {
+	s, err := LoadScripted("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for msg, want := range map[string]string{
+		"create an event called Launch party":          `{"title":"Launch party"}`,
+		"Create an event named Launch party.":          `{"title":"Launch party"}`,
+		`create an event titled "Board meeting: Q3"`:   `{"title":"Board meeting: Q3"}`,
+		"please create an event called “Summer fête”!": `{"title":"Summer fête"}`,
+		"create an event called 'Launch'":              `{"title":"Launch"}`,
+		"create an event":                              `{}`,
+		"create an event for the launch party":         `{}`,
+		"Create an event.":                             `{}`,
+	} {
+		r, err := s.Complete(context.Background(), Request{Messages: []Message{{Role: RoleUser, Text: msg}}})
+		if err != nil || len(r.ToolCalls) != 1 || r.ToolCalls[0].Name != "create_event" {
+			t.Errorf("%q: %+v, %v; want one create_event call", msg, r, err)
+			continue
+		}
+		var got, wantV any
+		if err := json.Unmarshal(r.ToolCalls[0].Arguments, &got); err != nil {
+			t.Errorf("%q: arguments %s: %v", msg, r.ToolCalls[0].Arguments, err)
+			continue
+		}
+		_ = json.Unmarshal([]byte(want), &wantV)
+		if !reflect.DeepEqual(got, wantV) {
+			t.Errorf("%q: arguments %s, want %s", msg, r.ToolCalls[0].Arguments, want)
+		}
 	}
 }
 

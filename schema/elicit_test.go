@@ -405,3 +405,55 @@ func TestPropertyNames(t *testing.T) {
 		t.Error(diff)
 	}
 }
+
+func TestRequestedSchemaForRevision(t *testing.T) {
+	rs := RequestedSchema{
+		Type: "object",
+		Properties: map[string]*PropertySchema{
+			"title":  {Type: "string", Title: "Title", MinLength: ptr(1), Default: json.RawMessage(`"Launch party"`)},
+			"date":   {Type: "string", Format: "date"},
+			"guests": {Type: "integer", Default: json.RawMessage(`12`)},
+			"room":   {Type: "string", Enum: []string{"a", "b"}, Default: json.RawMessage(`"a"`)},
+			"public": {Type: "boolean", Default: json.RawMessage(`true`)},
+		},
+		Required: []string{"title", "date"},
+	}
+	before, _ := json.Marshal(rs)
+
+	down := rs.ForRevision(Rev20250618)
+	got, _ := json.Marshal(down)
+	want := `{"type":"object","properties":{"date":{"type":"string","format":"date"},"guests":{"type":"integer"},"public":{"type":"boolean","default":true},"room":{"type":"string","enum":["a","b"]},"title":{"type":"string","title":"Title","minLength":1}},"required":["title","date"]}`
+	if string(got) != want {
+		t.Errorf("ForRevision(2025-06-18) =\n%s\nwant\n%s", got, want)
+	}
+	if err := (&ElicitRequestParams{Message: "m", RequestedSchema: down}).Validate(Rev20250618); err != nil {
+		t.Errorf("downgraded form does not validate for 2025-06-18: %v", err)
+	}
+	if after, _ := json.Marshal(rs); string(after) != string(before) {
+		t.Errorf("ForRevision modified its receiver:\n%s\nwas\n%s", after, before)
+	}
+	if down := rs.ForRevision(""); down.Properties["title"].Default != nil {
+		t.Error(`ForRevision("") kept a string default; "" is 2025-06-18`)
+	}
+	for _, rev := range []Revision{Rev20251125, Rev20260728} {
+		if got, _ := json.Marshal(rs.ForRevision(rev)); string(got) != string(before) {
+			t.Errorf("ForRevision(%s) changed the form:\n%s", rev, got)
+		}
+	}
+
+	// Only defaults are downgraded: every other later shape is still refused.
+	titled := RequestedSchema{Type: "object", Properties: map[string]*PropertySchema{
+		"size": {Type: "string", OneOf: []EnumOption{{Const: "s", Title: "Small"}}, Default: json.RawMessage(`"s"`)},
+	}, Extra: map[string]json.RawMessage{"$schema": json.RawMessage(`"https://json-schema.org/draft/2020-12/schema"`)}}
+	err := (&ElicitRequestParams{Message: "m", RequestedSchema: titled.ForRevision(Rev20250618)}).Validate(Rev20250618)
+	for _, want := range []string{"properties.size.oneOf: not defined by MCP 2025-06-18", "$schema: not defined by MCP 2025-06-18"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate(titled, downgraded) = %v, want it to contain %q", err, want)
+		}
+	}
+
+	p := ElicitRequestParams{Message: "m", RequestedSchema: rs}
+	if got := p.ForRevision(Rev20250618); got.RequestedSchema.Properties["title"].Default != nil || p.RequestedSchema.Properties["title"].Default == nil {
+		t.Error("ElicitRequestParams.ForRevision did not downgrade a copy")
+	}
+}

@@ -122,6 +122,56 @@ func allowed(kind string, rev Revision, kw string) bool {
 	return rev.extended() && slices.Contains(keywords1125[kind], kw)
 }
 
+// ForRevision returns the form as a client of revision rev can render it,
+// after the one documented downgrade: a default on a property whose kind
+// has none in rev (string, number and enum defaults, added by MCP
+// 2025-11-25) is only a prefill hint, so it is dropped and the person
+// types the value instead (docs/events.md, "Form revisions"). A boolean's
+// default (allowed since 2025-06-18) is kept. Nothing else changes: every
+// other shape rev lacks (titled or multi-select enums, "$schema", a mode)
+// is left for Validate to refuse. s is not modified; the result shares
+// only the properties it does not change. An unknown rev, or one with the
+// 2025-11-25 shapes, returns s as it is.
+func (s RequestedSchema) ForRevision(rev Revision) RequestedSchema {
+	if rev == "" {
+		rev = DefaultRevision
+	}
+	if !rev.Known() || rev.extended() {
+		return s
+	}
+	var props map[string]*PropertySchema
+	for name, ps := range s.Properties {
+		if ps == nil || ps.Default == nil {
+			continue
+		}
+		kind := ps.kind()
+		if kind == "" || allowed(kind, rev, "default") {
+			continue
+		}
+		if props == nil {
+			props = maps.Clone(s.Properties)
+		}
+		c := *ps
+		c.Default = nil
+		props[name] = &c
+	}
+	if props != nil {
+		s.Properties = props
+	}
+	return s
+}
+
+// ForRevision returns p with its form downgraded for revision rev (see
+// RequestedSchema.ForRevision); p is not modified. A URL-mode request has
+// no form and is returned as it is.
+func (p ElicitRequestParams) ForRevision(rev Revision) ElicitRequestParams {
+	if p.IsURLMode() {
+		return p
+	}
+	p.RequestedSchema = p.RequestedSchema.ForRevision(rev)
+	return p
+}
+
 // present reports whether the keyword kw is set on p.
 func (p *PropertySchema) present(kw string) bool {
 	switch kw {

@@ -66,3 +66,18 @@ func TestFormRevisionFlag(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 2 naming --form-revision", code, stderr.String())
 	}
 }
+
+// `parley dev` asks forms in 2025-11-25 by default (its web chat and
+// `parley chat` render it); `parley agent` keeps 2025-06-18, and the
+// variable dev sets does not leak to it.
+func TestFormRevisionDefaults(t *testing.T) {
+	for cmd, want := range map[string]string{"dev": `--form-revision="2025-11-25"`, "agent": `--form-revision="2025-06-18"`} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{cmd, "--help"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
+			t.Fatalf("%s --help: exit %d, stderr %q", cmd, code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("parley %s --help does not show %s:\n%s", cmd, want, stdout.String())
+		}
+	}
+}

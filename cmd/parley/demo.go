@@ -79,7 +79,7 @@ func (c *demoCmd) Run(e *env) error {
 		d.out, d.note = io.Discard, e.stderr
 	}
 	d.workers = roleConfig{processor: processorFlags{PauseTTL: 10 * time.Minute, Concurrency: 8},
-		agent: agentFlags{PreExecuteTimeout: 2 * time.Second}}
+		agent: agentFlags{PreExecuteTimeout: 2 * time.Second, FormRevision: string(schema.Rev20251125)}} // parley chat renders 2025-11-25 forms
 	d.wenv = &env{Globals: &Globals{LogLevel: "info", LogFormat: "text"}, ctx: ctx, stderr: logw}
 
 	// Every worker runs in one group, so that one dying ends the demo with

@@ -24,7 +24,9 @@ type devCmd struct {
 	NoAuth  bool   `name:"no-auth" env:"PARLEY_DEV_NO_AUTH" help:"Serve NATS without authentication (anyone who can connect may do anything; refused unless --listen is a loopback address). Default: every role, and every client, needs its credentials from <data-dir>/auth."`
 	storeFlags
 	processorFlags
-	agentFlags
+	// Forms default to 2025-11-25 here: the web chat and `parley chat`,
+	// the clients dev serves, render it (prefilled defaults included).
+	agentFlags `set:"form_revision=2025-11-25"`
 	gateFlags
 	mcpFlags
 	toolexecFlags

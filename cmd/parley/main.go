@@ -28,6 +28,7 @@ import (
 	"github.com/parley-dev/parley/internal/natsauth"
 	"github.com/parley-dev/parley/internal/telemetry"
 	"github.com/parley-dev/parley/internal/version"
+	"github.com/parley-dev/parley/schema"
 )
 
 // Globals are flags every command takes.
@@ -106,7 +107,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	parser, err := kong.New(&c, kong.Name("parley"),
 		kong.Description("parley runs AI chat turns as workers that exchange CloudEvents over NATS JetStream, with MCP elicitation for human-in-the-loop pauses."),
 		kong.UsageOnError(), kong.Writers(stdout, stderr),
-		kong.Vars{"version": version.Get().String()},
+		kong.Vars{"version": version.Get().String(), "form_revision": string(schema.DefaultRevision)},
 		kong.Exit(func(code int) { panic(&exitError{code: code}) }))
 	if err != nil {
 		fmt.Fprintln(stderr, "parley:", err)

@@ -56,8 +56,10 @@ type agentFlags struct {
 	// ProgressDelay: see agent.Options.ProgressDelay; 0 or less here
 	// announces every phase at once.
 	ProgressDelay time.Duration `name:"progress-delay" env:"PARLEY_PROGRESS_DELAY" default:"200ms" help:"How long a phase of a turn (a model call, a policy check, a tool call) must last before its progress is published; shorter phases publish none. 0: every phase's progress at once."`
-	// FormRevision: see agent.Options.FormRevision.
-	FormRevision string `name:"form-revision" env:"PARLEY_FORM_REVISION" default:"2025-06-18" enum:"2025-06-18,2025-11-25,2026-07-28" help:"The MCP revision the people's clients render forms in (${enum}): a question (a tool's, a policy's or an MCP server's elicitation) that needs a later one fails the call instead of pausing. parley chat and the web chat render 2025-11-25 (titled and multi-select enums, defaults)."`
+	// FormRevision: see agent.Options.FormRevision. Its default is the
+	// kong variable form_revision: 2025-06-18 (formRevisionVar), set to
+	// 2025-11-25 by `parley dev`, whose clients render that.
+	FormRevision string `name:"form-revision" env:"PARLEY_FORM_REVISION" default:"${form_revision}" enum:"2025-06-18,2025-11-25,2026-07-28" help:"The MCP revision the people's clients render forms in (${enum}): a question (a tool's, a policy's or an MCP server's elicitation) that needs a later one fails the call instead of pausing; a string, number or enum default (a 2025-11-25 prefill) is dropped for 2025-06-18 rather than failing. parley chat and the web chat render 2025-11-25 (titled and multi-select enums, defaults)."`
 	modelFlags
 }
 

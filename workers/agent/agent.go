@@ -54,7 +54,10 @@ type Options struct {
 	RunTTL time.Duration
 	// FormRevision is the MCP revision the clients render forms in: every
 	// form from a tool, and every confirmation, is validated for it before
-	// it is asked. Optional. Default: schema.DefaultRevision (2025-06-18).
+	// it is asked; a tool form's string, number or enum default (a
+	// 2025-11-25 prefill) is dropped for 2025-06-18 rather than the form
+	// refused (schema.RequestedSchema.ForRevision). Optional. Default:
+	// schema.DefaultRevision (2025-06-18).
 	FormRevision schema.Revision
 	// Policies names the policy services every pre-execute request waits
 	// for (each a subject token, at most events.MaxPolicyReplies): the
@@ -305,11 +308,12 @@ func (a *Agent) onToolResult(ctx context.Context, first bool, in events.ToolResu
 		}
 		switch {
 		case in.InputRequired != nil:
-			if err := checkInputRequired(in.InputRequired, a.opts.FormRevision); err != nil {
+			ir := downgradeForms(in.InputRequired, a.opts.FormRevision)
+			if err := checkInputRequired(ir, a.opts.FormRevision); err != nil {
 				a.refuseForm(ctx, &run, c, "the tool", err)
 				break
 			}
-			a.awaitInput(&run, c, in.InputRequired)
+			a.awaitInput(&run, c, ir)
 		case in.Result != nil:
 			r, err := a.admitResult(ctx, &run, c, in.Result)
 			if err != nil {

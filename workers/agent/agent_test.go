@@ -314,6 +314,70 @@ func TestInvalidFormsBecomeToolErrors(t *testing.T) {
 	}
 }
 
+// TestFormDefaultsDowngraded: a tool form whose string property has a
+// default (a 2025-11-25 prefill) is asked, not refused, under the
+// 2025-06-18 form revision, without the default; under 2025-11-25 it is
+// asked with it. A later shape that is more than a hint (a titled enum)
+// is still refused under 2025-06-18.
+func TestFormDefaultsDowngraded(t *testing.T) {
+	prefilled := schema.ElicitRequestParams{Message: "Title and date?", RequestedSchema: schema.RequestedSchema{Type: "object",
+		Properties: map[string]*schema.PropertySchema{
+			"title": {Type: "string", Title: "Title", Default: json.RawMessage(`"Launch party"`)},
+			"date":  {Type: "string", Format: "date", Title: "Date"},
+		}, Required: []string{"title", "date"}}}
+	titled := schema.ElicitRequestParams{Message: "Size?", RequestedSchema: schema.RequestedSchema{Type: "object",
+		Properties: map[string]*schema.PropertySchema{
+			"size": {Type: "string", OneOf: []schema.EnumOption{{Const: "s", Title: "Small"}}, Default: json.RawMessage(`"s"`)},
+		}}}
+	for _, tc := range []struct {
+		rev         schema.Revision
+		form        schema.ElicitRequestParams
+		wantDefault string // "" for none; "refused" for a refused form
+	}{
+		{schema.Rev20250618, prefilled, ""},
+		{schema.Rev20251125, prefilled, `"Launch party"`},
+		{schema.Rev20250618, titled, "refused"},
+	} {
+		t.Run(string(tc.rev)+"/"+tc.form.Message, func(t *testing.T) {
+			r := newRig(t, oneCall("ask", `{}`), allowAll, tool("ask", true, `{"type":"object"}`))
+			r.a.opts.FormRevision = tc.rev
+			if err := r.request("run-prefill", user("ask me")); err != nil {
+				t.Fatal(err)
+			}
+			ir := &schema.InputRequiredResult{ResultType: schema.ResultTypeInputRequired, RequestState: "s",
+				InputRequests: map[string]schema.InputRequest{"q": {Method: schema.MethodElicitationCreate, Params: tc.form}}}
+			if err := r.result(events.ToolResult{RunID: "run-prefill", CallID: "call_0_0", InputRequired: ir}); err != nil {
+				t.Fatalf("handling the result: %v", err)
+			}
+			e := r.outcome()
+			if tc.wantDefault == "refused" {
+				done, err := events.Data[events.RunCompleted](e)
+				if events.TypeOf(e) != events.TypeRunCompleted || err != nil || !strings.Contains(done.Message.Text, "cannot be shown to the user") {
+					t.Errorf("outcome %s: %.300s, want the titled enum refused", e.Type(), e.Data())
+				}
+				return
+			}
+			if events.TypeOf(e) != events.TypeRunPaused {
+				t.Fatalf("outcome %s: %.300s, want run.paused with the form asked", e.Type(), e.Data())
+			}
+			paused, err := events.Data[events.RunPaused](e)
+			if err != nil || len(paused.Elicitations) != 1 {
+				t.Fatalf("paused = %+v, %v; want one form", paused, err)
+			}
+			props := paused.Elicitations[0].Request.RequestedSchema.Properties
+			if got := string(props["title"].Default); got != tc.wantDefault {
+				t.Errorf("title default = %q, want %q", got, tc.wantDefault)
+			}
+			if props["title"].Title != "Title" || props["date"].Format != "date" {
+				t.Errorf("form lost more than the default: %+v %+v", props["title"], props["date"])
+			}
+			if tc.form.RequestedSchema.Properties["title"] != nil && tc.form.RequestedSchema.Properties["title"].Default == nil {
+				t.Error("the tool's own form was modified")
+			}
+		})
+	}
+}
+
 // TestArgumentErrorIsNoDecision is issue 8 item 13: a call that fails
 // argument validation is refused before policy, so it records no decision
 // (never "decision": ""), and the model reads an error phrased for a

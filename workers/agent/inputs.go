@@ -45,6 +45,23 @@ func checkForm(p *schema.ElicitRequestParams, rev schema.Revision) error {
 	return p.Validate(rev)
 }
 
+// downgradeForms returns ir with every form downgraded for the MCP
+// revision rev the clients render (schema.RequestedSchema.ForRevision: a
+// string, number or enum default, a 2025-11-25 prefill hint, is dropped
+// for a 2025-06-18 client rather than the form refused). ir is not
+// modified. Call checkInputRequired on the result.
+func downgradeForms(ir *schema.InputRequiredResult, rev schema.Revision) *schema.InputRequiredResult {
+	out := *ir
+	out.InputRequests = make(map[string]schema.InputRequest, len(ir.InputRequests))
+	for k, req := range ir.InputRequests {
+		if req.Method == schema.MethodElicitationCreate {
+			req.Params = req.Params.ForRevision(rev)
+		}
+		out.InputRequests[k] = req
+	}
+	return &out
+}
+
 // checkInputRequired validates every form of a tool's input-required
 // result (see checkForm), naming the request key.
 func checkInputRequired(ir *schema.InputRequiredResult, rev schema.Revision) error {

@@ -267,6 +267,50 @@ func TestGetEntity(t *testing.T) {
 	}
 }
 
+// TestCreateEventPrefill: a title or a date the call gave is prefilled in
+// the form that asks for both (title before date), and the message names
+// it; a value the form would refuse is not prefilled.
+func TestCreateEventPrefill(t *testing.T) {
+	s, _ := newSite(t)
+	for _, tt := range []struct {
+		name                string
+		args                map[string]string
+		wantTitle, wantDate string // JSON defaults, "" for none
+		wantMessage         string
+	}{
+		{"title", map[string]string{"title": " Launch party "}, `"Launch party"`, "", `Please give a date for the new event "Launch party" (its title is filled in; you can change it).`},
+		{"date", map[string]string{"date": "2026-06-01"}, "", `"2026-06-01"`, "Please give a title for the new event on 2026-06-01 (its date is filled in; you can change it)."},
+		{"none", map[string]string{}, "", "", "Please give a title and a date for the new event."},
+		{"blank title", map[string]string{"title": "  "}, "", "", "Please give a title and a date for the new event."},
+		{"long title", map[string]string{"title": strings.Repeat("x", maxTitle+1)}, "", "", "Please give a title and a date for the new event."},
+		{"impossible date", map[string]string{"date": "2026-02-30"}, "", "", "Please give a title and a date for the new event."},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := call(t, s, ToolCreateEvent, Request{CallID: "prefill-" + tt.name, Arguments: args(tt.args)})
+			if r.InputRequired == nil {
+				t.Fatalf("create_event(%v) = %s, want input required", tt.args, dump(r))
+			}
+			q := r.InputRequired.InputRequests["details"]
+			if err := q.Params.Validate(schema.Rev20251125); err != nil {
+				t.Errorf("form does not validate for 2025-11-25: %v", err)
+			}
+			rs := q.Params.RequestedSchema
+			if got := rs.PropertyNames(); !slices.Equal(got, []string{"title", "date"}) {
+				t.Errorf("fields in order %v, want title before date", got)
+			}
+			if got := string(rs.Properties["title"].Default); got != tt.wantTitle {
+				t.Errorf("title default = %s, want %s", got, tt.wantTitle)
+			}
+			if got := string(rs.Properties["date"].Default); got != tt.wantDate {
+				t.Errorf("date default = %s, want %s", got, tt.wantDate)
+			}
+			if q.Params.Message != tt.wantMessage {
+				t.Errorf("message = %q, want %q", q.Params.Message, tt.wantMessage)
+			}
+		})
+	}
+}
+
 func TestCreateEvent(t *testing.T) {
 	s, _ := newSite(t)
 	req := Request{CallID: "call_create/1 é", Arguments: args(map[string]string{"title": "Launch"})}
@@ -278,8 +322,11 @@ func TestCreateEvent(t *testing.T) {
 	if !ok || q.Method != "elicitation/create" {
 		t.Fatalf("input requests = %s", dump(r.InputRequired))
 	}
-	if err := q.Params.Validate(schema.DefaultRevision); err != nil {
+	if err := q.Params.Validate(schema.Rev20251125); err != nil {
 		t.Errorf("form does not validate: %v", err)
+	}
+	if down := q.Params.ForRevision(schema.Rev20250618); down.Validate(schema.Rev20250618) != nil {
+		t.Errorf("form downgraded for 2025-06-18 does not validate: %v", down.Validate(schema.Rev20250618))
 	}
 	rs := q.Params.RequestedSchema
 	if !slices.Equal(rs.Required, []string{"title", "date"}) ||
@@ -287,7 +334,7 @@ func TestCreateEvent(t *testing.T) {
 		rs.Properties["title"].MinLength == nil || *rs.Properties["title"].MinLength != 1 ||
 		rs.Properties["title"].MaxLength == nil || *rs.Properties["title"].MaxLength != maxTitle ||
 		rs.Properties["date"].Type != "string" || rs.Properties["date"].Format != "date" ||
-		rs.Properties["date"].Title != "Date" || rs.Properties["title"].Default != nil {
+		rs.Properties["date"].Title != "Date" || string(rs.Properties["title"].Default) != `"Launch"` {
 		t.Errorf("form = %s", dump(rs))
 	}
 

@@ -44,22 +44,44 @@ func (createEvent) Definition() schema.Tool {
 	}
 }
 
-// detailsRequest asks the user for the event's title and date.
-func detailsRequest() *schema.InputRequiredResult {
+// detailsRequest asks the user for the event's title and date, title
+// first. A title or a date the call already gave (title, date: trimmed,
+// "" when not given) is prefilled as the property's default (MCP
+// 2025-11-25; the agent drops it for a 2025-06-18 client) and named in the
+// message, so the person confirms it rather than types it again. A value
+// the form itself would refuse (an over-long title, a date not
+// YYYY-MM-DD) is not prefilled.
+func detailsRequest(title, date string) *schema.InputRequiredResult {
+	titleProp := &schema.PropertySchema{Type: "string", Title: "Title", MinLength: new(1), MaxLength: new(maxTitle)}
+	dateProp := &schema.PropertySchema{Type: "string", Format: "date", Title: "Date"}
+	if title == "" || utf8.RuneCountInString(title) > maxTitle {
+		title = ""
+	} else {
+		titleProp.Default, _ = json.Marshal(title)
+	}
+	if !schema.CheckFormat(schema.FormatDate, date) {
+		date = ""
+	} else {
+		dateProp.Default, _ = json.Marshal(date)
+	}
+	msg := "Please give a title and a date for the new event."
+	switch {
+	case title != "":
+		msg = fmt.Sprintf("Please give a date for the new event %q (its title is filled in; you can change it).", title)
+	case date != "":
+		msg = fmt.Sprintf("Please give a title for the new event on %s (its date is filled in; you can change it).", date)
+	}
 	return &schema.InputRequiredResult{
 		ResultType: schema.ResultTypeInputRequired,
 		InputRequests: map[string]schema.InputRequest{
 			detailsKey: {
 				Method: "elicitation/create",
 				Params: schema.ElicitRequestParams{
-					Message: "Please give a title and a date for the new event.",
+					Message: msg,
 					RequestedSchema: schema.RequestedSchema{
-						Type: "object",
-						Properties: map[string]*schema.PropertySchema{
-							"title": {Type: "string", Title: "Title", MinLength: new(1), MaxLength: new(maxTitle)},
-							"date":  {Type: "string", Format: "date", Title: "Date"},
-						},
-						Required: []string{"title", "date"},
+						Type:       "object",
+						Properties: map[string]*schema.PropertySchema{"title": titleProp, "date": dateProp},
+						Required:   []string{"title", "date"},
 					},
 				},
 			},
@@ -99,7 +121,7 @@ func (t createEvent) Call(ctx context.Context, req Request) (Result, error) {
 			return errorResult("%s: date: required, a string YYYY-MM-DD", where), nil
 		}
 	} else if strings.TrimSpace(title) == "" || strings.TrimSpace(date) == "" {
-		return Result{InputRequired: detailsRequest()}, nil
+		return Result{InputRequired: detailsRequest(strings.TrimSpace(title), strings.TrimSpace(date))}, nil
 	}
 	title, date = strings.TrimSpace(title), strings.TrimSpace(date)
 	switch {
