@@ -89,6 +89,11 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 	defer g.closeStream(user)
 	// A claim still pending (the first message just sent) waits for the
 	// processor's verdict before anything is streamed (verify.go).
+	// Watch the thread's record from before access is checked: a revoke
+	// written between the check and the loop below still ends the stream
+	// (the channel keeps the latest record), not only the next recheck.
+	changed, unsubscribe := g.access.subscribe(thread)
+	defer unsubscribe()
 	rec, err := g.owners.access(r.Context(), thread, user, pendingStreamWait)
 	if !g.owned(w, r, err) {
 		return
@@ -142,8 +147,6 @@ func (g *Gateway) streamEvents(w http.ResponseWriter, r *http.Request, user stri
 	defer beat.Stop()
 	recheck := time.NewTicker(g.opts.AccessRecheck)
 	defer recheck.Stop()
-	changed, unsubscribe := g.access.subscribe(thread)
-	defer unsubscribe()
 	for {
 		select {
 		case it, ok := <-items:
