@@ -51,7 +51,7 @@ func TestBrowserScenarios(t *testing.T) {
 	var tries []string
 	run(t, ctx, "the empty page", chromedp.WaitVisible(`li.empty-hint button`),
 		chromedp.Evaluate(`[...document.querySelectorAll("li.empty-hint button")].map(b => b.textContent)`, &tries))
-	if len(tries) != 3 || tries[0] != "Delete the draft articles" {
+	if len(tries) != 3 || tries[0] != "Publish the draft articles" {
 		t.Fatalf("the empty page suggests %q, want the three scenarios", tries)
 	}
 	screenshot(t, ctx, dir, "scenario-empty.png")

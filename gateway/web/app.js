@@ -39,8 +39,9 @@ const T = {
 const state = { token: "", thread: "", abort: null, following: false, lastID: 0, questions: new Map(), drafts: new Map(), awaiting: [], titles: new Map(), running: false };
 
 // SUGGESTIONS are the phrases the empty page offers: the demo's three
-// scenarios, in words the scripted model (model/default_rules.json) knows.
-const SUGGESTIONS = ["Delete the draft articles", "Create an event called Launch party", "Publish the draft articles"];
+// scenarios, in words the scripted model (model/default_rules.json) knows;
+// the veto first, as deleting the drafts leaves nothing to publish.
+const SUGGESTIONS = ["Publish the draft articles", "Create an event called Launch party", "Delete the draft articles"];
 
 // ---- DOM helpers -----------------------------------------------------------
 
