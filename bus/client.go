@@ -488,6 +488,90 @@ func (c *Client) PublishAsync(ctx context.Context, subject string, e *event.Even
 	return settled
 }
 
+// fenceAttempts bounds PublishFenced's reads and publishes: a message
+// stored on the fence between its read and its publish refuses the
+// publish, which reads again.
+const fenceAttempts = 3
+
+// PublishFenced stores e on subject of stream like PublishAsync (no
+// retry of a lost publish, failures to onErr, the returned channel closed
+// once settled), unless a message that ends it is stored first. It reads
+// the sequence of the last message of stream on fence (a subject filter,
+// wildcards allowed), then the last message on each of ends (subject
+// filters under fence); when ended returns true for one of these,
+// nothing is published (and onErr is not called). Otherwise e is
+// published with the expected last sequence on fence
+// (jetstream.WithExpectLastSequenceForSubject), so a message stored on
+// fence after the first read (one on ends among them) refuses it; then
+// it reads again, fenceAttempts times in all. For advisory events that
+// must not be stored after some other event (a run's progress after its
+// turn's end, whichever replica publishes it). The whole is bounded by
+// timeout.
+func (c *Client) PublishFenced(ctx context.Context, stream, subject string, e *event.Event, fence string, ends []string,
+	ended func(*jetstream.RawStreamMsg) bool, timeout time.Duration, onErr func(error)) <-chan struct{} {
+	settled := make(chan struct{})
+	fail := func(err error) {
+		if onErr != nil {
+			onErr(fmt.Errorf("publishing %s to %s: %w", e.Type(), subject, err))
+		}
+	}
+	msg, err := c.message(ctx, subject, e)
+	if err != nil {
+		close(settled)
+		fail(err)
+		return settled
+	}
+	// last reads the last message on filter (nil when there is none).
+	last := func(ctx context.Context, filter string) (*jetstream.RawStreamMsg, error) {
+		m, err := c.lastMsg(ctx, stream, filter)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the last message on %s: %w", filter, err)
+		}
+		return m, nil
+	}
+	go func() {
+		defer close(settled)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+	attempts:
+		for range fenceAttempts {
+			f, err := last(ctx, fence)
+			if err != nil {
+				fail(err)
+				return
+			}
+			var seq uint64
+			if f != nil {
+				seq = f.Sequence
+			}
+			for _, s := range ends {
+				m, err := last(ctx, s)
+				if err != nil {
+					fail(err)
+					return
+				}
+				if m != nil && ended(m) {
+					return
+				}
+			}
+			_, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(e)), jetstream.WithRetryAttempts(0),
+				jetstream.WithExpectLastSequenceForSubject(seq, fence))
+			var api *jetstream.APIError
+			if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == 10164) {
+				continue attempts // stored on fence since the read: read again
+			}
+			if err != nil {
+				fail(err)
+			}
+			return
+		}
+	}()
+	return settled
+}
+
 // PublishCore sends e on subject over core NATS without waiting for a
 // JetStream acknowledgement, for best-effort events such as progress and
 // message deltas: a stream whose subjects capture subject (PARLEY_CHAT

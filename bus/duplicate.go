@@ -101,11 +101,25 @@ func (c *Client) checkDuplicate(ctx context.Context, msg *nats.Msg, id string, a
 // $JS.API.STREAM.MSG.GET request (jetstream.ErrMsgNotFound when there is
 // none).
 func (c *Client) storedMsg(ctx context.Context, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
-	ctx, cancel := WithRequestTimeout(ctx)
-	defer cancel()
-	req, _ := json.Marshal(struct {
+	return c.getMsg(ctx, stream, struct {
 		Seq uint64 `json:"seq"`
 	}{seq})
+}
+
+// lastMsg reads the last message of stream on subject (a filter: it may
+// hold wildcards) with one $JS.API.STREAM.MSG.GET request
+// (jetstream.ErrMsgNotFound when there is none).
+func (c *Client) lastMsg(ctx context.Context, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	return c.getMsg(ctx, stream, struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{subject})
+}
+
+// getMsg sends one $JS.API.STREAM.MSG.GET request for stream with body r.
+func (c *Client) getMsg(ctx context.Context, stream string, r any) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := WithRequestTimeout(ctx)
+	defer cancel()
+	req, _ := json.Marshal(r)
 	reply, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, err

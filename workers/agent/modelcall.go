@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -297,8 +298,10 @@ func (d *deltaStream) flush() {
 // the event ID: the copy a redelivered event republishes is dropped by the
 // stream's duplicate window. Failure to publish (bounded by
 // progressTimeout) is logged, never fatal: progress is advisory. It is
-// published without waiting for its acknowledgement (bus.PublishAsync),
-// so it does not hold up the turn; the run's end waits for it, so it is
+// published without waiting for its acknowledgement (bus.PublishAsync;
+// a delayed one bus.PublishFenced, stored only while its turn's end is
+// not, since another replica may have ended the run), so it does not
+// hold up the turn; the run's end on this replica waits for it, so it is
 // stored before the run's end event (pendingProgress.end). It is
 // published only once its phase has lasted Options.ProgressDelay
 // (DefaultProgressDelay): the run's next progress, or its end, drops it
@@ -325,11 +328,26 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	if err == nil {
 		e.SetExtension(events.ExtRunID, run.RunID)
 		e.SetExtension(events.ExtTurnID, run.TurnID)
-		runID := run.RunID
+		runID, turnID, thread := run.RunID, run.TurnID, run.Thread
 		a.pending.announce(ctx, runID, len(run.Resumes), a.opts.ProgressDelay, func(ctx context.Context) <-chan struct{} {
-			return a.bus.PublishAsync(ctx, subject, e, progressTimeout, func(err error) {
+			onErr := func(err error) {
 				a.log.WarnContext(ctx, "progress not published", "run_id", runID, "error", err)
-			})
+			}
+			if a.opts.ProgressDelay < 0 {
+				// Published by the handler of the phase itself, before
+				// anything the phase sends: nothing of the run can
+				// have ended it yet.
+				return a.bus.PublishAsync(ctx, subject, e, progressTimeout, onErr)
+			}
+			// A delayed phase may have been ended by another replica
+			// (the tool's result handled there, and the run's end): its
+			// progress is stored only while no end of its turn is (a
+			// read of the thread's last turn.completed and turn.failed),
+			// and not after one stored since (fenced on the thread's
+			// turn events).
+			return a.bus.PublishFenced(ctx, events.StreamChat, subject, e, events.ChatSubject(thread, "turn.>"),
+				[]string{events.ChatSubject(thread, events.ChatTurnCompleted), events.ChatSubject(thread, events.ChatTurnFailed)},
+				func(last *jetstream.RawStreamMsg) bool { return turnEnded(last, turnID) }, progressTimeout, onErr)
 		})
 		return
 	}
@@ -453,4 +471,15 @@ func enrichFinal(final *schema.ChatMessage, msgs []model.Message, suggested []st
 	if len(rs) > 0 {
 		final.Meta.SetSuggestedReplies(rs)
 	}
+}
+
+// turnEnded reports whether end, the thread's last turn.completed or
+// turn.failed, ends turnID.
+func turnEnded(end *jetstream.RawStreamMsg, turnID string) bool {
+	e, err := events.Decode(events.Header(end.Header), end.Data)
+	if err != nil {
+		return true // an end of some turn it cannot read: the safe side
+	}
+	t, _ := e.Extensions()[events.ExtTurnID].(string)
+	return t == turnID
 }
