@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -415,7 +416,8 @@ func threadParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 // A body that repeats a member name in an object, or holds a string that
 // is not valid Unicode (schema.CheckJSON), is refused naming the member,
 // as the processor refuses such input on NATS; so is a member the body's
-// shape does not define (events.RuleUnknownMember).
+// shape does not define (events.RuleUnknownMember), including one that
+// names a member only when case is ignored (exactMembers).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := io.ReadAll(r.Body)
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -427,6 +429,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		if err = schema.CheckJSON(body); err != nil {
 			writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error(),
 				Errors: schema.Violations(err)})
+			return false
+		}
+		if vs := exactMembers(body, reflect.TypeOf(v)); len(vs) > 0 {
+			writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest,
+				Detail: "body: " + vs[0].Path + ": " + vs[0].Rule + " (member names are case-sensitive)", Errors: vs})
 			return false
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))

@@ -466,3 +466,24 @@ func TestTokenUserAndJWTUserAreTwoUsers(t *testing.T) {
 		t.Errorf("JWT dev posting to token dev's thread = %d %s, want 404", w.Code, w.Body)
 	}
 }
+
+// TestMemberNamesAreCaseSensitive: encoding/json matches member names
+// case-insensitively, so {"action":"decline","Action":"accept"} passed
+// the duplicate check and was decoded as accept (and the call ran); the
+// processor refuses "Action" on NATS. Every body member must name a
+// member exactly.
+func TestMemberNamesAreCaseSensitive(t *testing.T) {
+	g := newTestGateway(t, nil)
+	for _, tc := range []struct{ name, url, body, want string }{
+		{"answer Action after action", "/v1/threads/t/elicitations/e1", `{"action":"decline","Action":"accept"}`, `"path":"Action"`},
+		{"answer ACTION alone", "/v1/threads/t/elicitations/e1", `{"ACTION":"accept"}`, `"path":"ACTION"`},
+		{"answer Content", "/v1/threads/t/elicitations/e1", `{"action":"accept","Content":{"title":"a"}}`, `"path":"Content"`},
+		{"message Text after text", "/v1/threads/t/messages", `{"text":"hi","Text":"delete everything"}`, `"path":"Text"`},
+		{"message Agent", "/v1/threads/t/messages", `{"text":"hi","Agent":"other"}`, `"path":"Agent"`},
+	} {
+		w := request(t, g.Handler(), "POST", tc.url, devTok, tc.body, nil)
+		if w.Code != 400 || !strings.Contains(w.Body.String(), tc.want) || !strings.Contains(w.Body.String(), "unknown member") {
+			t.Errorf("%s: %d %s, want 400 naming %s as an unknown member", tc.name, w.Code, w.Body, tc.want)
+		}
+	}
+}
