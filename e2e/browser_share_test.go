@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/gateway"
 )
 
 // Alice shares a new thread with bob from the page (before its first
@@ -19,7 +20,9 @@ import (
 // the share from the page and bob gets 404.
 func TestBrowserSharing(t *testing.T) {
 	s := start(t, options{})
-	x := s.startGateway(nil)
+	// Each sign-in reloads the page, which fetches again: a burst above
+	// the default per-user rate.
+	x := s.startGateway(&gateway.Options{RatePerSecond: 50, RateBurst: 200})
 	ctx := browser(t, s, x)
 	var thread string
 	run(t, ctx, "share with bob",
@@ -40,7 +43,7 @@ func TestBrowserSharing(t *testing.T) {
 	run(t, ctx, "the confirmation", chromedp.WaitVisible(`li.question:not(.settled) button[data-action=accept]`))
 
 	// Bob signs in on the same page and opens the thread.
-	run(t, ctx, "bob signs in", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; location.reload(); 1`, bobToken, thread), nil))
+	run(t, ctx, "bob signs in", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; 1`, bobToken, thread), nil), chromedp.Reload())
 	run(t, ctx, "bob's view",
 		chromedp.WaitVisible(`li.question:not(.settled) button[data-action=accept]`),
 		chromedp.Poll(`document.getElementById("share-info").textContent === "Shared with you by alice."`, nil, chromedp.WithPollingTimeout(10*time.Second)),
@@ -61,7 +64,7 @@ func TestBrowserSharing(t *testing.T) {
 	}
 
 	// Alice removes the share from the page.
-	run(t, ctx, "alice signs in", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; location.reload(); 1`, aliceToken, thread), nil))
+	run(t, ctx, "alice signs in", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; 1`, aliceToken, thread), nil), chromedp.Reload())
 	run(t, ctx, "remove bob",
 		chromedp.WaitVisible("#composer-text", chromedp.ByID),
 		chromedp.Click("#sharing summary", chromedp.ByQuery),
@@ -73,7 +76,7 @@ func TestBrowserSharing(t *testing.T) {
 		t.Fatalf("bob after the revoke = %d %s, want 404", resp.StatusCode, body)
 	}
 	// Bob's page, following the thread when the share is revoked, says so.
-	run(t, ctx, "bob again", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; location.reload(); 1`, bobToken, thread), nil),
+	run(t, ctx, "bob again", chromedp.Evaluate(fmt.Sprintf(`sessionStorage.setItem("parley-token", %q); location.hash = "thread=%s"; 1`, bobToken, thread), nil), chromedp.Reload(),
 		chromedp.WaitVisible("#composer-text", chromedp.ByID))
 	if resp, body := x.do("PUT", "/v1/threads/"+thread+"/shares/bob", aliceToken, nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("share again = %d %s", resp.StatusCode, body)
