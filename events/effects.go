@@ -9,15 +9,20 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// ToolRan names one tool call a turn executed and says in one line what
-// it returned: turn.failed lists them (TurnFailed.ToolCalls), so a turn
-// that fails after a tool ran (a delete, say) says so.
+// ToolRan names one tool call a turn executed, the arguments it ran with
+// and in one line what it returned: turn.completed, turn.paused and
+// turn.failed list them (ToolCalls), so whoever reads a thread's events
+// (a UI, an audit) sees every call that ran, in the order it ran.
 type ToolRan struct {
 	// CallID is parley's ID of the call (call_<step>_<index>, see
 	// docs/events.md "Call identity").
 	CallID string `json:"callId"`
 	// Tool is the tool's name.
 	Tool string `json:"tool"`
+	// Arguments are the arguments the call ran with (a JSON object), or,
+	// over MaxEffectArgumentsBytes, {"omitted": "<n> bytes of
+	// arguments"}; absent from events of producers that did not send them.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 	// Summary is the first non-blank line of the result's text, at most
 	// MaxToolSummaryBytes (cut with "…").
 	Summary string `json:"summary"`
@@ -86,10 +91,11 @@ func NewToolEffect(call schema.ToolCall, r *schema.CallToolResult, text string) 
 
 // Ran is what turn.failed says of e.
 func (e ToolEffect) Ran() ToolRan {
-	return ToolRan{CallID: e.CallID, Tool: e.Tool, Summary: e.Summary, IsError: e.IsError, OutcomeUnknown: e.OutcomeUnknown}
+	return ToolRan{CallID: e.CallID, Tool: e.Tool, Arguments: e.Arguments, Summary: e.Summary, IsError: e.IsError, OutcomeUnknown: e.OutcomeUnknown}
 }
 
-// RanOf lists what turn.failed says of effects.
+// RanOf lists what turn.completed, turn.paused and turn.failed say of
+// effects.
 func RanOf(effects []ToolEffect) []ToolRan {
 	if len(effects) == 0 {
 		return nil

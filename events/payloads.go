@@ -40,6 +40,11 @@ type TurnPaused struct {
 	RequestEventID string             `json:"requestEventId,omitempty"`
 	Message        schema.ChatMessage `json:"message"`
 	ElicitationIDs []string           `json:"elicitationIds"`
+	// ToolCalls are the tool calls the turn's run executed before it
+	// paused, in the order they ran (absent when none ran).
+	ToolCalls []ToolRan `json:"toolCalls,omitempty"`
+	// ToolCallsOmitted counts executed tool calls past MaxToolEffects.
+	ToolCallsOmitted int `json:"toolCallsOmitted,omitempty"`
 }
 
 // TurnCompleted is the data of dev.parley.turn.completed: the assistant's
@@ -50,6 +55,13 @@ type TurnCompleted struct {
 	RequestEventID string             `json:"requestEventId,omitempty"`
 	Message        schema.ChatMessage `json:"message"`
 	Decisions      []DecisionRecord   `json:"decisions,omitempty"`
+	// ToolCalls are the tool calls the turn's run executed, in the order
+	// they ran, those before a pause included (an earlier turn.paused of
+	// the turn listed them already; CallID tells them apart); absent when
+	// none ran.
+	ToolCalls []ToolRan `json:"toolCalls,omitempty"`
+	// ToolCallsOmitted counts executed tool calls past MaxToolEffects.
+	ToolCallsOmitted int `json:"toolCallsOmitted,omitempty"`
 }
 
 // DecisionRecord says how one tool call was decided: by a policy service

@@ -125,7 +125,8 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	msg := restate(in.Elicitations)
 	if err := publishChat(ctx, p, thread, events.KindTurnPaused,
 		events.DerivedID(append([]string{"turn.paused"}, ids...)...), in.TurnID,
-		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids}); err != nil {
+		events.TurnPaused{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, ElicitationIDs: ids,
+			ToolCalls: events.RanOf(in.Effects), ToolCallsOmitted: in.EffectsOmitted}); err != nil {
 		return err
 	}
 	return p.expireUnmarked(ctx, t, d.StreamSeq)

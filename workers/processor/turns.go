@@ -620,7 +620,8 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 	msg := in.Message
 	msg.Role = schema.RoleAssistant
 	if err := publishChat(ctx, p, thread, events.KindTurnCompleted,
-		events.DerivedID("turn.completed", thread, in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions}); err != nil {
+		events.DerivedID("turn.completed", thread, in.TurnID), in.TurnID, events.TurnCompleted{TurnID: in.TurnID, RequestEventID: startedBy(t, in.TurnID), Message: msg, Decisions: in.Decisions,
+			ToolCalls: events.RanOf(in.Effects), ToolCallsOmitted: in.EffectsOmitted}); err != nil {
 		return err
 	}
 	t, err = p.finishTurnAt(ctx, t, rev, in.TurnID, e.ID(), d.StreamSeq, &msg,
