@@ -187,6 +187,8 @@ var Routes = []Route{
 	{http.MethodPut, "/v1/threads/{thread}/shares/{user}"},
 	{http.MethodDelete, "/v1/threads/{thread}/shares/{user}"},
 	RouteLookupEntities,
+	RouteAISDKChat,
+	RouteAISDKStream,
 }
 
 // Health routes: GET /livez and GET /readyz (internal/health's probes, as
@@ -272,6 +274,8 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 		Routes[6]: g.deleteShare,
 
 		RouteLookupEntities: g.lookupEntities,
+		RouteAISDKChat:      g.postAISDKChat,
+		RouteAISDKStream:    g.getAISDKStream,
 	}
 	for _, rt := range Routes {
 		mux.Handle(rt.Method+" "+rt.Path, g.authed(handlers[rt]))
@@ -510,6 +514,31 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 	if !decodeBody(w, r, &req) {
 		return
 	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		g.unavailable(w, r, err)
+		return
+	}
+	e, c, pending, ok := g.publishMessage(w, r, thread, user, req, id.String())
+	if !ok {
+		return
+	}
+	if pending {
+		g.answerMessage(w, r, thread, user, c, e.ID())
+		return
+	}
+	w.Header().Set("Location", "/v1/threads/"+thread+"/events")
+	writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "published"})
+}
+
+// publishMessage validates req (text, size, agent, content blocks) and
+// publishes it as user's turn.requested on thread under the event ID
+// eventID, claiming the thread when it is unclaimed, exactly as POST
+// /v1/threads/{thread}/messages does. ok false: it has written the
+// problem (400, 404, 413, 503) and published nothing. pending: the claim
+// c is not yet confirmed (the processor's verdict on the message decides,
+// see answerMessage).
+func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread, user string, req MessageRequest, eventID string) (e *event.Event, c rec, pending, ok bool) {
 	msg := schema.ChatMessage{Role: schema.RoleUser, Text: req.Text, Content: req.Content, Meta: req.Meta}
 	var vs []schema.Violation
 	if strings.TrimSpace(req.Text) == "" {
@@ -518,7 +547,7 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 	if len(req.Text) > events.MaxMessageText {
 		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
 			Detail: fmt.Sprintf("text is %d bytes; at most %d", len(req.Text), events.MaxMessageText)})
-		return
+		return nil, rec{}, false, false
 	}
 	if req.Agent != "" {
 		if err := events.ValidToken("agent", req.Agent); err != nil {
@@ -535,7 +564,7 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 	}
 	if len(vs) > 0 {
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
-		return
+		return nil, rec{}, false, false
 	}
 	// The processor keeps its own record of who may use the thread and
 	// takes grants only from the owner's messages: each of them carries
@@ -547,7 +576,7 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		share = g.shareOf(cur.ThreadOwner, user)
 	case !errors.Is(err, errNotOwner):
 		g.unavailable(w, r, err)
-		return
+		return nil, rec{}, false, false
 	}
 	build := func(id string) (*event.Event, bool) {
 		e, err := events.NewWithID(id, SourceGateway, events.TypeTurnRequested, thread,
@@ -564,37 +593,27 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 		}
 		return e, true
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		g.unavailable(w, r, err)
-		return
-	}
-	e, ok := build(id.String())
+	e, ok = build(eventID)
 	if !ok {
-		return
+		return nil, rec{}, false, false
 	}
 	// The claim is pending until the processor accepts (verify.go).
 	c, pending, err := g.owners.claimFor(r.Context(), thread, user, e.ID(), threadTitle(req.Text))
 	if !g.owned(w, r, err) {
-		return
+		return nil, rec{}, false, false
 	}
 	if now := g.shareOf(c.ThreadOwner, user); !slices.Equal(now, share) {
 		// A share changed between the two reads: carry the current ones.
 		share = now
 		if e, ok = build(e.ID()); !ok {
-			return
+			return nil, rec{}, false, false
 		}
 	}
 	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e); err != nil {
 		g.unavailable(w, r, err)
-		return
+		return nil, rec{}, false, false
 	}
-	if pending {
-		g.answerMessage(w, r, thread, user, c, e.ID())
-		return
-	}
-	w.Header().Set("Location", "/v1/threads/"+thread+"/events")
-	writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "published"})
+	return e, c, pending, true
 }
 
 // shareOf returns the shares the message of user on the thread of t
@@ -661,11 +680,30 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
 		return
 	}
-	e, err := events.New(SourceGateway, events.TypeElicitationResponded, thread, events.ElicitationResponded{
-		ElicitationID: id, AnsweredBy: user, Action: req.Action, Content: req.Content, Meta: req.Meta})
+	eid, err := uuid.NewV7()
 	if err != nil {
 		g.unavailable(w, r, err)
 		return
+	}
+	if status, ok := g.publishAnswer(w, r, thread, user, id, eid.String(), req); ok {
+		writeJSON(w, http.StatusAccepted, Accepted{EventID: eid.String(), Thread: thread, Status: status})
+	}
+}
+
+// publishAnswer publishes user's answer req to the question id of thread
+// as elicitation.responded under the event ID eventID (the caller checked
+// the action and that user may use the thread) and waits up to
+// VerdictWait for the processor's verdict, as POST
+// .../elicitations/{id} does. ok false: it has written the problem (the
+// processor's rejection, or 503). Otherwise status is "accepted" (the
+// processor took the answer) or "pending" (no verdict yet; it follows on
+// the thread's events).
+func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, user, id, eventID string, req AnswerRequest) (status string, ok bool) {
+	e, err := events.NewWithID(eventID, SourceGateway, events.TypeElicitationResponded, thread, events.ElicitationResponded{
+		ElicitationID: id, AnsweredBy: user, Action: req.Action, Content: req.Content, Meta: req.Meta})
+	if err != nil {
+		g.unavailable(w, r, err)
+		return "", false
 	}
 	// Watch for the verdict BEFORE publishing, so it cannot be missed.
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.VerdictWait)
@@ -675,19 +713,18 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 		events.ChatSubject(thread, events.ChatElicitationResponded)}, 0)
 	if err != nil {
 		g.unavailable(w, r, err)
-		return
+		return "", false
 	}
 	defer stop()
 	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatElicitationResponded), e); err != nil {
 		g.unavailable(w, r, err)
-		return
+		return "", false
 	}
 	for {
 		select {
 		case it, ok := <-verdicts:
 			if !ok {
-				writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "pending"})
-				return
+				return VerdictPending, true
 			}
 			if it.ev == nil {
 				continue
@@ -697,8 +734,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			}
 			if events.TypeOf(it.ev) == events.TypeElicitationResponded {
 				if it.ev.ID() == e.ID() { // the processor's echo: accepted
-					writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "accepted"})
-					return
+					return VerdictAccepted, true
 				}
 				continue
 			}
@@ -708,10 +744,9 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			}
 			writeProblem(w, Problem{Status: rejectionStatus(d.Reason), Reason: d.Reason, Detail: d.Detail,
 				EventID: e.ID(), Errors: d.Errors, Title: "answer rejected: " + d.Reason})
-			return
+			return "", false
 		case <-ctx.Done():
-			writeJSON(w, http.StatusAccepted, Accepted{EventID: e.ID(), Thread: thread, Status: "pending"})
-			return
+			return VerdictPending, true
 		}
 	}
 }
