@@ -79,6 +79,53 @@ type system struct {
 	mu     sync.Mutex
 	procs  map[string]func() error
 	log    *slog.Logger
+	// workers are the workers start ran besides the processors.
+	workers []*worker
+}
+
+// worker is one worker start ran: how to make it again, and how to stop
+// the running one.
+type worker struct {
+	name, principal string
+	make            func(starter.Common) starter.Worker
+	stop            func() error
+}
+
+// restartWorkers stops every worker (gate, policies, tool-executor,
+// agent, processors), then starts each again and waits until all have
+// started: nothing lives in a worker's memory across the restart.
+func (s *system) restartWorkers() {
+	s.t.Helper()
+	for _, w := range s.workers {
+		if err := w.stop(); err != nil {
+			s.t.Errorf("stopping %s: %v", w.name, err)
+		}
+	}
+	s.mu.Lock()
+	var procs []string
+	for name := range s.procs {
+		procs = append(procs, name)
+	}
+	s.mu.Unlock()
+	for _, name := range procs {
+		s.stopProcessor(name)
+	}
+	started := make(chan string, len(s.workers))
+	for _, w := range s.workers {
+		c := starter.Common{Logger: s.log.With("worker", w.name), NoStreams: true, Started: func(r string) { started <- r }}
+		w.stop = s.group.Go(starter.Connected(w.name, w.principal, s.connect, w.make(c)))
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 20*time.Second)
+	defer cancel()
+	if err := starter.AwaitStarted(ctx, s.group, started, len(s.workers)); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, name := range procs {
+		s.startProcessor(name)
+	}
+	if !s.opts.noGate {
+		s.waitGate()
+	}
 }
 
 type countingProvider struct {
@@ -152,7 +199,8 @@ func start(t *testing.T, opts options) *system {
 	n := 0
 	run := func(name, principal string, w func(starter.Common) starter.Worker) {
 		c := starter.Common{Logger: s.log.With("worker", name), NoStreams: true, Started: func(r string) { started <- r }}
-		s.group.Go(starter.Connected(name, principal, s.connect, w(c)))
+		stop := s.group.Go(starter.Connected(name, principal, s.connect, w(c)))
+		s.workers = append(s.workers, &worker{name: name, principal: principal, make: w, stop: stop})
 		n++
 	}
 	if !opts.noGate {
