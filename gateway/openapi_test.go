@@ -116,28 +116,33 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 		t.Helper()
 		o.check(method, path, request(t, h, method, path, token, body, nil))
 	}
-	do("GET", "/v1/threads", "", "")                                                                                                            // 401
-	do("GET", "/v1/threads", devTok, "")                                                                                                        // 200, empty
-	do("POST", "/v1/threads/t1/messages", devTok, `{"text":"hi"}`)                                                                              // 202
-	do("POST", "/v1/threads/t1/messages", devTok, `{"text":""}`)                                                                                // 400
-	do("POST", "/v1/threads/t1/messages", devTok, `{"txt":"hi"}`)                                                                               // 400
-	do("POST", "/v1/threads/a*b/messages", devTok, `{"text":"hi"}`)                                                                             // 400
-	do("POST", "/v1/threads/t1/messages", devTok, `{"text":"`+strings.Repeat("x", events.MaxMessageText+1)+`"}`)                                // 413
-	do("POST", "/v1/threads/t1/messages", devTok, `{"text":"`+strings.Repeat("x", 70<<10)+`"}`)                                                 // 413 body
-	do("GET", "/v1/threads", devTok, "")                                                                                                        // 200
-	do("GET", "/v1/threads/t1", devTok, "")                                                                                                     // 200
-	do("GET", "/v1/threads/t2", devTok, "")                                                                                                     // 404
-	do("GET", "/v1/threads/t2/events", devTok, "")                                                                                              // 404
-	o.check("GET", "/v1/threads/t1/events", request(t, h, "GET", "/v1/threads/t1/events", devTok, "", map[string]string{"Last-Event-ID": "x"})) // 400
-	do("POST", "/v1/threads/t1/elicitations/e1", devTok, `{"action":"accept","content":{"a":"b"}}`)                                             // 202 pending
-	do("POST", "/v1/threads/t1/elicitations/e1", devTok, `{"action":"maybe"}`)                                                                  // 400
-	do("POST", "/v1/threads/t2/elicitations/e1", devTok, `{"action":"accept"}`)                                                                 // 404
-	do("PUT", "/v1/threads/t1/shares/bob", devTok, "")                                                                                          // 200
-	do("PUT", "/v1/threads/t1/shares/dev", devTok, "")                                                                                          // 400
-	do("DELETE", "/v1/threads/t1/shares/bob", devTok, "")                                                                                       // 200
-	do("DELETE", "/v1/threads/t9/shares/bob", devTok, "")                                                                                       // 404
-	do("GET", "/v1/lookup/entities?q=About", devTok, "")                                                                                        // 503: no lookup service
-	do("GET", "/v1/lookup/entities?q=", devTok, "")                                                                                             // 400
+	do("GET", "/v1/threads", "", "")                                                                                                                                                                                                                  // 401
+	do("GET", "/v1/threads", devTok, "")                                                                                                                                                                                                              // 200, empty
+	do("POST", "/v1/threads/t1/messages", devTok, `{"text":"hi"}`)                                                                                                                                                                                    // 202
+	do("POST", "/v1/threads/t1/messages", devTok, `{"text":""}`)                                                                                                                                                                                      // 400
+	do("POST", "/v1/threads/t1/messages", devTok, `{"txt":"hi"}`)                                                                                                                                                                                     // 400
+	do("POST", "/v1/threads/a*b/messages", devTok, `{"text":"hi"}`)                                                                                                                                                                                   // 400
+	do("POST", "/v1/threads/t1/messages", devTok, `{"text":"`+strings.Repeat("x", events.MaxMessageText+1)+`"}`)                                                                                                                                      // 413
+	do("POST", "/v1/threads/t1/messages", devTok, `{"text":"`+strings.Repeat("x", 70<<10)+`"}`)                                                                                                                                                       // 413 body
+	do("GET", "/v1/threads", devTok, "")                                                                                                                                                                                                              // 200
+	do("GET", "/v1/threads/t1", devTok, "")                                                                                                                                                                                                           // 200
+	do("GET", "/v1/threads/t2", devTok, "")                                                                                                                                                                                                           // 404
+	do("GET", "/v1/threads/t2/events", devTok, "")                                                                                                                                                                                                    // 404
+	o.check("GET", "/v1/threads/t1/events", request(t, h, "GET", "/v1/threads/t1/events", devTok, "", map[string]string{"Last-Event-ID": "x"}))                                                                                                       // 400
+	do("POST", "/v1/threads/t1/elicitations/e1", devTok, `{"action":"accept","content":{"a":"b"}}`)                                                                                                                                                   // 202 pending
+	do("POST", "/v1/threads/t1/elicitations/e1", devTok, `{"action":"maybe"}`)                                                                                                                                                                        // 400
+	do("POST", "/v1/threads/t2/elicitations/e1", devTok, `{"action":"accept"}`)                                                                                                                                                                       // 404
+	do("PUT", "/v1/threads/t1/shares/bob", devTok, "")                                                                                                                                                                                                // 200
+	do("PUT", "/v1/threads/t1/shares/dev", devTok, "")                                                                                                                                                                                                // 400
+	do("DELETE", "/v1/threads/t1/shares/bob", devTok, "")                                                                                                                                                                                             // 200
+	do("DELETE", "/v1/threads/t9/shares/bob", devTok, "")                                                                                                                                                                                             // 404
+	do("GET", "/v1/lookup/entities?q=About", devTok, "")                                                                                                                                                                                              // 503: no lookup service
+	do("GET", "/v1/lookup/entities?q=", devTok, "")                                                                                                                                                                                                   // 400
+	do("POST", "/v1/ai-sdk/chat", devTok, `{"id":"t1","messages":[],"trigger":"submit-message"}`)                                                                                                                                                     // 400
+	do("POST", "/v1/ai-sdk/chat", devTok, `{"id":"t1","messages":[{"id":"m","role":"user","parts":[]}],"trigger":"regenerate-message"}`)                                                                                                              // 400
+	do("POST", "/v1/ai-sdk/chat", devTok, `{"id":"t2","messages":[{"id":"m","role":"assistant","parts":[{"type":"dynamic-tool","toolCallId":"c","state":"approval-responded","approval":{"id":"e1","approved":true}}]}],"trigger":"submit-message"}`) // 404
+	do("GET", "/v1/ai-sdk/chat/t2/stream", devTok, "")                                                                                                                                                                                                // 404
+	do("GET", "/v1/ai-sdk/chat/a*b/stream", devTok, "")                                                                                                                                                                                               // 400
 	do("GET", "/livez", "", "")
 	do("GET", "/readyz", "", "")
 	do("GET", "/schema/dev.parley.turn.requested.json", "", "")

@@ -1,0 +1,153 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/schema"
+)
+
+func testEvent(t *testing.T, typ events.Type, data any, turn string) *event.Event {
+	t.Helper()
+	e, err := events.New(events.SourceProcessor, typ, "th", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if turn != "" {
+		e.SetExtension(events.ExtTurnID, turn)
+	}
+	return e
+}
+
+// mapTurn runs evs through a turnReader and a uiMapper and returns the
+// chunks, each as "type" or "type:detail".
+func mapTurn(t *testing.T, rd *turnReader, evs []*event.Event) ([]string, []uiChunk) {
+	t.Helper()
+	var out []string
+	var chunks []uiChunk
+	m := &uiMapper{emit: func(c uiChunk) {
+		chunks = append(chunks, c)
+		s := c["type"].(string)
+		for _, k := range []string{"delta", "errorText", "approvalId", "finishReason", "toolCallId"} {
+			if v, ok := c[k].(string); ok {
+				s += ":" + v
+			}
+		}
+		out = append(out, s)
+	}}
+	m.begin("")
+	for i, e := range evs {
+		parts, done := rd.read(e)
+		for _, p := range parts {
+			m.part(p)
+		}
+		if done != (i == len(evs)-1) {
+			t.Fatalf("event %d (%s): done = %v", i, e.Type(), done)
+		}
+	}
+	return out, chunks
+}
+
+func TestAISDKMapping(t *testing.T) {
+	const turn = "T"
+	delta := func(gen string, seq int, text string) *event.Event {
+		return testEvent(t, events.TypeMessageDelta, events.MessageDelta{TurnID: turn, RunID: "r", Generation: gen, Seq: seq,
+			Chunk: schema.ChatMessage{Role: schema.RoleAssistant, Text: text}}, "")
+	}
+	confirm := schema.ElicitRequestParams{Message: "Allow?", RequestedSchema: schema.RequestedSchema{Type: "object"},
+		Meta: schema.Meta{schema.MetaElicitationID: "q1", schema.MetaToolCall: map[string]any{"name": "delete_entities", "toolId": "call_1_0", "arguments": map[string]any{"ids": []string{"a"}}}}}
+	form := schema.ElicitRequestParams{Message: "Title?", RequestedSchema: schema.RequestedSchema{Type: "object"},
+		Meta: schema.Meta{schema.MetaElicitationID: "q2"}}
+	tests := []struct {
+		name string
+		rd   *turnReader
+		evs  []*event.Event
+		want []string
+	}{{
+		name: "a retried generation's text is void; the final text equals the stream",
+		rd:   newTurnReader("gateway", turn, "m1", nil, nil, nil),
+		evs: []*event.Event{
+			delta("g1", 0, "Hel"), delta("g2", 0, "Hi "),
+			testEvent(t, events.TypeProgress, schema.Progress{ProgressToken: schema.StringToken("another turn"), Progress: 1}, ""),
+			delta("g2", 1, "there"),
+			testEvent(t, events.TypeTurnCompleted, events.TurnCompleted{TurnID: turn, Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Hi there",
+				Meta: schema.Meta{schema.MetaSuggestedReplies: []string{"more"}}}}, ""),
+		},
+		want: []string{"start", "start-step", "text-start", "text-delta:Hel", "reset-step", "start-step", "text-start", "text-delta:Hi ",
+			"text-delta:there", "text-end", "data-parley-suggestions", "finish-step", "finish:stop"},
+	}, {
+		name: "a veto is a tool error; a call that ran has its output",
+		rd:   newTurnReader("gateway", turn, "m1", nil, nil, nil),
+		evs: []*event.Event{testEvent(t, events.TypeTurnCompleted, events.TurnCompleted{TurnID: turn,
+			Message:   schema.ChatMessage{Role: schema.RoleAssistant, Text: "ok"},
+			Decisions: []events.DecisionRecord{{CallID: "call_0_0", Tool: "publish", Decision: events.DecisionVeto, Policy: "gate", Reason: "frozen"}},
+			ToolCalls: []events.ToolRan{{CallID: "call_0_1", Tool: "list_entities", Summary: "Found 2"}, {CallID: "call_0_2", Tool: "x", OutcomeUnknown: true}}}, "")},
+		want: []string{"start", "start-step", "text-start", "text-delta:ok", "text-end",
+			"tool-input-available:call_0_0", "tool-output-error:Blocked by policy gate: frozen:call_0_0",
+			"tool-input-available:call_0_1", "tool-output-available:call_0_1",
+			"tool-input-available:call_0_2", "tool-output-error:outcome unknown: the call was sent to the tool and no result came back (it may have run):call_0_2",
+			"finish-step", "finish:stop"},
+	}, {
+		name: "a pause: the calls before it, the confirmation and the form; it waits for every question",
+		rd:   newTurnReader("gateway", turn, "m1", nil, nil, nil),
+		evs: []*event.Event{
+			testEvent(t, events.TypeElicitationRequested, confirm, turn),
+			testEvent(t, events.TypeElicitationRequested, confirm, "other-turn"),
+			testEvent(t, events.TypeTurnPaused, events.TurnPaused{TurnID: turn, ElicitationIDs: []string{"q1", "q2"},
+				ToolCalls: []events.ToolRan{{CallID: "call_0_0", Tool: "list_entities", Summary: "Found 10"}}}, ""),
+			testEvent(t, events.TypeElicitationRequested, form, turn),
+		},
+		want: []string{"start", "start-step", "tool-input-available:call_0_0", "tool-output-available:call_0_0",
+			"tool-input-available:call_1_0", "tool-approval-request:q1:call_1_0", "data-parley-form", "finish-step", "finish:tool-calls"},
+	}, {
+		name: "after an approval: only the confirmed call's output, the earlier calls not again",
+		rd: newTurnReader("gateway", turn, "", []string{"a1"}, &events.TurnPaused{TurnID: turn, ToolCalls: []events.ToolRan{{CallID: "call_0_0"}}},
+			[]schema.ElicitRequestParams{confirm}),
+		evs: []*event.Event{testEvent(t, events.TypeTurnCompleted, events.TurnCompleted{TurnID: turn,
+			Message:   schema.ChatMessage{Role: schema.RoleAssistant, Text: "Deleted", Content: schema.ContentList{&schema.ResourceLink{URI: "https://x.example/a", Name: "A"}, &schema.ResourceLink{URI: "entity:b", Name: "B"}}},
+			ToolCalls: []events.ToolRan{{CallID: "call_0_0", Tool: "list_entities"}, {CallID: "call_1_0", Tool: "delete_entities", Summary: "Deleted 1"}}}, "")},
+		want: []string{"start", "start-step", "text-start", "text-delta:Deleted", "text-end", "tool-output-available:call_1_0", "source-url", "finish-step", "finish:stop"},
+	}, {
+		name: "a declined confirmation is denied",
+		rd:   newTurnReader("gateway", turn, "", []string{"a1"}, nil, []schema.ElicitRequestParams{confirm}),
+		evs: []*event.Event{testEvent(t, events.TypeTurnCompleted, events.TurnCompleted{TurnID: turn,
+			Message:   schema.ChatMessage{Role: schema.RoleAssistant, Text: "no"},
+			Decisions: []events.DecisionRecord{{CallID: "call_1_0", Tool: "delete_entities", Decision: events.DecisionConfirm, Action: schema.ActionDecline}}}, "")},
+		want: []string{"start", "start-step", "text-start", "text-delta:no", "text-end", "tool-output-denied:call_1_0", "finish-step", "finish:stop"},
+	}, {
+		name: "a refused answer ends the stream with an error",
+		rd:   newTurnReader("gateway", turn, "", []string{"a1"}, nil, nil),
+		evs: []*event.Event{testEvent(t, events.TypeElicitationRejected, events.ElicitationRejected{ElicitationID: "q1", RespondedEventID: "a1",
+			Reason: events.RejectAlreadyConsumed, Detail: "answered"}, "")},
+		want: []string{"start", "start-step", "finish-step", "error:refused: already_consumed: answered", "finish:error"},
+	}, {
+		name: "a failed turn",
+		rd:   newTurnReader("gateway", turn, "m1", nil, nil, nil),
+		evs: []*event.Event{
+			testEvent(t, events.TypeTurnFailed, events.TurnFailed{TurnID: "another", Reason: "x"}, ""),
+			testEvent(t, events.TypeTurnFailed, events.TurnFailed{TurnID: turn, Reason: "model_unavailable", Detail: "HTTP 503"}, ""),
+		},
+		want: []string{"start", "start-step", "finish-step", "error:turn failed: model_unavailable: HTTP 503", "finish:error"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, chunks := mapTurn(t, tt.rd, tt.evs)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("chunks (-want +got):\n%s", diff)
+			}
+			for _, c := range chunks {
+				if _, err := json.Marshal(c); err != nil {
+					t.Errorf("chunk %v: %v", c, err)
+				}
+				if strings.HasPrefix(c["type"].(string), "tool-input-available") && c["dynamic"] != true {
+					t.Errorf("chunk %v: not a dynamic tool", c)
+				}
+			}
+		})
+	}
+}
