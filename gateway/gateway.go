@@ -539,6 +539,31 @@ func (g *Gateway) postMessage(w http.ResponseWriter, r *http.Request, user strin
 // c is not yet confirmed (the processor's verdict on the message decides,
 // see answerMessage).
 func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread, user string, req MessageRequest, eventID string) (e *event.Event, c rec, pending, ok bool) {
+	sent, ok := g.sendMessage(w, r, thread, user, req, eventID)
+	if !ok {
+		return nil, rec{}, false, false
+	}
+	return sent.event, sent.claim, sent.pending, true
+}
+
+// sentMessage is what sendMessage published.
+type sentMessage struct {
+	// event is the turn.requested event.
+	event *event.Event
+	// claim is the user's claim of the thread, pending when the
+	// processor's verdict on it is not yet known (the thread's first
+	// message).
+	claim   rec
+	pending bool
+	// duplicate is set when PARLEY_INPUT's duplicate window dropped the
+	// publish: an event with the same ID was published before.
+	duplicate bool
+}
+
+// sendMessage is publishMessage, also saying whether the publish was a
+// duplicate (POST /v1/ag-ui derives a message's event ID from the
+// message, so a retried run publishes it again).
+func (g *Gateway) sendMessage(w http.ResponseWriter, r *http.Request, thread, user string, req MessageRequest, eventID string) (sentMessage, bool) {
 	msg := schema.ChatMessage{Role: schema.RoleUser, Text: req.Text, Content: req.Content, Meta: req.Meta}
 	var vs []schema.Violation
 	if strings.TrimSpace(req.Text) == "" {
@@ -547,7 +572,7 @@ func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread,
 	if len(req.Text) > events.MaxMessageText {
 		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: events.RejectMessageTooLarge,
 			Detail: fmt.Sprintf("text is %d bytes; at most %d", len(req.Text), events.MaxMessageText)})
-		return nil, rec{}, false, false
+		return sentMessage{}, false
 	}
 	if req.Agent != "" {
 		if err := events.ValidToken("agent", req.Agent); err != nil {
@@ -564,7 +589,7 @@ func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread,
 	}
 	if len(vs) > 0 {
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
-		return nil, rec{}, false, false
+		return sentMessage{}, false
 	}
 	// The processor keeps its own record of who may use the thread and
 	// takes grants only from the owner's messages: each of them carries
@@ -576,7 +601,7 @@ func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread,
 		share = g.shareOf(cur.ThreadOwner, user)
 	case !errors.Is(err, errNotOwner):
 		g.unavailable(w, r, err)
-		return nil, rec{}, false, false
+		return sentMessage{}, false
 	}
 	build := func(id string) (*event.Event, bool) {
 		e, err := events.NewWithID(id, SourceGateway, events.TypeTurnRequested, thread,
@@ -593,27 +618,28 @@ func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread,
 		}
 		return e, true
 	}
-	e, ok = build(eventID)
+	e, ok := build(eventID)
 	if !ok {
-		return nil, rec{}, false, false
+		return sentMessage{}, false
 	}
 	// The claim is pending until the processor accepts (verify.go).
 	c, pending, err := g.owners.claimFor(r.Context(), thread, user, e.ID(), threadTitle(req.Text))
 	if !g.owned(w, r, err) {
-		return nil, rec{}, false, false
+		return sentMessage{}, false
 	}
 	if now := g.shareOf(c.ThreadOwner, user); !slices.Equal(now, share) {
 		// A share changed between the two reads: carry the current ones.
 		share = now
 		if e, ok = build(e.ID()); !ok {
-			return nil, rec{}, false, false
+			return sentMessage{}, false
 		}
 	}
-	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e); err != nil {
+	ack, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatTurnRequested), e)
+	if err != nil {
 		g.unavailable(w, r, err)
-		return nil, rec{}, false, false
+		return sentMessage{}, false
 	}
-	return e, c, pending, true
+	return sentMessage{event: e, claim: c, pending: pending, duplicate: ack != nil && ack.Duplicate}, true
 }
 
 // shareOf returns the shares the message of user on the thread of t
@@ -699,32 +725,57 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 // processor took the answer) or "pending" (no verdict yet; it follows on
 // the thread's events).
 func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, user, id, eventID string, req AnswerRequest) (status string, ok bool) {
+	v, err := g.answer(r.Context(), thread, user, id, eventID, req, g.opts.VerdictWait)
+	if err != nil {
+		g.unavailable(w, r, err)
+		return "", false
+	}
+	if d := v.rejected; d != nil {
+		writeProblem(w, Problem{Status: rejectionStatus(d.Reason), Reason: d.Reason, Detail: d.Detail,
+			EventID: eventID, Errors: d.Errors, Title: "answer rejected: " + d.Reason})
+		return "", false
+	}
+	return v.status, true
+}
+
+// answerVerdict is the processor's verdict on an answer (answer).
+type answerVerdict struct {
+	// status is "accepted" (the processor's echo came) or "pending" (no
+	// verdict within the wait); "" when rejected.
+	status string
+	// rejected is the processor's refusal of the answer.
+	rejected *events.ElicitationRejected
+}
+
+// answer is publishAnswer returning the processor's refusal instead of
+// writing it (POST /v1/ag-ui re-raises a question whose answer was
+// refused invalid_content), waiting up to wait for the verdict. The
+// error is the bus's (publishing, reading the verdicts).
+func (g *Gateway) answer(ctx context.Context, thread, user, id, eventID string, req AnswerRequest, wait time.Duration) (answerVerdict, error) {
 	e, err := events.NewWithID(eventID, SourceGateway, events.TypeElicitationResponded, thread, events.ElicitationResponded{
 		ElicitationID: id, AnsweredBy: user, Action: req.Action, Content: req.Content, Meta: req.Meta})
 	if err != nil {
-		g.unavailable(w, r, err)
-		return "", false
+		return answerVerdict{}, err
 	}
+	v := answerVerdict{status: VerdictPending}
 	// Watch for the verdict BEFORE publishing, so it cannot be missed.
-	ctx, cancel := context.WithTimeout(r.Context(), g.opts.VerdictWait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	verdicts, stop, err := g.follow(ctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected),
+	verdicts, stop, err := g.follow(wctx, []string{events.ChatSubject(thread, events.ChatElicitationRejected),
 		events.RefusedSubject(g.opts.Principal, thread, events.ChatElicitationRejected),
 		events.ChatSubject(thread, events.ChatElicitationResponded)}, 0)
 	if err != nil {
-		g.unavailable(w, r, err)
-		return "", false
+		return answerVerdict{}, err
 	}
 	defer stop()
-	if _, err := g.bus.Publish(r.Context(), events.InputSubject(g.opts.Principal, thread, events.ChatElicitationResponded), e); err != nil {
-		g.unavailable(w, r, err)
-		return "", false
+	if _, err := g.bus.Publish(ctx, events.InputSubject(g.opts.Principal, thread, events.ChatElicitationResponded), e); err != nil {
+		return answerVerdict{}, err
 	}
 	for {
 		select {
 		case it, ok := <-verdicts:
 			if !ok {
-				return VerdictPending, true
+				return v, nil
 			}
 			if it.ev == nil {
 				continue
@@ -734,7 +785,8 @@ func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, 
 			}
 			if events.TypeOf(it.ev) == events.TypeElicitationResponded {
 				if it.ev.ID() == e.ID() { // the processor's echo: accepted
-					return VerdictAccepted, true
+					v.status = VerdictAccepted
+					return v, nil
 				}
 				continue
 			}
@@ -742,11 +794,10 @@ func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, 
 			if err != nil || d.RespondedEventID != e.ID() {
 				continue
 			}
-			writeProblem(w, Problem{Status: rejectionStatus(d.Reason), Reason: d.Reason, Detail: d.Detail,
-				EventID: e.ID(), Errors: d.Errors, Title: "answer rejected: " + d.Reason})
-			return "", false
-		case <-ctx.Done():
-			return VerdictPending, true
+			v.status, v.rejected = "", &d
+			return v, nil
+		case <-wctx.Done():
+			return v, nil
 		}
 	}
 }
@@ -928,21 +979,9 @@ func (g *Gateway) foldState(ctx context.Context, thread string, t ThreadOwner) (
 // client.ThreadStateTimeout), st keeps the fold's and Source says so.
 func (g *Gateway) recordState(ctx context.Context, st *ThreadState, t ThreadOwner) {
 	st.Source = SourceEvents
-	e, err := events.New(SourceGateway, events.TypeThreadStateRequested, st.Thread, events.ThreadStateRequest{OnBehalfOf: t.Owner})
+	rs, err := g.processorState(ctx, st.Thread, t)
 	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, stateWait)
-	defer cancel()
-	reply, err := g.bus.Request(ctx, events.ThreadStateSubject(g.opts.Principal, st.Thread), e)
-	if err != nil {
-		g.log.WarnContext(ctx, "thread state: the processor did not answer; the state is folded from the events", "subject", st.Thread, "error", err)
-		return
-	}
-	rs, err := events.Data[events.ThreadStateReply](reply)
-	if err != nil || events.TypeOf(reply) != events.TypeThreadStateAnswered || rs.Forbidden {
-		g.log.WarnContext(ctx, "thread state: the processor's answer is not usable; the state is folded from the events",
-			"subject", st.Thread, "type", reply.Type(), "forbidden", rs.Forbidden, "error", err)
+		g.log.WarnContext(ctx, "thread state: the state is folded from the events", "subject", st.Thread, "error", err)
 		return
 	}
 	st.Source = SourceRecord
@@ -955,4 +994,28 @@ func (g *Gateway) recordState(ctx context.Context, st *ThreadState, t ThreadOwne
 		}
 	}
 	st.Pending = append(st.Pending[:0], rs.Pending...)
+}
+
+// processorState asks the processor for its record of thread
+// (events.ThreadStateSubject, on behalf of the claim's owner, whom the
+// processor accepted), waiting up to stateWait. It fails when no
+// processor answers, or its answer is not usable (not a thread state,
+// or forbidden).
+func (g *Gateway) processorState(ctx context.Context, thread string, t ThreadOwner) (events.ThreadStateReply, error) {
+	e, err := events.New(SourceGateway, events.TypeThreadStateRequested, thread, events.ThreadStateRequest{OnBehalfOf: t.Owner})
+	if err != nil {
+		return events.ThreadStateReply{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateWait)
+	defer cancel()
+	reply, err := g.bus.Request(ctx, events.ThreadStateSubject(g.opts.Principal, thread), e)
+	if err != nil {
+		return events.ThreadStateReply{}, fmt.Errorf("the processor did not answer: %w", err)
+	}
+	rs, err := events.Data[events.ThreadStateReply](reply)
+	if err != nil || events.TypeOf(reply) != events.TypeThreadStateAnswered || rs.Forbidden {
+		return events.ThreadStateReply{}, fmt.Errorf("the processor's answer is not usable (type %s, forbidden %v): %v",
+			reply.Type(), rs.Forbidden, err)
+	}
+	return rs, nil
 }
