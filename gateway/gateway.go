@@ -189,6 +189,8 @@ var Routes = []Route{
 	RouteLookupEntities,
 	RouteAISDKChat,
 	RouteAISDKStream,
+	RouteAGUI,
+	RouteAGUICapabilities,
 }
 
 // Health routes: GET /livez and GET /readyz (internal/health's probes, as
@@ -276,6 +278,9 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 		RouteLookupEntities: g.lookupEntities,
 		RouteAISDKChat:      g.postAISDKChat,
 		RouteAISDKStream:    g.getAISDKStream,
+
+		RouteAGUI:             g.postAGUI,
+		RouteAGUICapabilities: g.getAGUICapabilities,
 	}
 	for _, rt := range Routes {
 		mux.Handle(rt.Method+" "+rt.Path, g.authed(handlers[rt]))
@@ -548,8 +553,9 @@ func (g *Gateway) publishMessage(w http.ResponseWriter, r *http.Request, thread,
 
 // sentMessage is what sendMessage published.
 type sentMessage struct {
-	// event is the turn.requested event.
-	event *event.Event
+	// event is the turn.requested event, eventID its ID.
+	event   *event.Event
+	eventID string
 	// claim is the user's claim of the thread, pending when the
 	// processor's verdict on it is not yet known (the thread's first
 	// message).
@@ -639,7 +645,7 @@ func (g *Gateway) sendMessage(w http.ResponseWriter, r *http.Request, thread, us
 		g.unavailable(w, r, err)
 		return sentMessage{}, false
 	}
-	return sentMessage{event: e, claim: c, pending: pending, duplicate: ack != nil && ack.Duplicate}, true
+	return sentMessage{event: e, eventID: e.ID(), claim: c, pending: pending, duplicate: ack != nil && ack.Duplicate}, true
 }
 
 // shareOf returns the shares the message of user on the thread of t
@@ -725,7 +731,7 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 // processor took the answer) or "pending" (no verdict yet; it follows on
 // the thread's events).
 func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, user, id, eventID string, req AnswerRequest) (status string, ok bool) {
-	v, err := g.answer(r.Context(), thread, user, id, eventID, req, g.opts.VerdictWait)
+	v, err := g.answerAs(r.Context(), thread, user, id, eventID, req, g.opts.VerdictWait)
 	if err != nil {
 		g.unavailable(w, r, err)
 		return "", false
@@ -740,6 +746,8 @@ func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, 
 
 // answerVerdict is the processor's verdict on an answer (answer).
 type answerVerdict struct {
+	// eventID is the elicitation.responded event's ID.
+	eventID string
 	// status is "accepted" (the processor's echo came) or "pending" (no
 	// verdict within the wait); "" when rejected.
 	status string
@@ -747,17 +755,27 @@ type answerVerdict struct {
 	rejected *events.ElicitationRejected
 }
 
-// answer is publishAnswer returning the processor's refusal instead of
-// writing it (POST /v1/ag-ui re-raises a question whose answer was
-// refused invalid_content), waiting up to wait for the verdict. The
-// error is the bus's (publishing, reading the verdicts).
-func (g *Gateway) answer(ctx context.Context, thread, user, id, eventID string, req AnswerRequest, wait time.Duration) (answerVerdict, error) {
+// answer publishes user's answer req to the question id of thread under
+// a new event ID and returns the processor's verdict, refusal included
+// (POST /v1/ag-ui re-raises a question whose answer was refused
+// invalid_content), waiting up to wait for it. The error is the bus's
+// (publishing, reading the verdicts).
+func (g *Gateway) answer(ctx context.Context, thread, user, id string, req AnswerRequest, wait time.Duration) (answerVerdict, error) {
+	eid, err := uuid.NewV7()
+	if err != nil {
+		return answerVerdict{}, err
+	}
+	return g.answerAs(ctx, thread, user, id, eid.String(), req, wait)
+}
+
+// answerAs is answer under the event ID eventID.
+func (g *Gateway) answerAs(ctx context.Context, thread, user, id, eventID string, req AnswerRequest, wait time.Duration) (answerVerdict, error) {
 	e, err := events.NewWithID(eventID, SourceGateway, events.TypeElicitationResponded, thread, events.ElicitationResponded{
 		ElicitationID: id, AnsweredBy: user, Action: req.Action, Content: req.Content, Meta: req.Meta})
 	if err != nil {
 		return answerVerdict{}, err
 	}
-	v := answerVerdict{status: VerdictPending}
+	v := answerVerdict{eventID: eventID, status: VerdictPending}
 	// Watch for the verdict BEFORE publishing, so it cannot be missed.
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -46,12 +46,13 @@ type Need struct {
 
 // The needs of parley's suites, one place for their install commands.
 var (
-	Chromium    = Need{"chromium", "apt-get install chromium (or set PARLEY_CHROMIUM to a Chrome binary)"}
-	MCPPackages = Need{"node and the npm packages of e2e/testdata/mcp", "npm ci --prefix e2e/testdata/mcp --no-audit --no-fund"}
-	AISDK       = Need{"node and the npm packages of gateway/testdata/aisdk (the AI SDK)", "npm ci --prefix gateway/testdata/aisdk --no-audit --no-fund"}
-	AsyncAPI    = Need{"node and the AsyncAPI parser of events/testdata/asyncapi", "npm ci --prefix events/testdata/asyncapi --no-audit --no-fund"}
-	MCPSchemas  = Need{"the official MCP JSON schemas", "git clone --depth 1 https://github.com/modelcontextprotocol/modelcontextprotocol /tmp/mcp-spec && export PARLEY_MCP_SCHEMAS=/tmp/mcp-spec/schema"}
-	Kustomize   = Need{"kustomize or kubectl", "go install sigs.k8s.io/kustomize/kustomize/v5@v5.8.2"}
+	Chromium     = Need{"chromium", "apt-get install chromium (or set PARLEY_CHROMIUM to a Chrome binary)"}
+	MCPPackages  = Need{"node and the npm packages of e2e/testdata/mcp", "npm ci --prefix e2e/testdata/mcp --no-audit --no-fund"}
+	AISDK        = Need{"node and the npm packages of gateway/testdata/aisdk (the AI SDK)", "npm ci --prefix gateway/testdata/aisdk --no-audit --no-fund"}
+	AGUIPackages = Need{"node and the AG-UI client of gateway/testdata/agui", "npm ci --prefix gateway/testdata/agui --no-audit --no-fund"}
+	AsyncAPI     = Need{"node and the AsyncAPI parser of events/testdata/asyncapi", "npm ci --prefix events/testdata/asyncapi --no-audit --no-fund"}
+	MCPSchemas   = Need{"the official MCP JSON schemas", "git clone --depth 1 https://github.com/modelcontextprotocol/modelcontextprotocol /tmp/mcp-spec && export PARLEY_MCP_SCHEMAS=/tmp/mcp-spec/schema"}
+	Kustomize    = Need{"kustomize or kubectl", "go install sigs.k8s.io/kustomize/kustomize/v5@v5.8.2"}
 )
 
 var (
