@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/internal/testskip"
 )
 
@@ -145,5 +147,102 @@ func TestAGUIResumeAfterRestart(t *testing.T) {
 	}
 	if n := s.drafts(); n != 0 {
 		t.Errorf("drafts = %d, want 0", n)
+	}
+}
+
+// postAGUI posts a RunAgentInput to the gateway as alice and returns the
+// run's AG-UI events (the response ends with the run).
+func postAGUI(t *testing.T, x *gw, body string) []map[string]any {
+	t.Helper()
+	req, err := http.NewRequest("POST", x.srv.URL+"/v1/ag-ui", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	req.Header.Set("Content-Type", "application/json")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("POST /v1/ag-ui: %d %s", resp.StatusCode, b)
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			t.Fatalf("event %q: %v", data, err)
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// interruptIDs returns the interrupt IDs of a run's RUN_FINISHED.
+func interruptIDs(t *testing.T, evs []map[string]any) []string {
+	t.Helper()
+	last := evs[len(evs)-1]
+	out, _ := last["outcome"].(map[string]any)
+	if last["type"] != "RUN_FINISHED" || out["type"] != "interrupt" {
+		t.Fatalf("last event %v, want RUN_FINISHED with an interrupt", last)
+	}
+	var ids []string
+	for _, in := range out["interrupts"].([]any) {
+		ids = append(ids, in.(map[string]any)["id"].(string))
+	}
+	return ids
+}
+
+// A run retried with the same message (a lost response, a reload) starts
+// no second turn: it replays the turn's events and ends with the same
+// interrupt.
+func TestAGUIRetriedRunStartsNoSecondTurn(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	body := func(run string) string {
+		return `{"threadId":"ag5","runId":"` + run + `","messages":[{"id":"m1","role":"user","content":"` + deleteDrafts + `"}],"tools":[],"context":[],"state":{},"forwardedProps":{}}`
+	}
+	first := interruptIDs(t, postAGUI(t, x, body("r1")))
+	second := postAGUI(t, x, body("r2"))
+	if got := interruptIDs(t, second); len(got) != 1 || got[0] != first[0] {
+		t.Fatalf("retried run's interrupts %v, want %v", got, first)
+	}
+	if second[0]["runId"] != "r2" {
+		t.Fatalf("retried run started %v", second[0])
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(s.rec.matching("ag5", events.TypeTurnPaused)); n != 1 {
+		t.Fatalf("%d turns paused, want 1", n)
+	}
+	if n := len(s.rec.matching("ag5", events.TypeTurnRequested)); n != 1 {
+		t.Fatalf("%d messages accepted, want 1", n)
+	}
+	// Bob cannot resume alice's thread: 404, and nothing is answered.
+	req, _ := http.NewRequest("POST", x.srv.URL+"/v1/ag-ui", strings.NewReader(
+		`{"threadId":"ag5","runId":"r3","messages":[],"resume":[{"interruptId":"`+first[0]+`","status":"resolved","payload":{"approved":true}}]}`))
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("bob's resume: %d, want 404", resp.StatusCode)
+	}
+	if n := len(s.rec.matching("ag5", events.TypeElicitationResponded)); n != 0 || s.drafts() != 10 {
+		t.Fatalf("answers %d, drafts %d after bob's resume", n, s.drafts())
 	}
 }

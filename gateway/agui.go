@@ -1012,20 +1012,24 @@ func (g *Gateway) postAGUI(w http.ResponseWriter, r *http.Request, user string) 
 // aguiInterrupt ends run on its turn's pause: the pending questions and
 // the pause's expiry come from the processor's record; without an answer
 // from a processor, from the questions the run saw asked (no expiry).
+// When the processor's record says the turn no longer waits (answered
+// meanwhile, or a retried run reading the thread's stored events), it
+// returns nil and the run follows the turn on; for a re-raise (paused
+// nil) that is a RUN_ERROR.
 func (g *Gateway) aguiInterrupt(ctx context.Context, run *aguiRun, t ThreadOwner, paused *pausedEnd, errs map[string][]schema.Violation) []aguiEvent {
 	rs, err := g.processorState(ctx, run.threadID, t)
-	if err == nil && rs.State == StatePaused && rs.TurnID == run.turnID {
+	switch {
+	case err == nil && rs.State == StatePaused && rs.TurnID == run.turnID:
 		return run.interrupt(rs.Pending, rs.ExpiresAt, errs)
-	}
-	if err == nil && paused == nil {
-		// Not paused any more (answered by someone else, or ended).
+	case err == nil && paused != nil:
+		return nil
+	case err == nil:
 		return run.runError(events.RejectUnknownOrExpired, "the turn no longer waits for these answers")
+	case paused == nil:
+		return run.runError(ReasonUnavailable, "no processor answered for the thread's paused turn; resume again")
 	}
-	var ids []string
-	if paused != nil {
-		ids = paused.data.ElicitationIDs
-	}
-	return run.interrupt(run.seenQuestions(ids), nil, errs)
+	g.log.WarnContext(ctx, "ag-ui run: the processor did not answer; the interrupts are the questions the run saw", "thread", run.threadID, "error", err)
+	return run.interrupt(run.seenQuestions(paused.data.ElicitationIDs), nil, errs)
 }
 
 // aguiResume answers the resume entries of in (plan.resume) through the
