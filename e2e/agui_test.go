@@ -56,6 +56,12 @@ func runAGUI(t *testing.T, scenario, base, thread string, paused func() string) 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", aguiScript(t), scenario, base, aliceToken, thread)
+	// The client's warnings fail the script: none may be suppressed.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SUPPRESS_TRANSFORMATION_WARNINGS=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -143,6 +143,10 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	do("POST", "/v1/ai-sdk/chat", devTok, `{"id":"t2","messages":[{"id":"m","role":"assistant","parts":[{"type":"dynamic-tool","toolCallId":"c","state":"approval-responded","approval":{"id":"e1","approved":true}}]}],"trigger":"submit-message"}`) // 404
 	do("GET", "/v1/ai-sdk/chat/t2/stream", devTok, "")                                                                                                                                                                                                // 404
 	do("GET", "/v1/ai-sdk/chat/a*b/stream", devTok, "")                                                                                                                                                                                               // 400
+	do("POST", "/v1/ag-ui", "", `{}`)                                                                                                                                                                                                                 // 401
+	do("POST", "/v1/ag-ui", devTok, `{"threadId":"t1","runId":"r","messages":[],"tools":[{"name":"x","description":"d"}]}`)                                                                                                                           // 400
+	do("POST", "/v1/ag-ui", devTok, `{"threadId":"t9","runId":"r","messages":[],"resume":[{"interruptId":"e","status":"cancelled"}]}`)                                                                                                                // 404
+	do("GET", "/v1/ag-ui/capabilities", devTok, "")                                                                                                                                                                                                   // 200
 	do("GET", "/livez", "", "")
 	do("GET", "/readyz", "", "")
 	do("GET", "/schema/dev.parley.turn.requested.json", "", "")
