@@ -252,3 +252,58 @@ func TestAGUIRetriedRunStartsNoSecondTurn(t *testing.T) {
 		t.Fatalf("answers %d, drafts %d after bob's resume", n, s.drafts())
 	}
 }
+
+// postAGUIStatus posts a RunAgentInput as alice and returns the status
+// and the body (a problem, when not 200).
+func postAGUIStatus(t *testing.T, x *gw, body string) (int, string) {
+	t.Helper()
+	resp, b := x.do("POST", "/v1/ag-ui", aliceToken, json.RawMessage(body))
+	return resp.StatusCode, string(b)
+}
+
+// The person types instead of answering: a resume that cancels the
+// interrupt may carry a new user message, which then runs; a resume that
+// resolves one may not (400, nothing answered). Cancelling an interrupt
+// that is no longer pending is a no-op run.
+func TestAGUICancelWithNewMessage(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	m1 := `{"id":"m1","role":"user","content":"` + deleteDrafts + `"}`
+	m2 := `{"id":"m2","role":"user","content":"list everything"}`
+	id := interruptIDs(t, postAGUI(t, x, `{"threadId":"ag6","runId":"r1","messages":[`+m1+`]}`))[0]
+
+	code, body := postAGUIStatus(t, x, `{"threadId":"ag6","runId":"r2","messages":[`+m1+`,`+m2+`],"resume":[{"interruptId":"`+id+`","status":"resolved","payload":{"approved":true}}]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, `"path":"messages[1]"`) {
+		t.Fatalf("resolve with a new message: %d %s", code, body)
+	}
+	if n := len(s.rec.matching("ag6", events.TypeElicitationResponded)); n != 0 {
+		t.Fatalf("%d answers accepted after a refused run", n)
+	}
+
+	evs := postAGUI(t, x, `{"threadId":"ag6","runId":"r3","messages":[`+m1+`,`+m2+`],"resume":[{"interruptId":"`+id+`","status":"cancelled"}]}`)
+	last := evs[len(evs)-1]
+	if last["type"] != "RUN_FINISHED" || last["outcome"] != nil {
+		t.Fatalf("cancel and list: last event %v", last)
+	}
+	var text strings.Builder
+	for _, e := range evs {
+		if e["type"] == "TEXT_MESSAGE_CONTENT" {
+			text.WriteString(e["delta"].(string))
+		}
+	}
+	if !strings.Contains(text.String(), "article") {
+		t.Fatalf("the new message's answer = %q", text.String())
+	}
+	if n := s.drafts(); n != 10 {
+		t.Fatalf("drafts = %d, want 10", n)
+	}
+
+	evs = postAGUI(t, x, `{"threadId":"ag6","runId":"r4","messages":[],"resume":[{"interruptId":"`+id+`","status":"cancelled"}]}`)
+	if len(evs) != 2 || evs[1]["type"] != "RUN_FINISHED" {
+		t.Fatalf("cancelling a settled interrupt: %v", evs)
+	}
+	code, body = postAGUIStatus(t, x, `{"threadId":"ag6","runId":"r5","messages":[],"resume":[{"interruptId":"`+id+`","status":"resolved","payload":{"approved":true}}]}`)
+	if code != http.StatusGone || !strings.Contains(body, "unknown_or_expired") {
+		t.Fatalf("resolving a settled interrupt: %d %s", code, body)
+	}
+}
