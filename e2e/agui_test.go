@@ -307,3 +307,14 @@ func TestAGUICancelWithNewMessage(t *testing.T) {
 		t.Fatalf("resolving a settled interrupt: %d %s", code, body)
 	}
 }
+
+// A streaming model through the AG-UI client: the deltas are one text
+// message, progress is activity, and the final message is not sent twice.
+func TestAGUIStreamedText(t *testing.T) {
+	s, _ := startOpenAIAllProgress(t, reply("text.sse"))
+	x := s.startGateway(nil)
+	sum := runAGUI(t, "stream", x.srv.URL, "ag7", nil)
+	if want := "Hello! I can list, publish or delete your content."; sum.Text != want {
+		t.Errorf("streamed text = %q, want %q", sum.Text, want)
+	}
+}

@@ -749,7 +749,9 @@ func (a *aguiRun) apply(typ events.Type, turnExt string, data []byte, ownPrincip
 		if json.Unmarshal(data, &d) != nil || !(a.ofTurn(d.TurnID) || (a.requestID != "" && d.RequestEventID == a.requestID)) {
 			return nil, nil
 		}
-		out := a.toolCalls(d.ToolCalls)
+		// The calls are reported after the text streamed so far (parley
+		// lists them at the turn's end), before the final message.
+		out := append(a.closeText(), a.toolCalls(d.ToolCalls)...)
 		out = append(out, a.notRun(d.Decisions)...)
 		out = append(out, a.finalText(d.Message.Text)...)
 		return append(out, a.finished(nil, map[string]any{"turnId": d.TurnID})...), nil
@@ -1113,8 +1115,8 @@ func (g *Gateway) aguiResume(w http.ResponseWriter, r *http.Request, user string
 		}
 	}
 	var early []aguiEvent
-	for _, a := range answers {
-		q := pending[a.id]
+	// The run that ended with these interrupts opened their gated calls.
+	for _, q := range pending {
 		if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
 			run.started[aguiToolCallID(rs.TurnID, tc.ToolID)] = true
 		}

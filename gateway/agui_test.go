@@ -334,6 +334,17 @@ func TestAGUIRunStreamedText(t *testing.T) {
 	if diff := cmp.Diff(want, types(out)); diff != "" {
 		t.Fatalf("types (-want +got):\n%s", diff)
 	}
+	// Calls the turn ran are reported after the streamed text, which is
+	// the final message: nothing more is sent for it.
+	run = newAGUIRun("t1", "r", "tu", "req")
+	out, _ = feed(t, run, true, d(1, 0, "Done."),
+		events.TurnCompleted{TurnID: "tu", RequestEventID: "req", Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Done."},
+			ToolCalls: []events.ToolRan{{CallID: "call_0_0", Tool: "list_entities", Summary: "3 entities"}}})
+	want = []string{"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TOOL_CALL_START", "TOOL_CALL_END",
+		"TOOL_CALL_RESULT", "RUN_FINISHED"}
+	if diff := cmp.Diff(want, types(out)); diff != "" {
+		t.Fatalf("types (-want +got):\n%s", diff)
+	}
 	// Streamed text that differs from the final message: the final one
 	// follows as its own message.
 	run = newAGUIRun("t1", "r", "tu", "req")

@@ -8,7 +8,7 @@
 //
 //	node run.mjs <scenario> <gateway base URL> <token> <thread>
 //
-// Scenarios: approve, decline, form, restart (pauses, prints
+// Scenarios: approve, decline, form, stream, restart (pauses, prints
 // {"paused": true} and reads the base URL of a gateway to resume through
 // from standard input). The last line printed is a JSON summary; the
 // exit status is 0 only when every check passed.
@@ -180,6 +180,20 @@ try {
       r = await resume(again, "resolved", { title: "Launch party", date: "2027-03-12" });
       check(!r.error, "resume errored", r.error);
       check(r.finished?.outcome === "success", "resume outcome", r.finished?.event);
+      summary.text = text(r.events);
+      break;
+    }
+    case "stream": {
+      // A streaming model: the text arrives as deltas, progress as
+      // activity, and the final message adds no second copy of the text.
+      agent.addMessage({ id: "m-" + thread, role: "user", content: "hello" });
+      const r = await run({});
+      check(!r.error, "run errored", r.error);
+      check(r.finished?.outcome === "success", "outcome", r.finished?.event);
+      check(r.types.filter((t) => t === "TEXT_MESSAGE_START").length === 1, "one text message", r.types);
+      check(r.types.includes("ACTIVITY_SNAPSHOT"), "progress as activity", r.types);
+      const assistant = agent.messages.filter((m) => m.role === "assistant");
+      check(assistant.length === 1 && assistant[0].content === text(r.events), "the client's message", agent.messages);
       summary.text = text(r.events);
       break;
     }
