@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/gateway"
 	"github.com/parley-dev/parley/internal/testskip"
 )
 
@@ -316,5 +317,41 @@ func TestAGUIStreamedText(t *testing.T) {
 	sum := runAGUI(t, "stream", x.srv.URL, "ag7", nil)
 	if want := "Hello! I can list, publish or delete your content."; sum.Text != want {
 		t.Errorf("streamed text = %q, want %q", sum.Text, want)
+	}
+}
+
+// A message sent again after the streams' duplicate window (here cut
+// to a second) is taken by the processor for a redelivery of one it
+// handled: it starts nothing, and the run ends with RUN_ERROR
+// already_handled instead of waiting for a turn that ended long ago.
+func TestAGUIMessageHandledBefore(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(&gateway.Options{Heartbeat: 200 * time.Millisecond})
+	// The input's window, and the chat stream's, which would drop the
+	// processor's echo of the redelivery.
+	js := s.bus.JetStream()
+	for _, name := range []string{events.StreamInput, events.StreamChat} {
+		st, err := js.Stream(s.ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.Duplicates = time.Second
+		if _, err := js.UpdateStream(s.ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := `{"threadId":"ag8","runId":"r1","messages":[{"id":"m1","role":"user","content":"list everything"}]}`
+	evs := postAGUI(t, x, body)
+	if last := evs[len(evs)-1]; last["type"] != "RUN_FINISHED" {
+		t.Fatalf("first run ended with %v", last)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	evs = postAGUI(t, x, strings.Replace(body, `"r1"`, `"r2"`, 1))
+	if last := evs[len(evs)-1]; last["type"] != "RUN_ERROR" || last["code"] != "already_handled" {
+		t.Fatalf("the message sent again ended with %v", last)
+	}
+	if n := len(s.rec.matching("ag8", events.TypeTurnCompleted)); n != 1 {
+		t.Fatalf("%d turns completed, want 1", n)
 	}
 }

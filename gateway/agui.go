@@ -477,6 +477,11 @@ type aguiRun struct {
 	questionOrder []string
 	// ended is set once the run's last event was produced.
 	ended bool
+	// echoed is set once the processor's echo of the run's message was
+	// read, touched once any event of the turn was; idle counts the
+	// heartbeats since the echo with nothing of the turn (aguiHandledBefore).
+	echoed, touched bool
+	idle            int
 }
 
 // deltaKey identifies one model call's streamed text.
@@ -697,7 +702,13 @@ func (a *aguiRun) seenQuestions(ids []string) []schema.ElicitRequestParams {
 }
 
 // ofTurn reports whether ev belongs to the run's turn.
-func (a *aguiRun) ofTurn(turnID string) bool { return turnID != "" && turnID == a.turnID }
+func (a *aguiRun) ofTurn(turnID string) bool {
+	if turnID != "" && turnID == a.turnID {
+		a.touched = true
+		return true
+	}
+	return false
+}
 
 // apply maps one of the thread's events. It returns the AG-UI events to
 // send, and a pausedEnd when the turn paused (the run ends with its
@@ -899,6 +910,17 @@ func (g *Gateway) postAGUI(w http.ResponseWriter, r *http.Request, user string) 
 	}
 	if run == nil && plan.message != nil {
 		eventID := messageEventID(user, thread, plan.msgID)
+		run = newAGUIRun(thread, in.RunID, turnOfRequest(eventID), eventID)
+		if g.aguiWaiting(ctx, thread, user, run.turnID) {
+			// The message's turn waits for answers (a reload that lost
+			// the interrupts): read it from the stored events, send
+			// nothing.
+			start = 0
+			plan.message = nil
+		}
+	}
+	if plan.message != nil && run.requestID != "" {
+		eventID := run.requestID
 		sent, ok := g.sendMessage(w, r, thread, user, *plan.message, eventID)
 		if !ok {
 			return
@@ -928,7 +950,6 @@ func (g *Gateway) postAGUI(w http.ResponseWriter, r *http.Request, user string) 
 			// already; read the thread from the claim's start.
 			start = 0
 		}
-		run = newAGUIRun(thread, in.RunID, turnOfRequest(eventID), eventID)
 	}
 	rec, err := g.owners.access(ctx, thread, user, 0)
 	if !g.owned(w, r, err) {
@@ -980,6 +1001,9 @@ func (g *Gateway) postAGUI(w http.ResponseWriter, r *http.Request, user string) 
 			}
 			who := events.EchoIdentity(it.ev)
 			own := who.Principal == "" || who.Principal == g.opts.Principal
+			if run.requestID != "" && own && it.ev.ID() == run.requestID && events.TypeOf(it.ev) == events.TypeTurnRequested {
+				run.echoed = true
+			}
 			turnExt, _ := it.ev.Extensions()[events.ExtTurnID].(string)
 			evs, paused := run.apply(events.TypeOf(it.ev), turnExt, it.ev.Data(), own)
 			if paused != nil {
@@ -990,6 +1014,10 @@ func (g *Gateway) postAGUI(w http.ResponseWriter, r *http.Request, user string) 
 			}
 		case <-beat.C:
 			if !out.comment("heartbeat") {
+				return
+			}
+			if g.aguiHandledBefore(ctx, run, rec) {
+				out.send(run.runError(aguiAlreadyHandled, "this message was handled before and its turn has ended; send it with a new id to ask again")...)
 				return
 			}
 		case t := <-changed:
@@ -1190,4 +1218,37 @@ func (g *Gateway) pausedCalls(ctx context.Context, thread, turn string) ([]strin
 		ids = append(ids, c.CallID)
 	}
 	return ids, nil
+}
+
+// aguiAlreadyHandled is the RUN_ERROR code of a run whose message the
+// processor had handled before (aguiHandledBefore).
+const aguiAlreadyHandled = "already_handled"
+
+// aguiWaiting reports whether the processor's record says the thread's
+// paused turn is turn (user may read the thread; false when it cannot
+// tell).
+func (g *Gateway) aguiWaiting(ctx context.Context, thread, user, turn string) bool {
+	t, err := g.owners.access(ctx, thread, user, 0)
+	if err != nil {
+		return false
+	}
+	rs, err := g.processorState(ctx, thread, t)
+	return err == nil && rs.State == StatePaused && rs.TurnID == turn
+}
+
+// aguiHandledBefore reports, at a heartbeat, whether run's message was
+// taken by the processor for a redelivery of one it handled before
+// (sent again after PARLEY_INPUT's duplicate window, its turn long
+// ended): the echo came, nothing of its turn followed for two
+// heartbeats, and the processor's record has neither it active nor any
+// message queued. A message queued behind another turn keeps waiting.
+func (g *Gateway) aguiHandledBefore(ctx context.Context, run *aguiRun, t ThreadOwner) bool {
+	if run.requestID == "" || !run.echoed || run.touched {
+		return false
+	}
+	if run.idle++; run.idle < 2 {
+		return false
+	}
+	rs, err := g.processorState(ctx, run.threadID, t)
+	return err == nil && rs.TurnID != run.turnID && rs.Queued == 0
 }
