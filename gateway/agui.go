@@ -47,11 +47,10 @@ const AGUIProtocolVersion = "1.0"
 func AGUICapabilities() map[string]any {
 	return map[string]any{
 		"identity": map[string]any{"name": "parley", "type": "parley-gateway",
-			"description":      "parley: human-in-the-loop chat turns over NATS JetStream",
-			"documentationUrl": "https://parley.dev/docs/AG-UI.md"},
+			"description": "parley: human-in-the-loop chat turns over NATS JetStream"},
 		"transport":      map[string]any{"streaming": true, "websocket": false, "httpBinary": false, "resumable": false},
 		"tools":          map[string]any{"supported": true, "clientProvided": false},
-		"state":          map[string]any{"snapshots": false, "deltas": false, "memory": true, "persistentState": true},
+		"state":          map[string]any{"snapshots": false, "deltas": false, "memory": true},
 		"humanInTheLoop": map[string]any{"supported": true, "approvals": true, "interrupts": true, "approveWithEdits": false},
 		"custom":         map[string]any{"dev.parley/progress": AGUIActivityProgress},
 	}
@@ -496,9 +495,9 @@ func newAGUIRun(threadID, runID, turnID, requestID string) *aguiRun {
 		questions: map[string]schema.ElicitRequestParams{}}
 }
 
-// started event: RUN_STARTED.
+// runStarted returns RUN_STARTED.
 func (a *aguiRun) runStarted() aguiEvent {
-	return aguiEvent{"type": "RUN_STARTED", "threadId": a.threadID, "runId": a.runID}
+	return aguiEvent{"type": "RUN_STARTED", "threadId": a.threadID, "runId": a.runID, "protocolVersion": AGUIProtocolVersion}
 }
 
 // finished returns RUN_FINISHED with outcome (nil: success), closing

@@ -35,5 +35,9 @@
 // other users (shares.go); a share counts only once the owner's claim is
 // confirmed, and a released claim goes with its shares.
 //
+// The gateway is also an AG-UI agent (agui.go, docs/AG-UI.md): POST
+// /v1/ag-ui runs a thread's turns for AG-UI clients, sending each message
+// and answer through the same paths as the JSON routes.
+//
 // The routes are listed in Routes and documented in docs/openapi.yaml.
 package gateway
