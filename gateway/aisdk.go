@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -164,8 +165,17 @@ func (g *Gateway) postAISDKChat(w http.ResponseWriter, r *http.Request, user str
 	}
 	parts := make([]uiPart, len(m.Parts))
 	for i, raw := range m.Parts {
+		path := fmt.Sprintf("%s.parts[%d]", base, i)
 		if err := json.Unmarshal(raw, &parts[i]); err != nil || parts[i].Type == "" {
-			badField(w, fmt.Sprintf("%s.parts[%d]", base, i), "must be an object with a type")
+			badField(w, path, "must be an object with a type")
+			return
+		}
+		// The members parley reads are matched exactly, as decodeBody
+		// does for the body: {"approved": false, "Approved": true} reads
+		// as a decline to a proxy, a log or the AI SDK and as an approval
+		// to encoding/json (the last spelling wins).
+		if vs := exactMembers(raw, reflect.TypeFor[uiPart]()); len(vs) > 0 {
+			badField(w, path+"."+vs[0].Path, vs[0].Rule+" (member names are case-sensitive)")
 			return
 		}
 	}
@@ -179,11 +189,27 @@ func (g *Gateway) postAISDKChat(w http.ResponseWriter, r *http.Request, user str
 	defer g.closeStream(user)
 	switch m.Role {
 	case "user":
+		// A form answer is the message's only part parley acts on: text
+		// beside it, or a second answer, would be dropped unread.
+		form, text := -1, -1
 		for i, p := range parts {
-			if p.Type == UIPartFormResponse {
-				g.aisdkFormAnswer(w, r, user, thread, m.ID, fmt.Sprintf("%s.parts[%d].data", base, i), p.Data)
+			switch {
+			case p.Type == UIPartFormResponse && form >= 0:
+				badField(w, fmt.Sprintf("%s.parts[%d]", base, i), "a message answers one form: parts["+strconv.Itoa(form)+"] already does")
 				return
+			case p.Type == UIPartFormResponse:
+				form = i
+			case p.Type == "text" && text < 0:
+				text = i
 			}
+		}
+		if form >= 0 && text >= 0 {
+			badField(w, fmt.Sprintf("%s.parts[%d]", base, text), "a message answering a form (parts["+strconv.Itoa(form)+"]) carries no text: send the text as a message of its own")
+			return
+		}
+		if form >= 0 {
+			g.aisdkFormAnswer(w, r, user, thread, m.ID, fmt.Sprintf("%s.parts[%d].data", base, form), parts[form].Data)
+			return
 		}
 		g.aisdkMessage(w, r, user, thread, req.Agent, m.ID, base, parts)
 	case "assistant":
@@ -199,6 +225,10 @@ func (g *Gateway) postAISDKChat(w http.ResponseWriter, r *http.Request, user str
 			}
 			if p.Approval.Approved == nil {
 				badField(w, path+".approval.approved", "required in state approval-responded")
+				return
+			}
+			if j := slices.IndexFunc(as, func(a approval) bool { return a.id == p.Approval.ID }); j >= 0 {
+				badField(w, path+".approval.id", "answers the question "+as[j].path+" already answers: one answer per question")
 				return
 			}
 			as = append(as, approval{path: path, id: p.Approval.ID, callID: p.ToolCallID, approved: *p.Approval.Approved,
@@ -437,6 +467,10 @@ func (g *Gateway) aisdkApprovals(w http.ResponseWriter, r *http.Request, user, t
 // part and streams the turn on, as a new assistant message.
 func (g *Gateway) aisdkFormAnswer(w http.ResponseWriter, r *http.Request, user, thread, msgID, path string, data json.RawMessage) {
 	var fr FormResponse
+	if vs := exactMembers(data, reflect.TypeFor[FormResponse]()); len(vs) > 0 {
+		badField(w, path+"."+vs[0].Path, vs[0].Rule+" (member names are case-sensitive)")
+		return
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&fr); err != nil {

@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/events"
+)
+
+// aisdkPost POSTs raw JSON to the AI SDK chat route as token and returns
+// the status and the whole body (a stream ends at the turn's pause or end).
+func aisdkPost(t *testing.T, x *gw, token, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", x.srv.URL+"/v1/ai-sdk/chat", strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the response: %v (%s)", err, b)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// approvalBody is an approval request: one assistant message whose parts
+// are given as raw JSON.
+func approvalBody(thread string, parts ...string) string {
+	return fmt.Sprintf(`{"id":%q,"trigger":"submit-message","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"delete"}]},`+
+		`{"id":"a1","role":"assistant","parts":[%s]}]}`, thread, strings.Join(parts, ","))
+}
+
+// toolPart is a tool part in state approval-responded of call with
+// input, its approval's members given as raw JSON.
+func toolPart(call, input, approvalMembers string) string {
+	return fmt.Sprintf(`{"type":"dynamic-tool","toolName":"delete_entities","toolCallId":%q,"state":"approval-responded","input":%s,"approval":{%s}}`,
+		call, input, approvalMembers)
+}
+
+// TestAISDKApprovalsReadExactly sends approvals that say two things at
+// once, through real HTTP: a member spelled twice in different case (a
+// proxy, a log or the AI SDK reads "approved": false, encoding/json the
+// last spelling, true), two answers to one question in one message, and a
+// form answer beside new text. Each is 400 naming the part, nothing is
+// answered and nothing deleted; the plain approval then runs.
+func TestAISDKApprovalsReadExactly(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	x.send(aliceToken, "aix1", deleteDrafts)
+	q, p := s.question("aix1", 1)
+	tc, err := p.Meta.ToolCall()
+	if err != nil || tc == nil {
+		t.Fatalf("question %s carries no tool call: %v", q, err)
+	}
+	call, in := tc.ToolID, string(tc.Arguments)
+	approve := fmt.Sprintf(`"id":%q,"approved":true`, q)
+	decline := fmt.Sprintf(`"id":%q,"approved":false`, q)
+	for _, tt := range []struct {
+		name, body string
+		status     int
+		path       string
+	}{
+		{"approved in two spellings", approvalBody("aix1", toolPart(call, in, decline+`,"Approved":true`)), 400, "messages[1].parts[0].approval.Approved"},
+		{"state in two spellings", approvalBody("aix1", strings.Replace(toolPart(call, in, approve), `"state":"approval-responded"`,
+			`"state":"approval-requested","State":"approval-responded"`, 1)), 400, "messages[1].parts[0].State"},
+		{"the approval ID in two spellings", approvalBody("aix1", toolPart(call, in, fmt.Sprintf(`"id":"nope","ID":%q,"approved":true`, q))), 400, "messages[1].parts[0].approval.ID"},
+		{"two answers to one question", approvalBody("aix1", toolPart(call, in, approve), toolPart(call, in, decline)), 400, "messages[1].parts[1].approval.id"},
+		{"another user's approval", "", 404, ""},
+		{"input other than the confirmed arguments", approvalBody("aix1", strings.Replace(toolPart(call, in, approve), `"input":`+in, `"input":{"ids":["x"]}`, 1)), 400, "messages[1].parts[0].input"},
+		{"another tool call", approvalBody("aix1", toolPart("call_9_9", in, approve)), 400, "messages[1].parts[0].toolCallId"},
+		{"an unknown question", approvalBody("aix1", toolPart(call, in, `"id":"q-none","approved":true`)), 410, "messages[1].parts[0].approval.id"},
+		{"a form answer naming the confirmation", fmt.Sprintf(`{"id":"aix1","trigger":"submit-message","messages":[{"id":"u2","role":"user","parts":[`+
+			`{"type":"data-parley-form-response","data":{"elicitationId":%q,"action":"accept"}}]}]}`, q), 400, "messages[0].parts[0].data.elicitationId"},
+		{"a form answer with new text", fmt.Sprintf(`{"id":"aix1","trigger":"submit-message","messages":[{"id":"u3","role":"user","parts":[`+
+			`{"type":"text","text":"and delete everything else"},{"type":"data-parley-form-response","data":{"elicitationId":%q,"action":"accept"}}]}]}`, q), 400, "messages[0].parts[0]"},
+		{"two form answers", fmt.Sprintf(`{"id":"aix1","trigger":"submit-message","messages":[{"id":"u4","role":"user","parts":[` +
+			`{"type":"data-parley-form-response","data":{"elicitationId":"f1","action":"decline"}},{"type":"data-parley-form-response","data":{"elicitationId":"f2","action":"accept"}}]}]}`), 400, "messages[0].parts[1]"},
+		{"a form answer's action in two spellings", fmt.Sprintf(`{"id":"aix1","trigger":"submit-message","messages":[{"id":"u5","role":"user","parts":[`+
+			`{"type":"data-parley-form-response","data":{"elicitationId":%q,"action":"decline","Action":"accept"}}]}]}`, q), 400, "messages[0].parts[0].data.Action"},
+	} {
+		token := aliceToken
+		body := tt.body
+		if tt.name == "another user's approval" {
+			token, body = bobToken, approvalBody("aix1", toolPart(call, in, approve))
+		}
+		status, resp := aisdkPost(t, x, token, body)
+		if status != tt.status || !strings.Contains(resp, tt.path) {
+			t.Errorf("%s: %d %s, want %d naming %q", tt.name, status, resp, tt.status, tt.path)
+		}
+	}
+	if n := s.drafts(); n != 10 {
+		t.Fatalf("%d drafts after the refused approvals, want 10 (one ran)", n)
+	}
+	if rs := s.rec.matching("aix1", events.TypeElicitationResponded); len(rs) != 0 {
+		t.Fatalf("%d answers published by refused requests", len(rs))
+	}
+	status, resp := aisdkPost(t, x, aliceToken, approvalBody("aix1", toolPart(call, in, approve)))
+	if status != 200 || !strings.Contains(resp, `"tool-output-available"`) || !strings.Contains(resp, `"finishReason":"stop"`) {
+		t.Fatalf("the approval: %d %s", status, resp)
+	}
+	if n := s.drafts(); n != 0 {
+		t.Fatalf("%d drafts after the approval, want 0", n)
+	}
+	// The same approval again: the question is answered.
+	if status, resp := aisdkPost(t, x, aliceToken, approvalBody("aix1", toolPart(call, in, approve))); status != 410 {
+		t.Fatalf("the approval again: %d %s, want 410", status, resp)
+	}
+}
+
+// TestAISDKStreamEndsWithItsClient opens streams that would never end (no
+// processor takes the message, so the turn neither pauses nor ends),
+// drops the clients, and checks that the gateway's goroutines go with
+// them and the open-stream count is released.
+func TestAISDKStreamEndsWithItsClient(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	x.send(aliceToken, "aix2", "list everything")
+	s.completed("aix2", 1)
+	s.stopProcessor("A")
+	time.Sleep(500 * time.Millisecond)
+	before := gatewayGoroutines()
+	for i := range 8 {
+		ctx, cancel := context.WithCancel(context.Background())
+		body := fmt.Sprintf(`{"id":"aix2","trigger":"submit-message","messages":[{"id":"m%d","role":"user","parts":[{"type":"text","text":"hello %d"}]}]}`, i, i)
+		req, _ := http.NewRequestWithContext(ctx, "POST", x.srv.URL+"/v1/ai-sdk/chat", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			t.Fatalf("stream %d: %d %s", i, resp.StatusCode, b)
+		}
+		buf := make([]byte, 64)
+		if _, err := resp.Body.Read(buf); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		cancel()
+		resp.Body.Close()
+	}
+	http.DefaultClient.CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	after := gatewayGoroutines()
+	for after > before && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		after = gatewayGoroutines()
+	}
+	t.Logf("gateway goroutines: %d before, %d after 8 dropped streams", before, after)
+	if after > before {
+		t.Fatalf("gateway goroutines %d → %d after the clients went", before, after)
+	}
+	// The open-stream count was released: a ninth stream opens.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", x.srv.URL+"/v1/ai-sdk/chat/aix2/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusTooManyRequests {
+		t.Fatalf("a stream after the dropped ones = %d: the open-stream count was not released", resp.StatusCode)
+	}
+}
+
+// gatewayGoroutines counts the goroutines of this process that are not
+// the embedded NATS server's (a server keeps an ordered consumer a client
+// dropped until its inactive threshold, 5 minutes: not the gateway's).
+func gatewayGoroutines() int {
+	buf := make([]byte, 8<<20)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if !strings.Contains(g, "nats-server/v2/server.") {
+			n++
+		}
+	}
+	return n
+}
