@@ -841,7 +841,13 @@ func (m *uiMapper) part(p TurnPart) {
 	case PartSources:
 		for i, s := range p.Sources {
 			c := uiChunk{"type": "source-url", "sourceId": "source-" + strconv.Itoa(i+1), "url": s.URL}
-			if s.Title != "" {
+			if s.Server != nil {
+				// The link is an MCP server's: its title is the server's
+				// words. Labelled in the title itself (a page that knows
+				// nothing of parley shows it) and in providerMetadata.
+				c["title"] = serverLabel(*s.Server) + nonEmpty(s.Title, s.URL)
+				c["providerMetadata"] = map[string]any{"parley": map[string]any{"mcpServer": map[string]any{"name": s.Server.Name, "trusted": s.Server.Trusted}}}
+			} else if s.Title != "" {
 				c["title"] = s.Title
 			}
 			m.emit(c)
@@ -902,6 +908,16 @@ func endText(e TurnEnd) string {
 		return "the question expired unanswered"
 	}
 	return e.How
+}
+
+// serverLabel is the prefix of an MCP server's words in a chunk, as
+// `parley chat` prints them: "[from MCP server evil, not trusted] ".
+func serverLabel(s schema.MCPServerMeta) string {
+	l := "[from MCP server " + nonEmpty(s.Name, "(unnamed)")
+	if !s.Trusted {
+		l += ", not trusted"
+	}
+	return l + "] "
 }
 
 func nonEmpty(s, def string) string {

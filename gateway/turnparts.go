@@ -76,10 +76,21 @@ type TurnPart struct {
 	Question   schema.ElicitRequestParams
 	QuestionID string
 	Progress   schema.Progress
-	Sources    []schema.Citation
+	Sources    []TurnSource
 	// Suggestions are at most schema's bound of reply strings.
 	Suggestions []string
 	End         TurnEnd
+}
+
+// TurnSource is one source of an answer (PartSources): an http(s) URL
+// and its title.
+type TurnSource struct {
+	URL, Title string
+	// Server is the MCP server whose tool result the link came from (the
+	// block's _meta["dev.parley/mcp_server"]); nil for the answer's own
+	// citations. A client labels such a source as the server's: its
+	// title is the server's words, not parley's.
+	Server *schema.MCPServerMeta
 }
 
 // TurnEnd says how a part of a turn ended.
@@ -310,22 +321,23 @@ func (r *turnReader) completed(d events.TurnCompleted) []TurnPart {
 }
 
 // sourcesOf returns a message's sources: its citations, then its
-// resource_link blocks whose URI is http or https, each URL once.
-func sourcesOf(m schema.ChatMessage) []schema.Citation {
-	var out []schema.Citation
+// resource_link blocks whose URI is http or https (with the MCP server a
+// block came from), each URL once.
+func sourcesOf(m schema.ChatMessage) []TurnSource {
+	var out []TurnSource
 	seen := map[string]bool{}
-	add := func(c schema.Citation) {
+	add := func(c TurnSource) {
 		if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || seen[c.URL] {
 			return
 		}
 		seen[c.URL] = true
-		out = append(out, schema.Citation{URL: c.URL, Title: c.Title})
+		out = append(out, c)
 	}
 	if v, ok := m.Meta[schema.MetaCitations]; ok {
 		var cs []schema.Citation
 		if b, err := json.Marshal(v); err == nil && json.Unmarshal(b, &cs) == nil {
 			for _, c := range cs {
-				add(c)
+				add(TurnSource{URL: c.URL, Title: c.Title})
 			}
 		}
 	}
@@ -335,7 +347,14 @@ func sourcesOf(m schema.ChatMessage) []schema.Citation {
 			if title == "" {
 				title = rl.Name
 			}
-			add(schema.Citation{URL: rl.URI, Title: title})
+			src := TurnSource{URL: rl.URI, Title: title}
+			if sv, err := rl.Meta.MCPServer(); err == nil && sv != nil {
+				src.Server = sv
+			} else if _, marked := rl.Meta[schema.MetaMCPServer]; marked {
+				// A marking parley cannot read is still a server's.
+				src.Server = &schema.MCPServerMeta{}
+			}
+			add(src)
 		}
 	}
 	return out
