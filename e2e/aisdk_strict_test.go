@@ -191,3 +191,92 @@ func gatewayGoroutines() int {
 	}
 	return n
 }
+
+// TestAISDKEntranceIsStrict sends the AI SDK routes what the gateway's
+// own routes refuse: no token, bad or long thread IDs, another user's
+// thread, duplicate or case-variant members, deep nesting, a huge body,
+// thousands of parts. Each is refused with the problem the gateway's own
+// routes give, and nothing reaches the thread.
+func TestAISDKEntranceIsStrict(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	x.send(aliceToken, "aix3", deleteDrafts)
+	q, _ := s.question("aix3", 1)
+	msg := func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`, id)
+	}
+	many := `{"id":"aix5","trigger":"submit-message","messages":[{"id":"m2","role":"user","parts":[` +
+		strings.Repeat(`{"type":"step-start"},`, 20000) + `{"type":"text","text":"hi"}]}]}`
+	manyMessages := `{"id":"aix3","trigger":"submit-message","messages":[` + strings.Repeat(`{"id":"x","role":"user","parts":[]},`, 20000) +
+		`{"id":"m3","role":"user","parts":[{"type":"text","text":"hi"}]}]}`
+	deep := `{"id":"aix3","trigger":"submit-message","messages":[{"id":"m4","role":"user","metadata":` +
+		strings.Repeat(`[`, 20000) + strings.Repeat(`]`, 20000) + `,"parts":[{"type":"text","text":"hi"}]}]}`
+	for _, tt := range []struct {
+		name, token, body string
+		status            int
+		want              string
+	}{
+		{"no token", "", msg("aix3"), 401, ""},
+		{"a bad token", "nope", msg("aix3"), 401, ""},
+		{"a thread ID with a slash", aliceToken, msg("a/b"), 400, `"path":"id"`},
+		{"an empty thread ID", aliceToken, msg(""), 400, `"path":"id"`},
+		{"a thread ID of 129 bytes", aliceToken, msg(strings.Repeat("a", 129)), 400, `"path":"id"`},
+		{"another user's thread", bobToken, msg("aix3"), 404, ""},
+		{"another user's approval", bobToken, approvalBody("aix3", toolPart("call_1_0", "{}", fmt.Sprintf(`"id":%q,"approved":true`, q))), 404, ""},
+		{"a duplicate member", aliceToken, `{"id":"aix3","id":"aix4","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`, 400, "duplicate"},
+		{"a case-variant member", aliceToken, `{"id":"aix3","ID":"aix4","trigger":"submit-message","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"hi"}]}]}`, 400, `"path":"ID"`},
+		{"a duplicate member in a part", aliceToken, approvalBody("aix3", toolPart("call_1_0", "{}", fmt.Sprintf(`"id":%q,"approved":false,"approved":true`, q))), 400, "duplicate"},
+		{"regenerate", aliceToken, strings.Replace(msg("aix3"), "submit-message", "regenerate-message", 1), 400, `"path":"trigger"`},
+		{"a system message", aliceToken, strings.Replace(msg("aix3"), `"role":"user"`, `"role":"system"`, 1), 400, `"path":"messages[0].role"`},
+		{"a message ID of 257 bytes", aliceToken, strings.Replace(msg("aix3"), `"id":"m1"`, `"id":"`+strings.Repeat("m", 257)+`"`, 1), 400, `"path":"messages[0].id"`},
+		{"a file part", aliceToken, strings.Replace(msg("aix3"), `{"type":"text","text":"hi"}`, `{"type":"file","url":"https://x.example/a","mediaType":"text/plain"}`, 1), 400, `"path":"messages[0].parts[0].type"`},
+		{"20000 messages", aliceToken, manyMessages, 413, ""},
+		{"20000 parts (440 KB, under the body's bound)", aliceToken, many, 200, `"finishReason":"stop"`},
+		{"nesting 20000 deep", aliceToken, deep, 400, ""},
+	} {
+		began := time.Now()
+		status, resp := aisdkPost(t, x, tt.token, tt.body)
+		t.Logf("%s: %d in %v", tt.name, status, time.Since(began).Round(time.Millisecond))
+		if status != tt.status || !strings.Contains(resp, tt.want) {
+			t.Errorf("%s: %d %.300s, want %d with %q", tt.name, status, resp, tt.status, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		name, token, thread string
+		status              int
+	}{
+		{"resume without a token", "", "aix3", 401},
+		{"resume another user's thread", bobToken, "aix3", 404},
+		{"resume a thread ID of 129 bytes", aliceToken, strings.Repeat("a", 129), 400},
+		{"resume a bad thread ID", aliceToken, "a.b", 400},
+		{"resume an unknown thread", aliceToken, "aix-none", 404},
+		{"resume a paused turn", aliceToken, "aix3", 204},
+	} {
+		resp, body := x.do("GET", "/v1/ai-sdk/chat/"+tt.thread+"/stream", tt.token, nil)
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s: %d %.300s, want %d", tt.name, resp.StatusCode, body, tt.status)
+		}
+	}
+	// A page of another origin: no CORS grant (no allowed origins set).
+	req, _ := http.NewRequest("OPTIONS", x.srv.URL+"/v1/ai-sdk/chat", nil)
+	req.Header.Set("Origin", "https://evil.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "authorization, content-type")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if h := resp.Header.Get("Access-Control-Allow-Origin"); h != "" {
+		t.Errorf("preflight from another origin: Access-Control-Allow-Origin %q", h)
+	}
+	if n := s.drafts(); n != 10 {
+		t.Errorf("%d drafts, want 10", n)
+	}
+	if rs := s.rec.matching("aix3", events.TypeElicitationResponded); len(rs) != 0 {
+		t.Errorf("%d answers published", len(rs))
+	}
+	if rs := s.rec.matching("aix3", events.TypeTurnRequested); len(rs) != 1 {
+		t.Errorf("%d messages on aix3, want alice's one", len(rs))
+	}
+}
