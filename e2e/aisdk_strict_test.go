@@ -280,3 +280,53 @@ func TestAISDKEntranceIsStrict(t *testing.T) {
 		t.Errorf("%d messages on aix3, want alice's one", len(rs))
 	}
 }
+
+// TestAISDKSharedUserApproves: a user the thread is shared with approves
+// through the AI SDK route as himself — refused by the processor for a
+// question asked before the share, taken (answeredBy bob) for one asked
+// after it; after the revoke the route is 404.
+func TestAISDKSharedUserApproves(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	x.send(aliceToken, "aix6", deleteDrafts)
+	early, p := s.question("aix6", 1)
+	tc, _ := p.Meta.ToolCall()
+	if resp, body := x.do("PUT", "/v1/threads/aix6/shares/bob", aliceToken, nil); resp.StatusCode != 200 {
+		t.Fatalf("share: %d %s", resp.StatusCode, body)
+	}
+	approve := func(q string) string {
+		return approvalBody("aix6", toolPart(tc.ToolID, string(tc.Arguments), fmt.Sprintf(`"id":%q,"approved":true`, q)))
+	}
+	if status, resp := aisdkPost(t, x, bobToken, approve(early)); status != 403 || !strings.Contains(resp, events.RejectForbidden) {
+		t.Fatalf("bob approves the question asked before the share: %d %s, want 403 forbidden", status, resp)
+	}
+	if n := s.drafts(); n != 10 {
+		t.Fatalf("%d drafts, want 10", n)
+	}
+	x.send(aliceToken, "aix6", deleteDrafts) // carries the share
+	late, p := s.question("aix6", 2)
+	tc, _ = p.Meta.ToolCall()
+	if status, resp := aisdkPost(t, x, bobToken, approve(late)); status != 200 || !strings.Contains(resp, `"tool-output-available"`) {
+		t.Fatalf("bob approves the question asked after the share: %d %s", status, resp)
+	}
+	e := s.rec.await(t, 10*time.Second, "aix6", events.TypeTurnCompleted, 1)
+	d, err := events.Data[events.TurnCompleted](e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var by []string
+	for _, dr := range d.Decisions {
+		if dr.ElicitationID == late {
+			by = append(by, dr.AnsweredBy.OnBehalfOf)
+		}
+	}
+	if fmt.Sprint(by) != "[bob]" || s.drafts() != 0 {
+		t.Fatalf("answered by %v, drafts %d; want bob and 0", by, s.drafts())
+	}
+	if resp, body := x.do("DELETE", "/v1/threads/aix6/shares/bob", aliceToken, nil); resp.StatusCode != 200 {
+		t.Fatalf("revoke: %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := x.do("GET", "/v1/ai-sdk/chat/aix6/stream", bobToken, nil); resp.StatusCode != 404 {
+		t.Fatalf("bob resumes after the revoke: %d, want 404", resp.StatusCode)
+	}
+}
