@@ -820,7 +820,12 @@ func (m *uiMapper) part(p TurnPart) {
 		m.emit(uiChunk{"type": "tool-output-error", "toolCallId": d.CallID, "dynamic": true, "errorText": text})
 	case PartConfirmation:
 		tc, _ := toolCallOf(p.Question)
-		meta := map[string]any{"elicitationId": p.QuestionID, "message": p.Question.Message}
+		// destructive is parley's reading of the hints (MCP's defaults for
+		// absent ones, as the web chat reads them): an untrusted server's
+		// tool has no annotations, and a page that looked for
+		// destructiveHint: true would draw it as harmless.
+		meta := map[string]any{"elicitationId": p.QuestionID, "message": p.Question.Message,
+			"destructive": !tc.Annotations.ReadOnly() && tc.Annotations.Destructive()}
 		if tc.Annotations != nil {
 			meta["annotations"] = tc.Annotations
 		}

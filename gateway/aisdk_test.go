@@ -184,3 +184,34 @@ func TestAISDKServerLinkIsLabelled(t *testing.T) {
 		t.Errorf("sources (-want +got):\n%s", diff)
 	}
 }
+
+// TestAISDKConfirmationSaysDestructive: providerMetadata.parley.destructive
+// is MCP's reading of the hints — a call of a tool without annotations (an
+// untrusted server's: parley drops them) is destructive, a read-only one
+// is not.
+func TestAISDKConfirmationSaysDestructive(t *testing.T) {
+	yes := true
+	for _, tt := range []struct {
+		name string
+		ann  *schema.ToolAnnotations
+		want bool
+	}{
+		{"no annotations (an untrusted server's tool)", nil, true},
+		{"no hints", &schema.ToolAnnotations{Title: "Delete"}, true},
+		{"read-only", &schema.ToolAnnotations{ReadOnlyHint: &yes}, false},
+	} {
+		q := schema.ElicitRequestParams{Message: "Allow?", RequestedSchema: schema.RequestedSchema{Type: "object"},
+			Meta: schema.Meta{schema.MetaElicitationID: "q1", schema.MetaToolCall: schema.ToolCallMeta{Name: "evil__wipe", ToolID: "call_1_0",
+				Arguments: json.RawMessage(`{}`), Annotations: tt.ann}}}
+		var got any
+		m := &uiMapper{emit: func(c uiChunk) {
+			if c["type"] == "tool-input-available" {
+				got = c["providerMetadata"].(map[string]any)["parley"].(map[string]any)["destructive"]
+			}
+		}}
+		m.part(TurnPart{Kind: PartConfirmation, Question: q, QuestionID: "q1"})
+		if got != tt.want {
+			t.Errorf("%s: destructive = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

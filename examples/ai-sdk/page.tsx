@@ -23,7 +23,7 @@ export default function Page() {
             if (p.type === "text") return <p key={i}>{p.text}</p>;
             if (p.type === "dynamic-tool") return <Tool key={i} part={p} answer={addToolApprovalResponse} />;
             if (p.type === "data-parley-form") return <Form key={i} data={p.data} send={sendMessage} />;
-            if (p.type === "source-url") return <a key={i} href={p.url}>{p.title ?? p.url}</a>;
+            if (p.type === "source-url") return <a key={i} href={p.url}>{p.title ?? p.url}</a>; // an MCP server's link is titled "[from MCP server …]"
             if (p.type === "data-parley-suggestions")
               return p.data.suggestions.map((s: string) => <button key={s} onClick={() => sendMessage({ text: s })}>{s}</button>);
             if (p.type === "data-parley-progress" && status === "streaming") return <em key={i}>{p.data.status ?? p.data.message}</em>;
@@ -43,7 +43,9 @@ export default function Page() {
 // only: no keystroke answers it).
 function Tool({ part, answer }: { part: any; answer: (r: { id: string; approved: boolean; reason?: string }) => void }) {
   const [reason, setReason] = useState("");
-  const destructive = part.callProviderMetadata?.parley?.annotations?.destructiveHint !== false;
+  // parley's reading of the hints (an absent hint is destructive); absent
+  // metadata counts as destructive too.
+  const destructive = part.callProviderMetadata?.parley?.destructive !== false;
   return (
     <div className="tool">
       <strong>{part.toolName}</strong> <code>{JSON.stringify(part.input)}</code> — {part.state}
@@ -65,11 +67,13 @@ function Tool({ part, answer }: { part: any; answer: (r: { id: string; approved:
 // for every field kind) and answers with a data-parley-form-response part.
 function Form({ data, send }: { data: any; send: (m: any) => void }) {
   const props = data.question.requestedSchema?.properties ?? {};
+  const server = data.question._meta?.["dev.parley/mcp_server"]; // a server's question, not parley's
   const [values, setValues] = useState<Record<string, string>>({});
   const answer = (action: string) =>
     send({ parts: [{ type: "data-parley-form-response", data: { elicitationId: data.elicitationId, action, ...(action === "accept" ? { content: values } : {}) } }] });
   return (
     <form onSubmit={(e) => { e.preventDefault(); answer("accept"); }}>
+      {server && <p className="label">Asked by MCP server {server.name}{server.trusted === true ? "" : " (not trusted: parley cannot vouch for it)"}</p>}
       <p>{data.question.message}</p>
       {Object.entries(props).map(([name, p]: [string, any]) => (
         <label key={name}>{p.title ?? name}
