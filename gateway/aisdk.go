@@ -156,6 +156,12 @@ func (g *Gateway) postAISDKChat(w http.ResponseWriter, r *http.Request, user str
 			badField(w, "messageId", "must name one of the messages")
 			return
 		}
+		if at != len(req.Messages)-1 {
+			// The messages after it would go unread: a new text after an
+			// approval, or an approval after a text.
+			badField(w, "messageId", fmt.Sprintf("must name the last message (messages[%d]): messages after it are not read", len(req.Messages)-1))
+			return
+		}
 	}
 	m := req.Messages[at]
 	base := fmt.Sprintf("messages[%d]", at)
