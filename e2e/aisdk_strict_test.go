@@ -333,3 +333,23 @@ func TestAISDKSharedUserApproves(t *testing.T) {
 		t.Fatalf("bob resumes after the revoke: %d, want 404", resp.StatusCode)
 	}
 }
+
+// TestAISDKFormAnswersShareAMessageID: two form answers under one UI
+// message id (a client that reuses ids) are two answers: the second is
+// not taken for a retry of the first and dropped as JetStream's
+// duplicate, which left its stream waiting for a turn that never moved.
+func TestAISDKFormAnswersShareAMessageID(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	answer := func(q string) string {
+		return fmt.Sprintf(`{"id":"aix7","trigger":"submit-message","messages":[{"id":"same","role":"user","parts":[`+
+			`{"type":"data-parley-form-response","data":{"elicitationId":%q,"action":"decline"}}]}]}`, q)
+	}
+	for n := 1; n <= 2; n++ {
+		x.send(aliceToken, "aix7", "create an event for the launch party")
+		q, _ := s.question("aix7", n)
+		if status, resp := aisdkPost(t, x, aliceToken, answer(q)); status != 200 || !strings.Contains(resp, `"finishReason":"stop"`) {
+			t.Fatalf("form answer %d: %d %s", n, status, resp)
+		}
+	}
+}

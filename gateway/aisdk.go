@@ -515,7 +515,9 @@ func (g *Gateway) aisdkFormAnswer(w http.ResponseWriter, r *http.Request, user, 
 		g.unavailable(w, r, err)
 		return
 	}
-	id := events.DerivedID("ai-sdk-answer", thread, user, msgID)
+	// The question is part of the ID: a client reusing a message id for
+	// another answer must not have it dropped as a retry of the first.
+	id := events.DerivedID("ai-sdk-answer", thread, user, msgID, fr.ElicitationID)
 	if _, ok := g.publishAnswer(w, r, thread, user, fr.ElicitationID, id, AnswerRequest{Action: fr.Action, Content: fr.Content}); !ok {
 		return
 	}
