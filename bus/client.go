@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -61,6 +62,9 @@ type Client struct {
 	publish  RetryPolicy
 	// refused fails a publish the server's permissions refuse at once.
 	refused *refusals
+	// muxes are RequestMany's reply subscriptions, by scope.
+	muxMu sync.Mutex
+	muxes map[string]*replyMux
 }
 
 // New wraps nc. It panics if nc is nil (a programmer error). It sets nc's
