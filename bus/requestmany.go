@@ -62,10 +62,12 @@ const replyQueue = 64
 // ctx (its deadline, or the caller cancelling it) is not an error: the
 // caller sees which replies it got, and checks its own context.
 func (c *Client) RequestMany(ctx context.Context, subject, scope string, e *event.Event, max int, fn func(Reply) bool) (int, error) {
-	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrSystem, keyOperation.String("send"), keyOpType.String("send"),
-			keyDestination.String(subject), keyMessageID.String(e.ID()), keyCEType.String(e.Type())))
+	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attrSystem, attrSend, attrSendType, keyDestination.String(subject),
+			keyMessageID.String(e.ID()), keyCEType.String(e.Type()))
+	}
 	fail := func(err error) error {
 		span.SetStatus(codes.Error, err.Error())
 		return fmt.Errorf("requesting %s: %w", subject, err)
@@ -104,7 +106,9 @@ func (c *Client) RequestMany(ctx context.Context, subject, scope string, e *even
 		return 0, fail(err)
 	}
 	n := 0
-	defer func() { span.SetAttributes(attribute.Int("messaging.batch.message_count", n)) }()
+	if span.IsRecording() {
+		defer func() { span.SetAttributes(attribute.Int("messaging.batch.message_count", n)) }()
+	}
 	for {
 		var m *nats.Msg
 		select {
