@@ -24,7 +24,10 @@ import (
 // with payloads of the sizes the probe measured on parley. It has no
 // CloudEvents, no JSON, no tracing and no agent logic.
 //
-// Per read turn (parley's count, see docs/BENCHMARKS.md):
+// Per read turn (the count of parley before it cut its bus work to the
+// probe's figures in docs/BENCHMARKS.md; the floor keeps that heavier mix,
+// so parley ÷ floor now reads below 1 where parley does less; the minimal
+// floor is the reference):
 //
 //	driver    publish turn.requested
 //	processor get thread, get the thread's next turn.requested from the stream
