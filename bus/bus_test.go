@@ -310,6 +310,24 @@ func TestTraceContextPropagatesThroughPublishAndConsume(t *testing.T) {
 	if sc.SpanID() != process.SpanContext().SpanID() {
 		t.Errorf("handler ctx span = %s, want the process span %s", sc.SpanID(), process.SpanContext().SpanID())
 	}
+	// Recording spans carry the messaging attributes (set after start,
+	// only when the span records).
+	for span, want := range map[sdktrace.ReadOnlySpan]map[string]string{
+		send: {"messaging.system": "nats", "messaging.operation.type": "send",
+			"messaging.destination.name": events.SubjectRunRequested, "cloudevents.event_type": string(events.TypeRunRequested)},
+		process: {"messaging.system": "nats", "messaging.operation.type": "process",
+			"messaging.consumer.group.name": agentSpec().Durable, "cloudevents.event_type": string(events.TypeRunRequested)},
+	} {
+		got := map[string]string{}
+		for _, kv := range span.Attributes() {
+			got[string(kv.Key)] = kv.Value.Emit()
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("span %s: %s = %q, want %q", span.Name(), k, got[k], v)
+			}
+		}
+	}
 }
 
 func TestHeaderCarrierKeepsCase(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -61,6 +62,9 @@ type Client struct {
 	publish  RetryPolicy
 	// refused fails a publish the server's permissions refuse at once.
 	refused *refusals
+	// muxes are RequestMany's reply subscriptions, by scope.
+	muxMu sync.Mutex
+	muxes map[string]*replyMux
 }
 
 // New wraps nc. It panics if nc is nil (a programmer error). It sets nc's
@@ -371,11 +375,12 @@ func sameSet(a, b []string) bool {
 // and its message is retried and dead-lettered instead of the event being
 // lost silently.
 func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error) {
-	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attrSystem, keyOperation.String("send"), keyOpType.String("send"),
-			keyDestination.String(subject), keyMessageID.String(e.ID()), keyCEType.String(e.Type()),
-			keyConversation.String(e.Subject())))
+	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindProducer))
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attrSystem, attrSend, attrSendType, keyDestination.String(subject),
+			keyMessageID.String(e.ID()), keyCEType.String(e.Type()), keyConversation.String(e.Subject()))
+	}
 	msg, err := c.message(ctx, subject, e)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
@@ -606,10 +611,12 @@ var ErrNoResponders = nats.ErrNoResponders
 // nats.ErrTimeout) when nobody answers in time, and a *ServiceError when the
 // responder answered with a micro error.
 func (c *Client) Request(ctx context.Context, subject string, e *event.Event) (*event.Event, error) {
-	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrSystem, keyOperation.String("send"), keyOpType.String("send"),
-			keyDestination.String(subject), keyMessageID.String(e.ID()), keyCEType.String(e.Type())))
+	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindClient))
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(attrSystem, attrSend, attrSendType, keyDestination.String(subject),
+			keyMessageID.String(e.ID()), keyCEType.String(e.Type()))
+	}
 	msg, err := c.message(ctx, subject, e)
 	if err != nil {
 		return nil, err

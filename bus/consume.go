@@ -489,10 +489,13 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 	}
 	d := &Delivery{Subject: m.Subject(), Msg: m, NumDelivered: md.NumDelivered, StreamSeq: md.Sequence.Stream, Stored: md.Timestamp}
 	ctx := extract(base, m.Headers())
-	ctx, span := tracer().Start(ctx, "process "+templateOf(m.Subject()), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attrSystem, keyOperation.String("process"), keyOpType.String("process"),
-			keyDestination.String(m.Subject()), keyConsumer.String(spec.Durable)))
+	ctx, span := tracer().Start(ctx, "process "+templateOf(m.Subject()), trace.WithSpanKind(trace.SpanKindConsumer))
 	defer span.End()
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attrSystem, attrProcess, attrProcessType, keyDestination.String(m.Subject()),
+			keyConsumer.String(spec.Durable))
+	}
 
 	if spec.Raw {
 		c.settle(ctx, spec, d, md, h)
@@ -511,8 +514,10 @@ func (c *Client) handle(base context.Context, spec *ConsumerSpec, m jetstream.Ms
 		return
 	}
 	d.Event = ev
-	span.SetAttributes(keyMessageID.String(ev.ID()), keyCEID.String(ev.ID()), keyCEType.String(ev.Type()),
-		keyConversation.String(ev.Subject()))
+	if recording {
+		span.SetAttributes(keyMessageID.String(ev.ID()), keyCEID.String(ev.ID()), keyCEType.String(ev.Type()),
+			keyConversation.String(ev.Subject()))
+	}
 	c.settle(ctx, spec, d, md, h)
 }
 
@@ -572,23 +577,45 @@ func (c *Client) settle(ctx context.Context, spec *ConsumerSpec, d *Delivery, md
 	}
 }
 
-// heartbeat calls m.InProgress every ackWait/3 until stop is called.
+// heartbeat calls m.InProgress every ackWait/3 until stop is called, from
+// a timer rather than a goroutine of its own per message: most handlers
+// finish long before the first beat, and then cost one timer. After stop
+// returns no beat is sent (one under way is waited for), so none follows
+// the message's ack.
 func (c *Client) heartbeat(m jetstream.Msg, ackWait time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
+	every := ackWait / 3
+	hb := &heartbeat{m: m, every: every}
+	hb.mu.Lock()
+	hb.t = time.AfterFunc(every, hb.beat)
+	hb.mu.Unlock()
+	return hb.stop
+}
+
+// heartbeat is one message's InProgress timer.
+type heartbeat struct {
+	m     jetstream.Msg
+	every time.Duration
+
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+}
+
+func (h *heartbeat) beat() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
+	}
+	_ = h.m.InProgress()
+	h.t.Reset(h.every)
+}
+
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.t.Stop()
 }
 
 // deadLetter publishes the message with the reason on

@@ -3,7 +3,9 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,5 +137,84 @@ func TestRequestManyResponders(t *testing.T) {
 		if r := <-replies; !strings.HasPrefix(r, "_INBOX."+events.PreExecuteReplyScope+".") {
 			t.Errorf("reply subject %q, want _INBOX.%s.<unique>", r, events.PreExecuteReplyScope)
 		}
+	}
+}
+
+// Requests with a scope share one reply subscription of the connection:
+// concurrent requests each get their own replies (routed by the reply
+// subject's unique token, with the responder's token below it), no
+// request subscribes on its own, and a reply arriving after its request
+// returned reaches nobody.
+func TestRequestManySharesReplySubscription(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	subject := events.PreExecuteSubject("default", "search")
+	go func() {
+		_ = e.c.Serve(ctx, Endpoint{Service: "policy-echo", Version: "1.0.0", Name: "pre_execute",
+			Subject: events.SubjectPreExecAll, QueueGroup: "echo", ReplyAs: "echo"}, func(_ context.Context, req *event.Event) (*event.Event, error) {
+			// The decision's reason echoes the request's thread.
+			return events.New(events.SourceGate, events.TypePreExecuteDecided, req.Subject(),
+				events.PolicyDecision{Policy: "echo", Decision: events.DecisionAllow, Reason: req.Subject()})
+		})
+	}()
+	ask := func(thread string) (string, int, error) {
+		req, err := events.New(events.SourceAgent, events.TypePreExecuteRequested, thread,
+			events.PreExecuteRequest{Agent: "default", Thread: thread, RunID: "r1"})
+		if err != nil {
+			return "", 0, err
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer rcancel()
+		var reason string
+		subs := 0
+		_, err = e.c.RequestMany(rctx, subject, events.PreExecuteReplyScope, req, 1, func(r Reply) bool {
+			subs = e.nc.NumSubscriptions()
+			if r.Err != nil {
+				reason = r.Err.Error()
+				return false
+			}
+			d, _ := events.Data[events.PolicyDecision](r.Event)
+			reason = d.Reason
+			return false
+		})
+		return reason, subs, err
+	}
+	waitFor(t, 3*time.Second, "the service", func() bool {
+		_, _, err := ask("warm-up")
+		return err == nil
+	})
+	base := e.nc.NumSubscriptions()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			thread := fmt.Sprintf("thread-%d", i)
+			got, subs, err := ask(thread)
+			if err != nil || got != thread {
+				t.Errorf("request of %s: reply %q, %v", thread, got, err)
+			}
+			if subs != base {
+				t.Errorf("request of %s: %d subscriptions while waiting, want the shared %d", thread, subs, base)
+			}
+		})
+	}
+	wg.Wait()
+	// A late reply (its request returned) is dropped, not delivered to
+	// the next request.
+	m, err := e.c.replyMux(events.PreExecuteReplyScope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Publish(m.prefix+"gone.echo", []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := ask("after"); err != nil || got != "after" {
+		t.Errorf("request after a late reply: %q, %v", got, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.waiting) != 0 {
+		t.Errorf("%d requests still registered after all returned", len(m.waiting))
 	}
 }

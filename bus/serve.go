@@ -66,13 +66,15 @@ func (c *Client) Serve(ctx context.Context, ep Endpoint, fn ServeFunc) error {
 		return fmt.Errorf("adding service %s: %w", ep.Service, err)
 	}
 	base := context.WithoutCancel(ctx)
+	spanName := "process " + ep.Name
 	handler := micro.HandlerFunc(func(r micro.Request) {
 		h := nats.Header(r.Headers())
 		rctx := extract(base, h)
-		rctx, span := tracer().Start(rctx, "process "+ep.Name, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attrSystem, keyOperation.String("process"), keyOpType.String("process"),
-				keyDestination.String(r.Subject())))
+		rctx, span := tracer().Start(rctx, spanName, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
+		if span.IsRecording() {
+			span.SetAttributes(attrSystem, attrProcess, attrProcessType, keyDestination.String(r.Subject()))
+		}
 		if !IsInbox(r.Reply()) {
 			span.SetStatus(codes.Error, "reply subject is not an inbox")
 			c.logger.WarnContext(rctx, "request refused: its reply subject is not an inbox (_INBOX.> or _INBOX_<principal>.>)",

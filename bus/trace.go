@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"reflect"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -38,7 +40,29 @@ func (c HeaderCarrier) Keys() []string {
 
 const instrumentationName = "github.com/parley-dev/parley/bus"
 
-func tracer() trace.Tracer { return otel.Tracer(instrumentationName) }
+// tracer returns the bus's tracer from the global tracer provider,
+// looked up again only when the provider was replaced
+// (otel.SetTracerProvider), not on every message.
+func tracer() trace.Tracer {
+	tp := otel.GetTracerProvider()
+	if !reflect.TypeOf(tp).Comparable() {
+		return tp.Tracer(instrumentationName)
+	}
+	if c := cachedTracer.Load(); c != nil && c.tp == tp {
+		return c.t
+	}
+	t := tp.Tracer(instrumentationName)
+	cachedTracer.Store(&providerTracer{tp: tp, t: t})
+	return t
+}
+
+// providerTracer is a tracer and the provider it came from.
+type providerTracer struct {
+	tp trace.TracerProvider
+	t  trace.Tracer
+}
+
+var cachedTracer atomic.Pointer[providerTracer]
 
 func propagator() propagation.TextMapPropagator { return otel.GetTextMapPropagator() }
 
@@ -54,7 +78,18 @@ var (
 	keyConsumer     = attribute.Key("messaging.consumer.group.name")
 	keyCEType       = attribute.Key("cloudevents.event_type")
 	keyCEID         = attribute.Key("cloudevents.event_id")
+
+	attrSend        = keyOperation.String("send")
+	attrSendType    = keyOpType.String("send")
+	attrProcess     = keyOperation.String("process")
+	attrProcessType = keyOpType.String("process")
 )
+
+// Span attributes are set once a span is started, and only when it
+// records (sampled in, or recording for a processor): a span the sampler
+// dropped, or the no-op tracer of a process without a tracer provider,
+// costs no attribute values. A sampler therefore decides on the span's
+// name and kind (and its parent), not on these attributes.
 
 // inject writes ctx's trace context into h.
 func inject(ctx context.Context, h nats.Header) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/url"
 	"slices"
 	"strings"
@@ -52,13 +51,13 @@ func New(source string, typ Type, subject string, data any) (*event.Event, error
 func NewWithID(id, source string, typ Type, subject string, data any) (*event.Event, error) {
 	e := event.New()
 	e.SetID(id)
-	e.SetSource(source)
+	setSource(&e, source)
 	e.SetType(string(typ))
 	if subject != "" {
 		e.SetSubject(subject)
 	}
 	e.SetTime(time.Now().UTC())
-	e.SetDataSchema(DataSchemaBase + string(typ) + ".json")
+	setDataSchema(&e, DataSchemaBase+string(typ)+".json")
 	if err := e.SetData(DataContentTypeJSON, data); err != nil {
 		return nil, fmt.Errorf("encoding %s data: %w", typ, err)
 	}
@@ -130,33 +129,39 @@ func CheckData(data []byte) error {
 // canonical string form, percent-encoded), and the data as the body. It
 // fails when e is not a valid CloudEvent (the error names the attribute).
 func Encode(e *event.Event) (Header, []byte, error) {
-	if err := e.Validate(); err != nil {
+	if err := valid(e); err != nil {
 		return nil, nil, fmt.Errorf("invalid event: %w", err)
 	}
-	h := make(Header, 8+len(e.Extensions()))
-	set := func(name, value string) { h[headerPrefix+name] = []string{pctEncode(value)} }
-	set("specversion", e.SpecVersion())
-	set("id", e.ID())
-	set("source", e.Source())
-	set("type", e.Type())
+	n := 8 + len(e.Extensions())
+	h := make(Header, n)
+	// One backing array for every header's single value.
+	vals := make([]string, 0, n)
+	set := func(header, value string) {
+		vals = append(vals, pctEncode(value))
+		h[header] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	set("ce-specversion", e.SpecVersion())
+	set("ce-id", e.ID())
+	set("ce-source", e.Source())
+	set("ce-type", e.Type())
 	if s := e.Subject(); s != "" {
-		set("subject", s)
+		set("ce-subject", s)
 	}
 	if !e.Time().IsZero() {
-		set("time", types.FormatTime(e.Time()))
+		set("ce-time", types.FormatTime(e.Time()))
 	}
 	if ct := e.DataContentType(); ct != "" {
-		set("datacontenttype", ct)
+		set("ce-datacontenttype", ct)
 	}
 	if ds := e.DataSchema(); ds != "" {
-		set("dataschema", ds)
+		set("ce-dataschema", ds)
 	}
 	for name, v := range e.Extensions() {
 		s, err := types.Format(v)
 		if err != nil {
 			return nil, nil, fmt.Errorf("extension %s: %w", name, err)
 		}
-		set(name, s)
+		set(headerPrefix+name, s)
 	}
 	return h, e.Data(), nil
 }
@@ -238,7 +243,7 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 	if v, ok, err := get("id"); err == nil && ok && strings.TrimSpace(v) != "" && checkAttr("ce-id", "id", v) == nil {
 		id = v
 	}
-	for _, name := range []string{"id", "source", "type"} {
+	for _, name := range [...]string{"id", "source", "type"} {
 		v, ok, err := get(name)
 		if err != nil {
 			return nil, withID(err)
@@ -253,7 +258,7 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		case "id":
 			e.SetID(v)
 		case "source":
-			e.SetSource(v)
+			setSource(&e, v)
 		case "type":
 			e.SetType(v)
 		}
@@ -263,24 +268,33 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 		if !isCE || len(vs) == 0 {
 			continue
 		}
+		switch lname {
+		case "specversion", "id", "source", "type":
+			continue // read and checked above
+		}
 		v, err := pctDecode(vs[0])
 		if err != nil {
 			return nil, withID(attrErr(name, "%v", err))
+		}
+		switch lname {
+		case "time":
+			t, err := types.ParseTime(v)
+			if err != nil {
+				return nil, withID(attrErr(name, "%q is not an RFC 3339 timestamp", v))
+			}
+			e.SetTime(t)
+			continue
 		}
 		if err := checkAttr(name, lname, v); err != nil {
 			return nil, withID(err)
 		}
 		switch lname {
-		case "specversion", "id", "source", "type":
 		case "subject":
 			e.SetSubject(v)
-		case "time":
-			t, _ := types.ParseTime(v)
-			e.SetTime(t)
 		case "datacontenttype":
 			e.SetDataContentType(v)
 		case "dataschema":
-			e.SetDataSchema(v)
+			setDataSchema(&e, v)
 		default:
 			if !validExtensionName(lname) {
 				return nil, withID(attrErr(name, "extension name must be lowercase a-z and 0-9"))
@@ -291,7 +305,7 @@ func Decode(h Header, body []byte) (*event.Event, error) {
 	if len(body) > 0 {
 		e.DataEncoded = body
 	}
-	if err := e.Validate(); err != nil {
+	if err := valid(&e); err != nil {
 		return nil, withID(sdkAttrErr(headerPrefix, err))
 	}
 	return &e, nil
@@ -383,7 +397,7 @@ func checkAttr(label, name, v string) *AttributeError {
 	}
 	switch name {
 	case "source":
-		if v != "" && !validURIRef(v) {
+		if _, ok := parseSource(v); v != "" && !ok {
 			return attrErr(label, "%q is not a URI-reference (RFC 3986)", v)
 		}
 	case "time":
@@ -391,19 +405,19 @@ func checkAttr(label, name, v string) *AttributeError {
 			return attrErr(label, "%q is not an RFC 3339 timestamp", v)
 		}
 	case "datacontenttype":
-		mt, _, err := mime.ParseMediaType(v)
-		if err != nil {
+		mt, isJSON := jsonContentType(v)
+		if !mt {
 			return attrErr(label, "%q is not a media type (RFC 2045)", v)
 		}
-		if mt != DataContentTypeJSON && !strings.HasSuffix(mt, "+json") {
+		if !isJSON {
 			return attrErr(label, "%q is not JSON: parley events carry application/json (or a +json type)", v)
 		}
 	case "dataschema":
-		if !validURIRef(v) {
+		if _, ok, relative := parseSchema(v); !ok {
+			if relative {
+				return attrErr(label, "%q is not an absolute URI (RFC 3986: a scheme is required)", v)
+			}
 			return attrErr(label, "%q is not a URI (RFC 3986)", v)
-		}
-		if u, err := url.Parse(v); err != nil || !u.IsAbs() {
-			return attrErr(label, "%q is not an absolute URI (RFC 3986: a scheme is required)", v)
 		}
 	}
 	return nil

@@ -1,6 +1,9 @@
 package schema
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // benchForm is a typical form elicitation: the questions a tool asks
 // before creating an event.
@@ -56,5 +59,16 @@ func BenchmarkElicitResultValidate(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+func BenchmarkValidateArguments(b *testing.B) {
+	tool := Tool{Name: "delete_entities", InputSchema: json.RawMessage(`{"type":"object","properties":{"ids":{"type":"array","items":{"type":"string"}},"force":{"type":"boolean"}},"required":["ids"]}`)}
+	args := json.RawMessage(`{"ids":["a1","a2"],"force":false}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := tool.ValidateArguments(args); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kaptinlin/jsonschema"
 )
@@ -367,7 +369,7 @@ func (t *Tool) ValidateArguments(args json.RawMessage) error {
 	if len(t.InputSchema) == 0 || isNull(t.InputSchema) {
 		return nil
 	}
-	s, err := jsonschema.NewCompiler().Compile(t.InputSchema)
+	s, err := compileInputSchema(t.InputSchema)
 	if err != nil {
 		vs.addf("inputSchema", "not a valid JSON Schema: %v", err)
 		return vs.err()
@@ -383,4 +385,34 @@ func (t *Tool) ValidateArguments(args json.RawMessage) error {
 		}
 	}
 	return vs.err()
+}
+
+// maxCompiledSchemas bounds the compiled input schemas
+// compileInputSchema keeps: one per distinct schema, which is one per
+// registered tool (and version). Past the bound a schema is compiled on
+// every validation, as if none were kept.
+const maxCompiledSchemas = 256
+
+var (
+	compiledSchemas    sync.Map // string(input schema) -> *jsonschema.Schema
+	compiledSchemasLen atomic.Int32
+)
+
+// compileInputSchema compiles a tool's input schema once per distinct
+// schema (a compiled schema is only read by validation, so it is shared
+// between goroutines), instead of on every call's validation.
+func compileInputSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
+	if s, ok := compiledSchemas.Load(string(raw)); ok {
+		return s.(*jsonschema.Schema), nil
+	}
+	s, err := jsonschema.NewCompiler().Compile(raw)
+	if err != nil {
+		return nil, err
+	}
+	if compiledSchemasLen.Load() < maxCompiledSchemas {
+		if _, loaded := compiledSchemas.LoadOrStore(string(raw), s); !loaded {
+			compiledSchemasLen.Add(1)
+		}
+	}
+	return s, nil
 }

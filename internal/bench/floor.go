@@ -24,7 +24,10 @@ import (
 // with payloads of the sizes the probe measured on parley. It has no
 // CloudEvents, no JSON, no tracing and no agent logic.
 //
-// Per read turn (parley's count, see docs/BENCHMARKS.md):
+// Per read turn (the count of parley before it cut its bus work to the
+// probe's figures in docs/BENCHMARKS.md; the floor keeps that heavier mix,
+// so parley ÷ floor now reads below 1 where parley does less; the minimal
+// floor is the reference):
 //
 //	driver    publish turn.requested
 //	processor get thread, get the thread's next turn.requested from the stream
@@ -116,62 +119,110 @@ func newFloorSizes(m map[string][]int) *floorSizes {
 	}
 }
 
-// floor is the raw nats.go system.
+// floor is a raw nats.go system: the floor (this file) or, embedded in
+// minFloor, the minimal floor (floormin.go). What both do the same way
+// is here: the driver, the streams and buckets, the gate, the consumers,
+// the payloads and the clean-up.
 type floor struct {
 	env    *benchEnv
 	opts   *Options
 	sizes  *floorSizes
+	chain  chainSpec
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	drv    jetstream.JetStream
 	disp   *dispatcher
 
+	// pads are the shared payloads by size (pad).
+	pads sync.Map // int -> []byte
 	mu   sync.Mutex
-	pads map[int][]byte
 	errs int
 }
 
-func startFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorSizes) (f *floor, err error) {
-	nc, err := env.connect("floor-driver")
+// chainSpec names a floor's chain: its subject prefix, its chat, agent,
+// runs and tools streams, and its buckets (configured as parley's).
+type chainSpec struct {
+	label, prefix string
+	streams       [4]string
+	buckets       []jetstream.KeyValueConfig
+}
+
+// newFloor connects the driver of the chain c, creates its streams and
+// buckets and starts its gate (a plain subscription answering
+// pre-execute requests: confirm for the write tool, allow otherwise, with
+// replies of the measured size). The caller starts the roles and the
+// dispatcher, and calls stop on error. wctx is the roles' context,
+// cancelled by stop.
+func newFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorSizes, c chainSpec) (f *floor, wctx context.Context, err error) {
+	nc, err := env.connect(c.prefix + "-driver")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f = &floor{env: env, opts: opts, sizes: sizes, cancel: cancel, drv: js, pads: map[int][]byte{}}
-	defer func() {
-		if err != nil {
-			f.stop()
-		}
-	}()
-	if err := f.ensure(ctx, js); err != nil {
-		return nil, err
+	f = &floor{env: env, opts: opts, sizes: sizes, chain: c, cancel: cancel, drv: js}
+	if _, err := ensureChain(ctx, js, opts.Storage, c.label, c.prefix, c.streams, c.buckets); err != nil {
+		return f, nil, err
 	}
-	role := func(name string) (*nats.Conn, jetstream.JetStream, error) {
-		nc, err := env.connect(name)
-		if err != nil {
-			return nil, nil, err
-		}
-		js, err := jetstream.New(nc)
-		return nc, js, err
-	}
-
-	gnc, _, err := role("floor-gate")
+	gnc, err := env.connect(c.prefix + "-gate")
 	if err != nil {
-		return nil, err
+		return f, nil, err
 	}
 	allow, confirm := f.pad(sizes.preExecuteReply), f.pad(sizes.preExecuteReply)
-	if _, err := gnc.QueueSubscribe(floorPrefix+".pre_execute.>", "gate", func(m *nats.Msg) {
+	if _, err := gnc.QueueSubscribe(c.prefix+".pre_execute.>", "gate", func(m *nats.Msg) {
 		r := &nats.Msg{Header: nats.Header{hdrDec: []string{"allow"}}, Data: allow}
 		if strings.HasSuffix(m.Subject, "."+toolWrite) {
 			r = &nats.Msg{Header: nats.Header{hdrDec: []string{"confirm"}}, Data: confirm}
 		}
 		_ = m.RespondMsg(r)
 	}); err != nil {
+		return f, nil, err
+	}
+	return f, wctx, nil
+}
+
+// role connects one worker of the floor: its own connection.
+func (f *floor) role(name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := f.env.connect(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	return nc, js, err
+}
+
+// floorChain is the floor's chain.
+var floorChain = chainSpec{label: "floor", prefix: floorPrefix,
+	streams: [4]string{floorChat, floorAgent, floorRuns, floorTools},
+	buckets: []jetstream.KeyValueConfig{
+		{Bucket: floorThreads, TTL: 30 * 24 * time.Hour},
+		{Bucket: floorRunsKV, TTL: 48 * time.Hour},
+		{Bucket: floorResults, TTL: 48 * time.Hour},
+		{Bucket: floorPaused, LimitMarkerTTL: time.Minute},
+		{Bucket: floorToolsKV},
+	}}
+
+func startFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorSizes) (f *floor, err error) {
+	f, wctx, err := newFloor(ctx, env, opts, sizes, floorChain)
+	defer func() {
+		if err != nil && f != nil {
+			f.stop()
+		}
+	}()
+	if err != nil {
 		return nil, err
+	}
+	for _, t := range []string{toolRead, toolWrite} {
+		kv, err := f.drv.KeyValue(ctx, floorToolsKV)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := kv.Put(ctx, t, f.pad(sizes.kvTool)); err != nil {
+			return nil, err
+		}
 	}
 
 	for _, r := range []struct {
@@ -185,7 +236,7 @@ func startFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorS
 		{"floor-processor", floorChat, []string{floorPrefix + ".chat.*.turn.requested", floorPrefix + ".chat.*.elicitation.responded"}, (*floorRole).chat},
 		{"floor-processor-runs", floorRuns, nil, (*floorRole).runs},
 	} {
-		nc, js, err := role(r.name)
+		nc, js, err := f.role(r.name)
 		if err != nil {
 			return nil, err
 		}
@@ -218,32 +269,11 @@ func startFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorS
 			return nil, err
 		}
 	}
-	f.disp, err = newDispatcher(ctx, js, floorChat, []string{floorPrefix + ".chat.*.turn.completed", floorPrefix + ".chat.*.elicitation.requested"})
+	f.disp, err = newDispatcher(ctx, f.drv, floorChat, []string{floorPrefix + ".chat.*.turn.completed", floorPrefix + ".chat.*.elicitation.requested"})
 	if err != nil {
 		return nil, err
 	}
 	return f, nil
-}
-
-// ensure creates the floor's streams and buckets, configured as parley's.
-func (f *floor) ensure(ctx context.Context, js jetstream.JetStream) error {
-	kvs, err := ensureChain(ctx, js, f.opts.Storage, "floor", floorPrefix, [4]string{floorChat, floorAgent, floorRuns, floorTools},
-		[]jetstream.KeyValueConfig{
-			{Bucket: floorThreads, TTL: 30 * 24 * time.Hour},
-			{Bucket: floorRunsKV, TTL: 48 * time.Hour},
-			{Bucket: floorResults, TTL: 48 * time.Hour},
-			{Bucket: floorPaused, LimitMarkerTTL: time.Minute},
-			{Bucket: floorToolsKV},
-		})
-	if err != nil {
-		return err
-	}
-	for _, t := range []string{toolRead, toolWrite} {
-		if _, err := kvs[floorToolsKV].Put(ctx, t, f.pad(f.sizes.kvTool)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // ensureChain creates the streams of a floor chain — names are its chat,
@@ -276,16 +306,21 @@ func ensureChain(ctx context.Context, js jetstream.JetStream, st jetstream.Stora
 	return kvs, nil
 }
 
-// pad returns a shared payload of n bytes.
+// pad returns a shared payload of n bytes (read without a lock: the
+// roles' handlers all call it).
 func (f *floor) pad(n int) []byte {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	p, ok := f.pads[n]
-	if !ok {
-		p = bytes.Repeat([]byte{'x'}, max(n, 1))
-		f.pads[n] = p
+	if p, ok := f.pads.Load(n); ok {
+		return p.([]byte)
 	}
-	return p
+	p, _ := f.pads.LoadOrStore(n, bytes.Repeat([]byte{'x'}, max(n, 1)))
+	return p.([]byte)
+}
+
+// publish stores a payload of size bytes on subject with a fresh
+// Nats-Msg-Id, from js.
+func (f *floor) publish(ctx context.Context, js jetstream.JetStream, subject string, h nats.Header, size int) error {
+	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: f.pad(size)}, jetstream.WithMsgID(nuid.Next()))
+	return err
 }
 
 // consume runs h for each message of a durable pull consumer, on as many
@@ -333,18 +368,22 @@ func (f *floor) consume(ctx context.Context, js jetstream.JetStream, stream, dur
 	return nil
 }
 
+// stop stops the roles and, on a server the bench does not own, deletes
+// the chain's streams and buckets.
 func (f *floor) stop() {
-	f.disp.stop()
+	if f.disp != nil {
+		f.disp.stop()
+	}
 	f.cancel()
 	f.wg.Wait()
 	if f.drv != nil && !f.env.own() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		for _, s := range []string{floorChat, floorAgent, floorRuns, floorTools} {
+		for _, s := range f.chain.streams {
 			_ = f.drv.DeleteStream(ctx, s)
 		}
-		for _, b := range []string{floorThreads, floorRunsKV, floorResults, floorPaused, floorToolsKV} {
-			_ = f.drv.DeleteKeyValue(ctx, b)
+		for _, b := range f.chain.buckets {
+			_ = f.drv.DeleteKeyValue(ctx, b.Bucket)
 		}
 	}
 }
@@ -356,15 +395,12 @@ func (f *floor) send(ctx context.Context, thread string, write bool) error {
 	if write {
 		tool = toolWrite
 	}
-	_, err := f.drv.PublishMsg(ctx, &nats.Msg{Subject: floorPrefix + ".chat." + thread + ".turn.requested",
-		Header: nats.Header{hdrTool: []string{tool}}, Data: f.pad(f.sizes.turnRequested)}, jetstream.WithMsgID(nuid.Next()))
-	return err
+	return f.publish(ctx, f.drv, f.chain.prefix+".chat."+thread+".turn.requested",
+		nats.Header{hdrTool: []string{tool}}, f.sizes.turnRequested)
 }
 
 func (f *floor) answer(ctx context.Context, thread, _ string) error {
-	_, err := f.drv.PublishMsg(ctx, &nats.Msg{Subject: floorPrefix + ".chat." + thread + ".elicitation.responded",
-		Data: f.pad(f.sizes.elicitationResponded)}, jetstream.WithMsgID(nuid.Next()))
-	return err
+	return f.publish(ctx, f.drv, f.chain.prefix+".chat."+thread+".elicitation.responded", nil, f.sizes.elicitationResponded)
 }
 
 // floorRole is one worker of the floor: its connection and bucket handles.
@@ -431,8 +467,7 @@ func (r *floorRole) mutateThread(ctx context.Context, thread string) error {
 }
 
 func (r *floorRole) publish(ctx context.Context, subject string, h nats.Header, size int) error {
-	_, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: r.f.pad(size)}, jetstream.WithMsgID(nuid.Next()))
-	return err
+	return r.f.publish(ctx, r.js, subject, h, size)
 }
 
 func hdr(thread, run, tool string) nats.Header {

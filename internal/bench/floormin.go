@@ -69,46 +69,29 @@ type minRole struct {
 	paused  jetstream.KeyValue
 }
 
+// minChain is the minimal floor's chain.
+var minChain = chainSpec{label: "minimal floor", prefix: minPrefix,
+	streams: [4]string{minChat, minAgent, minRuns, minTools},
+	buckets: []jetstream.KeyValueConfig{
+		{Bucket: minThreads, TTL: 30 * 24 * time.Hour},
+		{Bucket: minRunsKV, TTL: 48 * time.Hour},
+		{Bucket: minPaused, LimitMarkerTTL: time.Minute},
+	}}
+
 func startMinFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *floorSizes) (m *minFloor, err error) {
-	nc, err := env.connect("min-driver")
-	if err != nil {
-		return nil, err
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m = &minFloor{floor: &floor{env: env, opts: opts, sizes: sizes, cancel: cancel, drv: js, pads: map[int][]byte{}}}
+	f, wctx, err := newFloor(ctx, env, opts, sizes, minChain)
 	defer func() {
-		if err != nil {
-			m.stop()
+		if err != nil && f != nil {
+			f.stop()
 		}
 	}()
-	if err := m.ensure(ctx, js); err != nil {
-		return nil, err
-	}
-	gnc, err := env.connect("min-gate")
 	if err != nil {
 		return nil, err
 	}
-	allow, confirm := m.pad(sizes.preExecuteReply), m.pad(sizes.preExecuteReply)
-	if _, err := gnc.QueueSubscribe(minPrefix+".pre_execute.>", "gate", func(msg *nats.Msg) {
-		r := &nats.Msg{Header: nats.Header{hdrDec: []string{"allow"}}, Data: allow}
-		if strings.HasSuffix(msg.Subject, "."+toolWrite) {
-			r = &nats.Msg{Header: nats.Header{hdrDec: []string{"confirm"}}, Data: confirm}
-		}
-		_ = msg.RespondMsg(r)
-	}); err != nil {
-		return nil, err
-	}
+	m = &minFloor{floor: f}
 	roles := map[string]*minRole{}
 	for _, name := range []string{"min-processor", "min-agent", "min-toolexec"} {
-		nc, err := env.connect(name)
-		if err != nil {
-			return nil, err
-		}
-		js, err := jetstream.New(nc)
+		nc, js, err := f.role(name)
 		if err != nil {
 			return nil, err
 		}
@@ -134,64 +117,19 @@ func startMinFloor(ctx context.Context, env *benchEnv, opts *Options, sizes *flo
 		{"min-processor", minRuns, "min-processor-runs", nil, (*minRole).outcome},
 	} {
 		r := roles[c.role]
-		if err := m.consume(wctx, r.js, c.stream, c.durable, c.filter, func(ctx context.Context, msg jetstream.Msg) error { return c.h(r, ctx, msg) }); err != nil {
+		if err := f.consume(wctx, r.js, c.stream, c.durable, c.filter, func(ctx context.Context, msg jetstream.Msg) error { return c.h(r, ctx, msg) }); err != nil {
 			return nil, err
 		}
 	}
-	m.disp, err = newDispatcher(ctx, js, minChat, []string{minPrefix + ".chat.*.turn.completed", minPrefix + ".chat.*.elicitation.requested"})
+	f.disp, err = newDispatcher(ctx, f.drv, minChat, []string{minPrefix + ".chat.*.turn.completed", minPrefix + ".chat.*.elicitation.requested"})
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// ensure creates the minimal floor's streams and buckets, configured as
-// parley's.
-func (m *minFloor) ensure(ctx context.Context, js jetstream.JetStream) error {
-	_, err := ensureChain(ctx, js, m.opts.Storage, "minimal floor", minPrefix, [4]string{minChat, minAgent, minRuns, minTools},
-		[]jetstream.KeyValueConfig{
-			{Bucket: minThreads, TTL: 30 * 24 * time.Hour},
-			{Bucket: minRunsKV, TTL: 48 * time.Hour},
-			{Bucket: minPaused, LimitMarkerTTL: time.Minute},
-		})
-	return err
-}
-
-func (m *minFloor) stop() {
-	m.disp.stop()
-	m.cancel()
-	m.wg.Wait()
-	if m.drv != nil && !m.env.own() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, s := range []string{minChat, minAgent, minRuns, minTools} {
-			_ = m.drv.DeleteStream(ctx, s)
-		}
-		for _, b := range []string{minThreads, minRunsKV, minPaused} {
-			_ = m.drv.DeleteKeyValue(ctx, b)
-		}
-	}
-}
-
-func (m *minFloor) send(ctx context.Context, thread string, write bool) error {
-	tool := toolRead
-	if write {
-		tool = toolWrite
-	}
-	_, err := m.drv.PublishMsg(ctx, &nats.Msg{Subject: minPrefix + ".chat." + thread + ".turn.requested",
-		Header: nats.Header{hdrTool: []string{tool}}, Data: m.pad(m.sizes.turnRequested)}, jetstream.WithMsgID(nuid.Next()))
-	return err
-}
-
-func (m *minFloor) answer(ctx context.Context, thread, _ string) error {
-	_, err := m.drv.PublishMsg(ctx, &nats.Msg{Subject: minPrefix + ".chat." + thread + ".elicitation.responded",
-		Data: m.pad(m.sizes.elicitationResponded)}, jetstream.WithMsgID(nuid.Next()))
-	return err
-}
-
 func (r *minRole) publish(ctx context.Context, subject string, h nats.Header, size int) error {
-	_, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: r.m.pad(size)}, jetstream.WithMsgID(nuid.Next()))
-	return err
+	return r.m.publish(ctx, r.js, subject, h, size)
 }
 
 // chat is the processor's chat consumer: turn.requested and

@@ -388,14 +388,46 @@ func EventType(t string) string {
 	return other
 }
 
+// processKey names one attribute set of messaging.process.duration.
+type processKey struct{ consumer, eventType, outcome string }
+
+// maxProcessSets bounds the attribute sets processSet keeps; consumers
+// and outcomes are parley's own names and event types are bounded
+// (EventType), so a deployment stays far below it.
+const maxProcessSets = 4096
+
+var (
+	processSets    sync.Map // processKey -> attribute.Set
+	processSetsLen atomic.Int32
+)
+
+// processSet returns the attribute set of one consumer, event type and
+// outcome, built once (attribute.NewSet sorts and copies) rather than on
+// every message.
+func processSet(consumer, eventType, outcome string) attribute.Set {
+	k := processKey{consumer, eventType, outcome}
+	if s, ok := processSets.Load(k); ok {
+		return s.(attribute.Set)
+	}
+	s := attribute.NewSet(attribute.String("messaging.operation.name", "process"), keySystem.String("nats"),
+		keyConsumer.String(consumer), keyEventType.String(eventType), keyOutcome.String(outcome))
+	if processSetsLen.Load() < maxProcessSets {
+		if _, loaded := processSets.LoadOrStore(k, s); !loaded {
+			processSetsLen.Add(1)
+		}
+	}
+	return s
+}
+
 // Processed records one handler run of the durable consumer on an event of
 // type eventType ("" when undecodable) that took d and ended with outcome
 // (OutcomeAck...), as messaging.process.duration; numDelivered > 1 also
 // counts a redelivery.
 func Processed(ctx context.Context, consumer, eventType, outcome string, numDelivered uint64, d time.Duration) {
 	in := get()
-	in.process.Record(ctx, d.Seconds(), "process", messagingconv.SystemAttr("nats"),
-		keyConsumer.String(consumer), keyEventType.String(EventType(eventType)), keyOutcome.String(outcome))
+	if in.process.Enabled(ctx) {
+		in.process.RecordSet(ctx, d.Seconds(), processSet(consumer, EventType(eventType), outcome))
+	}
 	if numDelivered > 1 {
 		in.redeliveries.Add(ctx, 1, metric.WithAttributes(keySystem.String("nats"), keyConsumer.String(consumer)))
 	}

@@ -284,3 +284,21 @@ func BenchmarkHandledMessage(b *testing.B) {
 		Published(ctx, e, false)
 	}
 }
+
+// Recording a handler run builds its attribute set once per consumer,
+// event type and outcome, not on every message.
+func TestProcessedReusesAttributeSets(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	if err := Use(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Use(noop.NewMeterProvider()) })
+	ctx := context.Background()
+	Processed(ctx, "agent", string(events.TypeRunRequested), OutcomeAck, 1, time.Millisecond)
+	allocs := testing.AllocsPerRun(200, func() {
+		Processed(ctx, "agent", string(events.TypeRunRequested), OutcomeAck, 1, time.Millisecond)
+	})
+	if allocs > 1 {
+		t.Errorf("Processed allocates %.0f objects per message, want at most 1", allocs)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
@@ -310,50 +311,69 @@ func (a *Agent) progress(ctx context.Context, run *Run, phase string, n int, sta
 	if run.TurnID == "" || run.Thread == "" {
 		return
 	}
-	order := map[string]int{events.PhaseModel: 0, events.PhaseRetry: 1, events.PhaseTool: 2, events.PhaseWaiting: 3}[phase]
+	order := 0
+	switch phase {
+	case events.PhaseRetry:
+		order = 1
+	case events.PhaseTool:
+		order = 2
+	case events.PhaseWaiting:
+		order = 3
+	}
 	step := run.Step
 	if phase == events.PhaseModel || phase == events.PhaseRetry {
 		step++ // the call being made
 	}
 	value := float64((((step*16+min(len(run.Resumes), 15))*4+order)*1024 + min(n, 1023)))
-	p := schema.Progress{ProgressToken: schema.StringToken(run.TurnID), Progress: value, Message: message}
+	runID, turnID, thread := run.RunID, run.TurnID, run.Thread
+	// The event is built only when it is published: most phases end
+	// before the delay, and their progress is dropped unbuilt.
+	a.pending.announce(ctx, runID, len(run.Resumes), a.opts.ProgressDelay, func(ctx context.Context) <-chan struct{} {
+		onErr := func(err error) {
+			a.log.WarnContext(ctx, "progress not published", "run_id", runID, "error", err)
+		}
+		e, subject, err := progressEvent(runID, turnID, thread, phase, value, status, message)
+		if err != nil {
+			onErr(err)
+			settled := make(chan struct{})
+			close(settled)
+			return settled
+		}
+		if a.opts.ProgressDelay < 0 {
+			// Published by the handler of the phase itself, before
+			// anything the phase sends: nothing of the run can
+			// have ended it yet.
+			return a.bus.PublishAsync(ctx, subject, e, progressTimeout, onErr)
+		}
+		// A delayed phase may have been ended by another replica
+		// (the tool's result handled there, and the run's end): its
+		// progress is stored only while no end of its turn is (a
+		// read of the thread's last turn.completed and turn.failed),
+		// and not after one stored since (fenced on the thread's
+		// turn events).
+		return a.bus.PublishFenced(ctx, events.StreamChat, subject, e, events.ChatSubject(thread, "turn.>"),
+			[]string{events.ChatSubject(thread, events.ChatTurnCompleted), events.ChatSubject(thread, events.ChatTurnFailed)},
+			func(last *jetstream.RawStreamMsg) bool { return turnEnded(last, turnID) }, progressTimeout, onErr)
+	})
+}
+
+// progressEvent is the progress event of a run's phase, and its subject.
+func progressEvent(runID, turnID, thread, phase string, value float64, status, message string) (*event.Event, string, error) {
+	p := schema.Progress{ProgressToken: schema.StringToken(turnID), Progress: value, Message: message}
 	p.Meta.SetStatusItem(status)
 	p.Meta = cloneMeta(p.Meta)
 	p.Meta[events.MetaPhase] = phase
-	e, err := events.KindProgress.New(events.SourceAgent, events.DerivedID("progress", run.RunID, fmt.Sprint(value)), run.Thread, p)
-	var subject string
-	if err == nil {
-		subject, err = events.SubjectOf(e, events.StreamChat, run.Thread)
-	}
-	if err == nil {
-		e.SetExtension(events.ExtRunID, run.RunID)
-		e.SetExtension(events.ExtTurnID, run.TurnID)
-		runID, turnID, thread := run.RunID, run.TurnID, run.Thread
-		a.pending.announce(ctx, runID, len(run.Resumes), a.opts.ProgressDelay, func(ctx context.Context) <-chan struct{} {
-			onErr := func(err error) {
-				a.log.WarnContext(ctx, "progress not published", "run_id", runID, "error", err)
-			}
-			if a.opts.ProgressDelay < 0 {
-				// Published by the handler of the phase itself, before
-				// anything the phase sends: nothing of the run can
-				// have ended it yet.
-				return a.bus.PublishAsync(ctx, subject, e, progressTimeout, onErr)
-			}
-			// A delayed phase may have been ended by another replica
-			// (the tool's result handled there, and the run's end): its
-			// progress is stored only while no end of its turn is (a
-			// read of the thread's last turn.completed and turn.failed),
-			// and not after one stored since (fenced on the thread's
-			// turn events).
-			return a.bus.PublishFenced(ctx, events.StreamChat, subject, e, events.ChatSubject(thread, "turn.>"),
-				[]string{events.ChatSubject(thread, events.ChatTurnCompleted), events.ChatSubject(thread, events.ChatTurnFailed)},
-				func(last *jetstream.RawStreamMsg) bool { return turnEnded(last, turnID) }, progressTimeout, onErr)
-		})
-		return
-	}
+	e, err := events.KindProgress.New(events.SourceAgent, events.DerivedID("progress", runID, fmt.Sprint(value)), thread, p)
 	if err != nil {
-		a.log.WarnContext(ctx, "progress not published", "run_id", run.RunID, "error", err)
+		return nil, "", err
 	}
+	subject, err := events.SubjectOf(e, events.StreamChat, thread)
+	if err != nil {
+		return nil, "", err
+	}
+	e.SetExtension(events.ExtRunID, runID)
+	e.SetExtension(events.ExtTurnID, turnID)
+	return e, subject, nil
 }
 
 // Kinds of tool progress (see toolProgress).

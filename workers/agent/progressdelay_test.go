@@ -2,10 +2,13 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/parley-dev/parley/events"
 )
 
 // settledNow is a publish that is settled at once.
@@ -167,4 +170,24 @@ func TestPendingProgressNeverStoredAfterEnd(t *testing.T) {
 		t.Fatal("no progress was published at all: the test exercised nothing")
 	}
 	t.Logf("%d progress stored, none after its run's end", progress)
+}
+
+// A phase's progress is built only when it is published: a phase that
+// ends before the delay (the next phase replaces it) costs a timer, not
+// an event with its JSON, derived ID and headers.
+func TestDroppedProgressIsNotBuilt(t *testing.T) {
+	a := &Agent{opts: Options{ProgressDelay: time.Hour}, log: slog.New(slog.DiscardHandler)}
+	run := &Run{RunID: "run-1", TurnID: "turn-1", Thread: "t1", Step: 1}
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		a.progress(ctx, run, events.PhaseTool, 1, "Running the tool…", "Running bench_read")
+	})
+	a.pending.mu.Lock()
+	for _, tm := range a.pending.m {
+		tm.Stop()
+	}
+	a.pending.mu.Unlock()
+	if allocs > 10 {
+		t.Errorf("announcing a progress allocates %.0f objects, want at most 10 (the event is built only when published)", allocs)
+	}
 }

@@ -10,8 +10,13 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// RunFormat is the format version of Run (checkpoint and snapshot).
-const RunFormat = 1
+// RunFormat is the format version of Run (checkpoint and snapshot) this
+// agent writes: 2 stores each call's policy decision once (runjson.go).
+// It reads RunFormat and previousRunFormat, whose record held every copy.
+const (
+	RunFormat         = 2
+	previousRunFormat = 1
+)
 
 // Call statuses.
 const (
@@ -169,8 +174,8 @@ func decodeSnapshot(raw json.RawMessage) (*Run, error) {
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	if r.Format != RunFormat {
-		return nil, fmt.Errorf("snapshot format %d, this agent reads %d", r.Format, RunFormat)
+	if r.Format != RunFormat && r.Format != previousRunFormat {
+		return nil, fmt.Errorf("snapshot format %d, this agent reads %d and %d", r.Format, previousRunFormat, RunFormat)
 	}
 	return &r, nil
 }
