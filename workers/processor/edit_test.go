@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
 )
@@ -88,5 +91,74 @@ func TestAnswerEditOnlyOnAcceptedConfirmation(t *testing.T) {
 	v = applyAnswer(dec, "r1", editAnswer(schema.ActionDecline, `{"ids":["article-2"]}`), who, time.Now())
 	if !v.consumed || dec.Paused.Find("q1").Arguments != nil || len(v.dropped) != 1 || v.dropped[0] != schema.EditPath {
 		t.Errorf("decline with an edit: verdict %+v; want honoured, the edit dropped", v)
+	}
+}
+
+// editableConfirmation is a confirmation of delete_entities with the
+// tool's input schema, as the agent asks it.
+func editableConfirmation(id string) events.PendingElicitation {
+	tool := &schema.Tool{Name: "delete_entities", InputSchema: json.RawMessage(
+		`{"type":"object","properties":{"ids":{"type":"array","items":{"type":"string"},"minItems":1},"n":{"type":"integer"}},"required":["ids"]}`)}
+	req := schema.NewConfirmationRequest(tool, schema.ToolCall{ID: "call-" + id, Name: "delete_entities",
+		Arguments: json.RawMessage(`{"ids":["article-2","article-4"]}`)})
+	return events.PendingElicitation{ID: id, Kind: events.KindToolConfirmation, Tool: "delete_entities", Request: *req}
+}
+
+// editedAnswer handles answer id accepting question with the edited
+// arguments args, as the JSON an integrator sends.
+func (h *harness) editedAnswer(id, question, args string) error {
+	h.t.Helper()
+	data := json.RawMessage(`{"elicitationId":"` + question + `","action":"accept","_meta":{"dev.parley/arguments":` + args + `}}`)
+	e, err := events.NewWithID(id, "/test", events.TypeElicitationResponded, "t", data)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return h.p.HandleInput(h.ctx, &bus.Delivery{Event: e, Subject: events.InputSubject(events.PrincipalIntegrator, "t", events.ChatElicitationResponded),
+		StreamSeq: 100, NumDelivered: 1})
+}
+
+// An edited answer whose processor dies after consuming it (run.resumed
+// not published) is finished by its redelivery: one run.resumed, carrying
+// exactly the edit as sent (numbers as written); a racing answer with
+// other edits is already_consumed, and nothing of it reaches the agent.
+func TestCrashEditedAnswerRedelivered(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	turn := events.DerivedID("turn", "m1")
+	h.run(events.TypeRunPaused, "p1", 10, events.RunPaused{RunID: turn, TurnID: turn, Agent: "default",
+		Snapshot: json.RawMessage(`{}`), Elicitations: []events.PendingElicitation{editableConfirmation("q1")}})
+
+	const edit = `{"ids":["article-2"],"n":10000000000000001}`
+	h.pub.fail = func(e *event.Event) bool { return events.TypeOf(e) == events.TypeRunResumed }
+	if err := h.editedAnswer("a1", "q1", edit); err == nil {
+		t.Fatal("answer a1 handled although its resume was lost")
+	}
+	h.pub.fail = nil
+	h.p.threads.forget("t") // another replica takes the next deliveries
+	if err := h.editedAnswer("a2", "q1", `{"ids":["article-4"]}`); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.editedAnswer("a1", "q1", edit); err != nil { // the redelivery
+		t.Fatalf("redelivery of a1: %v", err)
+	}
+	resumed := h.pub.of(events.TypeRunResumed)
+	if len(resumed) != 1 {
+		t.Fatalf("%d run.resumed, want 1", len(resumed))
+	}
+	rr, err := events.Data[events.RunResumed](resumed[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rr.Answers) != 1 || string(rr.Answers[0].Arguments) != `{"ids":["article-2"],"n":10000000000000001}` {
+		t.Errorf("resume answers %+v, want a1's edit exactly", rr.Answers)
+	}
+	rej := h.pub.of(events.TypeElicitationRejected)
+	if len(rej) != 1 {
+		t.Fatalf("%d rejections, want a2's", len(rej))
+	}
+	if d, _ := events.Data[events.ElicitationRejected](rej[0]); d.RespondedEventID != "a2" || d.Reason != events.RejectAlreadyConsumed {
+		t.Errorf("rejection %+v, want a2 already_consumed", d)
 	}
 }
