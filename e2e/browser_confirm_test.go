@@ -85,3 +85,59 @@ func TestBrowserConfirmEnterNeverAllows(t *testing.T) {
 	}
 	waitText(t, ctx, "deleted nothing")
 }
+
+// Edit on a confirmation: the arguments' fields come from the tool's
+// input schema (the ids as a list of rows). Enter in them sends nothing;
+// an invalid edit (no ids left) shows the processor's rule on the ids
+// field and the card stays open; "Allow with changes" then deletes
+// exactly the two drafts kept, and the card says it was allowed with
+// changes.
+func TestBrowserConfirmEdit(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	ctx := browser(t, s, x)
+	card := `li.question:not(.settled)`
+	say(t, ctx, "delete the 10 draft articles")
+	run(t, ctx, "the confirmation offers Edit", chromedp.WaitVisible(card+` button[data-action=edit]`))
+	var thread string
+	run(t, ctx, "the thread", chromedp.Evaluate(`state.thread`, &thread))
+
+	run(t, ctx, "opening the edit", chromedp.Click(card+` button[data-action=edit]`),
+		chromedp.WaitVisible(card+` .edit-panel [data-field="arguments.ids"] .arg-row input`))
+	var rows int
+	run(t, ctx, "counting the ids", chromedp.Evaluate(`document.querySelectorAll("li.question .edit-panel .arg-row").length`, &rows))
+	if rows != 10 {
+		t.Fatalf("the ids field has %d rows, want the 10 drafts", rows)
+	}
+	// Remove every row: ids would be empty.
+	for range rows {
+		run(t, ctx, "removing a row", chromedp.Click(card+` .arg-row button[data-action=remove-item]`))
+	}
+	run(t, ctx, "allowing the empty edit", chromedp.Click(card+` button[data-action=accept-edited]`),
+		chromedp.Poll(`(document.querySelector('li.question [data-field="arguments.ids"] .error')||{}).textContent.length > 0`, nil, chromedp.WithPollingTimeout(20*time.Second)))
+	var rule string
+	run(t, ctx, "the ids error", chromedp.Text(card+` [data-field="arguments.ids"] .error`, &rule))
+	if !strings.Contains(strings.ToLower(rule), "min") {
+		t.Errorf("ids error %q, want the schema's minItems rule", rule)
+	}
+
+	for _, id := range []string{"article-2", "article-4"} {
+		run(t, ctx, "adding "+id, chromedp.Click(card+` button[data-action=add-item]`),
+			chromedp.SendKeys(card+` .arg-row:last-of-type input`, id),
+			chromedp.SendKeys(card+` .arg-row:last-of-type input`, kb.Enter))
+	}
+	// Enter sent nothing: only the refused edit reached the processor.
+	if got := s.rec.matching(thread, events.TypeElicitationResponded); len(got) != 0 {
+		t.Fatalf("%d answers accepted before Allow with changes was clicked:\n%s", len(got), s.rec.dump(thread))
+	}
+	screenshot(t, ctx, screenshotDir(t), "confirm-edit.png")
+	run(t, ctx, "allowing with changes", chromedp.Click(card+` button[data-action=accept-edited]`))
+	s.rec.await(t, 20*time.Second, thread, events.TypeTurnCompleted, 1)
+	if got := s.deletedIDs(); strings.Join(got, ",") != "article-2,article-4" {
+		t.Fatalf("deleted %v, want exactly the edit [article-2 article-4]", got)
+	}
+	run(t, ctx, "the card says it was edited", chromedp.Poll(
+		`[...document.querySelectorAll("li.question.settled .state")].some(n => n.textContent.startsWith("Allowed with changes by you"))`,
+		nil, chromedp.WithPollingTimeout(10*time.Second)))
+	waitText(t, ctx, "changed the arguments")
+}

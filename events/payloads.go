@@ -86,6 +86,14 @@ type DecisionRecord struct {
 	Action        schema.ElicitAction `json:"action,omitempty"`
 	AnsweredBy    Identity            `json:"answeredBy,omitzero"`
 	AnsweredAt    time.Time           `json:"answeredAt,omitzero"`
+	// Edited says the person accepted the confirmation with changed
+	// arguments (_meta["dev.parley/arguments"]): the call ran with
+	// theirs, not the model's. OriginalArguments are the model's
+	// arguments the person replaced (over MaxEffectArgumentsBytes,
+	// {"omitted": "<n> bytes of arguments"}); the arguments that ran are
+	// the call's ToolRan.Arguments.
+	Edited            bool            `json:"edited,omitempty"`
+	OriginalArguments json.RawMessage `json:"originalArguments,omitempty"`
 }
 
 // TurnFailed is the data of dev.parley.turn.failed: Reason is a stable code
@@ -221,6 +229,12 @@ type Answer struct {
 	// AnsweredBy is who answered, as authenticated (see Identity).
 	AnsweredBy Identity  `json:"answeredBy,omitzero"`
 	AnsweredAt time.Time `json:"answeredAt"`
+	// Arguments are the edited arguments of a tool confirmation accepted
+	// with changes (_meta["dev.parley/arguments"] of the answer), as the
+	// processor checked them against the confirmation's input schema
+	// (schema.CheckEdit) and bound them to the answer: canonical JSON,
+	// the exact call to run. Absent when the person did not change them.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // RunResumed is the data of dev.parley.agent.run.resumed: the snapshot the
@@ -328,6 +342,21 @@ type PreExecuteRequest struct {
 	Call   schema.ToolCall `json:"call"`
 	// Tool is the trusted definition (from the tool registry, not the model).
 	Tool schema.Tool `json:"tool"`
+	// Edited is set when Call carries arguments a person wrote while
+	// accepting a confirmation: the policies see the edited call before
+	// it runs. A confirm answer to such a request is satisfied by the
+	// person's own acceptance unless the reply sets Reconfirm.
+	Edited *EditedCall `json:"edited,omitempty"`
+}
+
+// EditedCall says who changed a call's arguments and from what
+// (PreExecuteRequest.Edited).
+type EditedCall struct {
+	// OriginalArguments are the model's arguments, replaced by Call's.
+	OriginalArguments json.RawMessage `json:"originalArguments"`
+	// By is who accepted the confirmation with the change, as
+	// authenticated.
+	By Identity `json:"by,omitzero"`
 }
 
 // Policy decisions.
@@ -377,6 +406,12 @@ type PolicyDecision struct {
 	Reason string `json:"reason,omitempty"`
 	// ConfigVersion identifies the policy's configuration.
 	ConfigVersion string `json:"configVersion,omitempty"`
+	// Reconfirm, with decision confirm on a call a person edited
+	// (PreExecuteRequest.Edited), asks that person to confirm the edited
+	// call again. Without it such a confirm is satisfied by the
+	// acceptance that carried the edit: nobody is asked to confirm their
+	// own edit. Ignored on other decisions and on calls not edited.
+	Reconfirm bool `json:"reconfirm,omitempty"`
 }
 
 // Bounds of gathered policy answers.

@@ -49,3 +49,22 @@ func jsonKind(first byte) string {
 		return "a number"
 	}
 }
+
+// EditedArguments returns the raw JSON of _meta["dev.parley/arguments"]
+// (schema.MetaArguments) in the data of an elicitation.responded, exactly
+// as sent (numbers as written), and whether it is there. Decoding the
+// answer into ElicitationResponded reads _meta generically, so the
+// processor takes the edit from here to bind exactly what was sent.
+func EditedArguments(data []byte) (json.RawMessage, bool) {
+	var raw struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if json.Unmarshal(data, &raw) != nil {
+		return nil, false
+	}
+	v, ok := raw.Meta[schema.MetaArguments]
+	if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+		return nil, false
+	}
+	return v, true
+}

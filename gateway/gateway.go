@@ -684,6 +684,54 @@ type AnswerRequest struct {
 	Action  schema.ElicitAction `json:"action"`
 	Content map[string]any      `json:"content,omitempty"`
 	Meta    schema.Meta         `json:"_meta,omitzero"`
+	// Arguments accepts a tool confirmation with changed arguments: the
+	// complete arguments to run instead of the model's (a JSON object,
+	// at most schema.MaxEditedArgumentsBytes). Only with action accept.
+	// The gateway publishes them as _meta["dev.parley/arguments"]; the
+	// processor checks them against the tool's input schema, and a
+	// problem names their fields under "arguments" (422, the question
+	// stays open). Optional.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// editedArguments checks an answer body's arguments and moves them into
+// its _meta (schema.MetaArguments); a violation names the member.
+func (req *AnswerRequest) editedArguments() []schema.Violation {
+	if len(req.Arguments) == 0 {
+		return nil
+	}
+	if req.Action != schema.ActionAccept {
+		return []schema.Violation{{Path: "arguments", Rule: "only with action accept (a decline or cancel runs nothing)"}}
+	}
+	if _, ok := req.Meta[schema.MetaArguments]; ok {
+		return []schema.Violation{{Path: "arguments", Rule: `give the edited arguments once: arguments or _meta["dev.parley/arguments"], not both`}}
+	}
+	if t := bytes.TrimSpace(req.Arguments); len(t) == 0 || t[0] != '{' {
+		return []schema.Violation{{Path: "arguments", Rule: "must be a JSON object: the complete arguments to run"}}
+	}
+	if n := len(req.Arguments); n > schema.MaxEditedArgumentsBytes+1<<10 {
+		return []schema.Violation{{Path: "arguments", Rule: fmt.Sprintf("%d bytes is over the limit of %d", n, schema.MaxEditedArgumentsBytes)}}
+	}
+	req.Meta = req.Meta.Clone()
+	if req.Meta == nil {
+		req.Meta = schema.Meta{}
+	}
+	req.Meta[schema.MetaArguments] = req.Arguments
+	return nil
+}
+
+// editPaths names the processor's violations of edited arguments as the
+// body gave them: `_meta["dev.parley/arguments"].ids` becomes
+// "arguments.ids".
+func editPaths(vs []schema.Violation) []schema.Violation {
+	out := make([]schema.Violation, len(vs))
+	for i, v := range vs {
+		if rest, ok := strings.CutPrefix(v.Path, schema.EditPath); ok {
+			v.Path = "arguments" + rest
+		}
+		out[i] = v
+	}
+	return out
 }
 
 func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string) {
@@ -707,6 +755,11 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest,
 			Detail: `action must be "accept", "decline" or "cancel"`,
 			Errors: []schema.Violation{{Path: "action", Rule: `must be "accept", "decline" or "cancel"`}}})
+		return
+	}
+	if vs := req.editedArguments(); len(vs) > 0 {
+		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest,
+			Detail: vs[0].Path + ": " + vs[0].Rule, Errors: vs})
 		return
 	}
 	if !g.owned(w, r, g.owners.check(r.Context(), thread, user)) {
@@ -737,6 +790,9 @@ func (g *Gateway) publishAnswer(w http.ResponseWriter, r *http.Request, thread, 
 		return "", false
 	}
 	if d := v.rejected; d != nil {
+		if len(req.Arguments) > 0 { // named as the body named them
+			d.Errors = editPaths(d.Errors)
+		}
 		writeProblem(w, Problem{Status: rejectionStatus(d.Reason), Reason: d.Reason, Detail: d.Detail,
 			EventID: eventID, Errors: d.Errors, Title: "answer rejected: " + d.Reason})
 		return "", false

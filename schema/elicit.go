@@ -207,7 +207,10 @@ const InstructionsProperty = "instructions"
 // NewConfirmationRequest builds the confirmation elicitation for a tool call
 // (design section 4): the message comes from the registered tool definition
 // (never from model output), the call rides _meta["drupal.org/ai.tool_call"],
-// and the form asks only for optional instructions.
+// and the form asks only for optional instructions. The tool's input
+// schema rides _meta["dev.parley/input_schema"] (when at most
+// MaxEditSchemaBytes), offering the person an edit of the arguments
+// (CheckEdit).
 //
 // A tool of an MCP server that is not trusted (its definition's
 // _meta["dev.parley/mcp"] says so, see MCPTool) is worded in parley's own
@@ -228,6 +231,12 @@ func NewConfirmationRequest(tool *Tool, call ToolCall) *ElicitRequestParams {
 			msg += "\n\n" + tool.Description
 		}
 	}
+	meta := Meta{MetaToolCall: ToolCallMeta{
+		Name: call.Name, ToolID: call.ID, Arguments: call.Arguments, Annotations: ann,
+	}}
+	if is := editSchema(tool); is != nil {
+		meta[MetaInputSchema] = is
+	}
 	return &ElicitRequestParams{
 		Message: msg,
 		RequestedSchema: RequestedSchema{
@@ -239,9 +248,7 @@ func NewConfirmationRequest(tool *Tool, call ToolCall) *ElicitRequestParams {
 				},
 			},
 		},
-		Meta: Meta{MetaToolCall: ToolCallMeta{
-			Name: call.Name, ToolID: call.ID, Arguments: call.Arguments, Annotations: ann,
-		}},
+		Meta: meta,
 	}
 }
 

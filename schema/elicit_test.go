@@ -257,7 +257,7 @@ func TestNewConfirmationRequest(t *testing.T) {
 		}
 	}
 	b, _ := json.Marshal(p)
-	want := `{"message":"Allow the agent to run \"Delete entities\"?\n\nDeletes content.","requestedSchema":{"type":"object","properties":{"instructions":{"type":"string","description":"Optional instructions if you want the agent to do something differently"}}},"_meta":{"drupal.org/ai.tool_call":{"name":"delete_entities","toolId":"call_1","arguments":{"ids":[1,2]},"annotations":{"destructiveHint":true}}}}`
+	want := `{"message":"Allow the agent to run \"Delete entities\"?\n\nDeletes content.","requestedSchema":{"type":"object","properties":{"instructions":{"type":"string","description":"Optional instructions if you want the agent to do something differently"}}},"_meta":{"dev.parley/input_schema":{"type":"object"},"drupal.org/ai.tool_call":{"name":"delete_entities","toolId":"call_1","arguments":{"ids":[1,2]},"annotations":{"destructiveHint":true}}}}`
 	if string(b) != want {
 		t.Errorf("Marshal =\n%s\nwant\n%s", b, want)
 	}

@@ -614,6 +614,10 @@ func (s *chatSession) ask(id string) error {
 		return nil
 	}
 	s.answered[id] = true
+	if _, edited := res.Meta[schema.MetaArguments]; edited {
+		s.say("  → accepted with your arguments")
+		return nil
+	}
 	s.say("  → %s", actionWord(res.Action))
 	return nil
 }
@@ -645,8 +649,24 @@ func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitRes
 		}
 		s.say("  annotations: %s", describeAnnotations(tc.Annotations))
 	}
+	_, editable := req.InputSchemaOf()
 	for {
-		action, err := s.askAction("  Allow? [y/n/c] ", "allow")
+		var (
+			action schema.ElicitAction
+			err    error
+		)
+		if editable && tc != nil {
+			action, err = s.askActionOrEdit("  Allow? [y/n/c] (or e to edit the arguments) ")
+		} else {
+			action, err = s.askAction("  Allow? [y/n/c] ", "allow")
+		}
+		if action == actionEdit {
+			res, ok, err := s.editArguments(req, tc.Arguments)
+			if err != nil || ok {
+				return res, err
+			}
+			continue // back to the question, nothing sent
+		}
 		if err != nil || action != schema.ActionDecline {
 			return schema.ElicitResult{Action: action}, err
 		}
@@ -1159,6 +1179,77 @@ func indentRest(s string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// actionEdit is what askActionOrEdit returns for e: the person wants to
+// change the call's arguments before allowing it.
+const actionEdit schema.ElicitAction = "edit"
+
+// askActionOrEdit is askAction for a confirmation that takes an edit of
+// its arguments: e (edit) besides y, n and c.
+func (s *chatSession) askActionOrEdit(prompt string) (schema.ElicitAction, error) {
+	for {
+		line, err := s.readLine(prompt, false)
+		if err != nil {
+			return "", err
+		}
+		switch strings.ToLower(strings.TrimSpace(line)) {
+		case "y", "yes":
+			return schema.ActionAccept, nil
+		case "n", "no", "!decline":
+			return schema.ActionDecline, nil
+		case "c", "cancel", "!cancel":
+			return schema.ActionCancel, nil
+		case "e", "edit":
+			return actionEdit, nil
+		}
+		s.say("  please answer y (allow), n (decline) or c (cancel), or e to edit the arguments")
+	}
+}
+
+// editArguments asks for the call's new arguments (one line of JSON; an
+// empty line goes back to the question), checks them as the processor
+// will (schema.CheckEdit against the confirmation's input schema), shows
+// what will run and asks again before allowing it: ok is false when the
+// person went back, and nothing is sent then.
+func (s *chatSession) editArguments(req *schema.ElicitRequestParams, current json.RawMessage) (res schema.ElicitResult, ok bool, err error) {
+	s.say("  Type the complete arguments to run, as one line of JSON (now: %s); Enter alone goes back.", compactJSON(current))
+	for {
+		line, err := s.readLine("  arguments: ", false)
+		if err != nil {
+			return schema.ElicitResult{}, false, err
+		}
+		if line = strings.TrimSpace(line); line == "" {
+			return schema.ElicitResult{}, false, nil
+		}
+		args, err := schema.CheckEdit(req, json.RawMessage(line))
+		if err != nil {
+			for _, v := range schema.Violations(err) {
+				s.say("  ! %s: %s", "arguments"+strings.TrimPrefix(v.Path, schema.EditPath), v.Rule)
+			}
+			continue
+		}
+		s.say("  will run:    %s", prettyJSON(args, "               "))
+		action, err := s.askAction("  Allow with these arguments? [y/n/c] ", "allow with these arguments")
+		switch {
+		case err != nil:
+			return schema.ElicitResult{}, false, err
+		case action == schema.ActionAccept:
+			return schema.ElicitResult{Action: schema.ActionAccept, Meta: schema.Meta{schema.MetaArguments: args}}, true, nil
+		case action == schema.ActionCancel:
+			return schema.ElicitResult{Action: schema.ActionCancel}, true, nil
+		}
+		return schema.ElicitResult{}, false, nil // n: back to the question
+	}
+}
+
+// compactJSON is raw on one line (raw itself when it is not JSON).
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
 }
 
 // askAction asks prompt until the person types y (accept), n (decline) or

@@ -399,6 +399,28 @@ func TestChatJoinsPausedThread(t *testing.T) {
 	h.quit()
 }
 
+// e on a confirmation edits the call's arguments: an edit the tool's
+// schema refuses is named before anything is sent, and the edit allowed
+// runs exactly (one draft deleted of ten).
+func TestChatEditArguments(t *testing.T) {
+	url, ctx := startDev(t)
+	h := startChat(t, url, ctx, "chat-test-edit")
+	h.typeLine("delete the 10 draft articles")
+	h.waitFor("Allow? [y/n/c] (or e to edit the arguments) ")
+	h.typeLine("e")
+	h.waitFor("arguments: ")
+	h.typeLine(`{"ids": []}`)
+	h.waitFor("! arguments.ids: minItems")
+	h.typeLine(`{"ids": ["article-7"]}`)
+	h.waitFor(`"article-7"`)
+	h.waitFor("Allow with these arguments? [y/n/c] ")
+	h.typeLine("y")
+	h.waitFor("→ accepted with your arguments")
+	h.waitFor(`to {"ids":["article-7"]}`)
+	h.waitFor("Deleted 1 entity")
+	h.quit()
+}
+
 // With NATS down, a message is reported "not confirmed yet" (not "could
 // not send"); it arrives once the server is back (nats.go sends what was
 // published while disconnected); typing it again meanwhile resends the

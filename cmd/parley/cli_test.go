@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -46,6 +47,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "[1]"}, "--content: must be a JSON object, not an array"},
 		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "{} {}"}, "--content: must be one JSON object"},
 		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--content", "@/nonexistent/c.json"}, "--content:"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--arguments", "{\"ids\": [\"a\""}, "--arguments: must be a JSON object"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "accept", "--arguments", "[\"a\"]"}, "--arguments: must be a JSON object, not an array"},
+		{[]string{"answer", "-t", "t1", "-e", "x", "decline", "--arguments", "{}"}, "--arguments: only with accept"},
 		{[]string{"events", "-t", "a.b"}, "--thread"},
 		{[]string{"dev"}, "--nats does not apply: dev starts its own NATS server"},
 		{[]string{"demo"}, "--nats does not apply: demo starts its own NATS server"},
@@ -191,6 +195,8 @@ func TestDescribe(t *testing.T) {
 		{mustEvent(t, events.TypeElicitationRejected, events.ElicitationRejected{ElicitationID: "e1", Reason: "invalid_content", Detail: "does not fit",
 			Errors: []schema.Violation{{Path: "title", Rule: "required"}, {Path: "date", Rule: "must be a date"}}}),
 			[]string{"e1 invalid_content: does not fit | errors: title: required; date: must be a date"}},
+		{mustEvent(t, events.TypeElicitationResponded, json.RawMessage(`{"elicitationId":"e1","action":"accept","_meta":{"dev.parley/arguments":{"ids":["article-2"]}}}`)),
+			[]string{`e1 accept with changed arguments {"ids":["article-2"]}`}},
 		{mustEvent(t, events.TypeElicitationRejected, events.ElicitationRejected{ElicitationID: "e1", Reason: "already_consumed"}),
 			[]string{"e1 already_consumed"}},
 		{mustEvent(t, events.TypeTurnPaused, events.TurnPaused{TurnID: "tu1", Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "Allow?\n\nReally."}}),

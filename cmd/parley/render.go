@@ -94,6 +94,9 @@ func render(ch threadstate.Change, mode renderMode, mine bool) string {
 			b, _ := json.Marshal(d.Content)
 			content = " " + string(b)
 		}
+		if raw, ok := events.EditedArguments(ev.Data()); ok {
+			content += " with changed arguments " + compactJSON(raw)
+		}
 		by := ""
 		if who := events.EchoIdentity(ev); !who.IsZero() {
 			by = " by " + who.String()

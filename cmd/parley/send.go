@@ -181,6 +181,7 @@ type answerCmd struct {
 	Thread      string `name:"thread" short:"t" required:"" help:"Thread ID."`
 	Elicitation string `name:"elicitation" short:"e" required:"" help:"Elicitation ID (from elicitation.requested)."`
 	Content     string `name:"content" help:"Form content as a JSON object (accept; or {\"instructions\": ...} with a confirmation's decline); @FILE reads it from a file, - from standard input."`
+	Arguments   string `name:"arguments" help:"Accept a tool confirmation with changed arguments: the complete arguments to run instead of the model's, as a JSON object (e.g. '{\"ids\":[\"article-2\"]}'); @FILE reads them from a file, - from standard input. Only with accept. The processor checks them against the tool's input schema; an invalid edit is rejected naming the field (exit status 1) and the question stays open."`
 	By          string `name:"by" help:"The end user you answer for (onBehalfOf, recorded on the decision). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the answer is rejected forbidden. Default: none (recorded as your principal)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
 	deliveryFlags
@@ -200,6 +201,9 @@ func (c *answerCmd) Validate() error {
 	if strings.TrimSpace(c.Elicitation) == "" {
 		return errors.New("--elicitation: required")
 	}
+	if c.Arguments != "" && c.Action != string(schema.ActionAccept) {
+		return fmt.Errorf("--arguments: only with accept (a %s runs nothing, so it changes no arguments)", c.Action)
+	}
 	if err := c.principalFlag.check(); err != nil {
 		return err
 	}
@@ -215,6 +219,17 @@ func (c *answerCmd) Run(e *env) error {
 			return &exitError{code: exitUsage, err: fmt.Errorf("--content: %w", err)}
 		}
 		res.Content = content
+	}
+	if c.Arguments != "" {
+		args, err := readContent(c.Arguments, e.stdin)
+		if err != nil {
+			return &exitError{code: exitUsage, err: fmt.Errorf("--arguments: %w", err)}
+		}
+		raw, err := json.Marshal(args)
+		if err != nil {
+			return &exitError{code: exitUsage, err: fmt.Errorf("--arguments: %w", err)}
+		}
+		res.Meta = schema.Meta{schema.MetaArguments: json.RawMessage(raw)}
 	}
 	by := c.By
 	cl, done, err := integratorAs(e, c.Principal)
@@ -319,7 +334,7 @@ func printVerdict(w io.Writer, ev *event.Event, v *client.Verdict, asJSON bool) 
 			fmt.Fprintln(w, describe(q))
 		}
 		for _, q := range v.Questions {
-			fmt.Fprintf(w, "answer with: parley answer --thread %s --elicitation %s accept|decline|cancel [--content JSON]\n", ev.Subject(), elicitationIDOf(q))
+			fmt.Fprintf(w, "answer with: parley answer --thread %s --elicitation %s accept|decline|cancel [--content JSON] [--arguments JSON]\n", ev.Subject(), elicitationIDOf(q))
 		}
 		return
 	}

@@ -309,3 +309,90 @@ func TestEventsFollowThroughRestart(t *testing.T) {
 		t.Errorf("consumers left behind on PARLEY_CHAT: %v", names)
 	}
 }
+
+// confirmationOf sends text on thread and returns the confirmation the
+// turn pauses on.
+func confirmationOf(t *testing.T, url, thread, text string) schema.ElicitRequestParams {
+	t.Helper()
+	code, out, errOut := runCLI(t, url, "send", "-t", thread, "--json", text)
+	if code != 0 {
+		t.Fatalf("send: exit %d\n%s\n%s", code, out, errOut)
+	}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var e event.Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil && events.TypeOf(&e) == events.TypeElicitationRequested {
+			p, err := events.Data[schema.ElicitRequestParams](&e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+	t.Fatalf("send printed no confirmation:\n%s", out)
+	return schema.ElicitRequestParams{}
+}
+
+// parley answer … accept --arguments runs exactly the edited call: of
+// the drafts the model meant to delete, only article-2 goes, and the
+// final message says the person changed the arguments. An invalid edit
+// exits 1 naming the field, and the question stays open for the valid one.
+func TestAnswerWithEditedArguments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every worker")
+	}
+	url, _ := startDev(t)
+	q := confirmationOf(t, url, "edit1", "delete the draft articles")
+	id, _ := q.Meta[schema.MetaElicitationID].(string)
+	tc, err := q.Meta.ToolCall()
+	if err != nil || !strings.Contains(string(tc.Arguments), "article-4") {
+		t.Fatalf("confirmation %+v (%v), want delete_entities of the drafts", tc, err)
+	}
+
+	code, out, errOut := runCLI(t, url, "answer", "-t", "edit1", "-e", id, "accept", "--arguments", `{"ids":[]}`)
+	if code != 1 || !strings.Contains(out+errOut, `_meta["dev.parley/arguments"].ids`) || !strings.Contains(out+errOut, "still open") {
+		t.Fatalf("invalid edit: exit %d\n%s\n%s\nwant 1 naming the field, the question still open", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, url, "answer", "-t", "edit1", "-e", id, "accept", "--arguments", `{"ids":["article-2"]}`)
+	if code != 0 || !strings.Contains(out, "accepted") {
+		t.Fatalf("valid edit: exit %d\n%s\n%s", code, out, errOut)
+	}
+
+	var final events.TurnCompleted
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, out, _ := runCLI(t, url, "events", "-t", "edit1", "--json")
+		sc := bufio.NewScanner(strings.NewReader(out))
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var e event.Event
+			if json.Unmarshal(sc.Bytes(), &e) == nil && events.TypeOf(&e) == events.TypeTurnCompleted {
+				final, _ = events.Data[events.TurnCompleted](&e)
+			}
+		}
+		if final.TurnID != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no turn.completed on edit1 within 20s:\n%s", out)
+		}
+	}
+	text := final.Message.Text
+	if !strings.Contains(text, "Deleted 1 entity") || !strings.Contains(text, "article-2") || strings.Contains(text, "(article-4)") ||
+		!strings.Contains(text, `to {"ids":["article-2"]}`) {
+		t.Errorf("final message %q, want exactly article-2 deleted and the edit named", text)
+	}
+	t.Logf("final message: %s", text)
+	if d := final.Decisions; len(d) != 2 || d[1].Tool != "delete_entities" || !d[1].Edited || !strings.Contains(string(d[1].OriginalArguments), "article-4") {
+		t.Errorf("decisions %+v, want the call marked edited with the model's arguments", final.Decisions)
+	}
+	if len(final.ToolCalls) != 2 || string(final.ToolCalls[1].Arguments) != `{"ids":["article-2"]}` {
+		t.Errorf("tool calls %+v, want delete_entities run with the edit", final.ToolCalls)
+	}
+
+	// The site: article-2 is gone, the other drafts are still there.
+	tc2, _ := confirmationOf(t, url, "edit2", "delete the draft articles").Meta.ToolCall()
+	if args := string(tc2.Arguments); strings.Contains(args, `"article-2"`) || !strings.Contains(args, `"article-4"`) {
+		t.Errorf("drafts after the edited delete: %s, want all but article-2", args)
+	}
+}

@@ -13,6 +13,7 @@ const META = {
   status: "drupal.org/ai.status_item",
   widgets: "drupal.org/ai.widgets",
   mcpServer: "dev.parley/mcp_server",
+  inputSchema: "dev.parley/input_schema",
 };
 
 const T = {
@@ -525,7 +526,7 @@ function unsettle(card) {
 // you, 14:02"; the reply's first line follows when its turn completes.
 function answered(card, action, who, time) {
   const tc = card.classList.contains("confirmation");
-  const word = action === "accept" ? (tc ? "Allowed" : "Answered") : action === "decline" ? "Declined" : "Cancelled";
+  const word = action === "accept" ? (tc ? (card.dataset.edited === "true" ? "Allowed with changes" : "Allowed") : "Answered") : action === "decline" ? "Declined" : "Cancelled";
   settle(card, word + " by " + who + ", " + hhmm(time));
   if (!state.awaiting.includes(card)) state.awaiting.push(card);
 }
@@ -644,6 +645,141 @@ async function checkDeleted(ids) {
   if (found) markDeleted(ids.filter((id) => !found.has(id)));
 }
 
+// ---- editing a confirmed call's arguments ----------------------------------
+// A confirmation that carries the tool's input schema
+// (_meta["dev.parley/input_schema"]) may be allowed with changed
+// arguments: the edit panel has one field per property of the schema
+// (an array of strings or numbers as a list of rows), prefilled with the
+// model's arguments, and the whole object as raw JSON behind a
+// disclosure. "Allow with changes" sends them as the answer's
+// "arguments"; the processor checks them against the same schema.
+
+// EDIT_KEY is the answer's _meta key of edited arguments; EDIT_PATH how
+// the processor's refusal names them (the gateway's problem says
+// "arguments").
+const EDIT_KEY = "dev.parley/arguments";
+const EDIT_PATH = '_meta["' + EDIT_KEY + '"]';
+
+// schemaType is a property's JSON type ("string", ...), the first one that
+// is not "null" of a type list; "" when it names none.
+function schemaType(p) {
+  if (!p || typeof p !== "object") return "";
+  const t = Array.isArray(p.type) ? p.type.find((x) => x !== "null") : p.type;
+  if (t) return String(t);
+  if (Array.isArray(p.enum) && p.enum.length) return typeof p.enum[0] === "number" ? "number" : "string";
+  return "";
+}
+
+// argInput builds the control of one argument: a list of rows for an
+// array of primitives, a checkbox, a select for an enum, a number or a
+// text field; null for a shape only the raw JSON can edit.
+function argInput(name, p, v, fid) {
+  const t = schemaType(p);
+  const common = { id: fid, name: "arg:" + name, "aria-describedby": fid + "-err" };
+  if (t === "array") {
+    const it = schemaType(p.items || { type: "string" });
+    if (!["string", "number", "integer"].includes(it)) return null;
+    const list = el("div", { ...common, class: "arg-rows", role: "group", "data-kind": "rows", "data-item": it });
+    const row = (x) => {
+      const input = el("input", { type: it === "string" ? "text" : "number", step: it === "integer" ? "1" : "any", value: x === undefined ? "" : String(x), "aria-label": name + " item" });
+      const r = el("div", { class: "arg-row" }, input,
+        el("button", { type: "button", class: "remove", "data-action": "remove-item", text: "Remove", "aria-label": "Remove " + (x === undefined ? "item" : String(x)), onclick: () => r.remove() }));
+      return r;
+    };
+    for (const x of Array.isArray(v) ? v : []) list.append(row(x));
+    const add = el("button", { type: "button", "data-action": "add-item", text: "Add", onclick: () => { const r = row(undefined); add.before(r); r.querySelector("input").focus(); } });
+    list.append(add);
+    return list;
+  }
+  if (t === "boolean") return el("input", { ...common, type: "checkbox", checked: v === true });
+  if (Array.isArray(p.enum) && p.enum.every((x) => typeof x === "string")) {
+    const sel = el("select", common, el("option", { value: "", text: "— none —" }));
+    for (const x of p.enum) sel.append(el("option", { value: x, text: x, selected: v === x }));
+    return sel;
+  }
+  if (t === "number" || t === "integer") return el("input", { ...common, type: "number", step: t === "integer" ? "1" : "any", value: v === undefined ? "" : String(v) });
+  if (t === "string") return el("input", { ...common, type: "text", value: v === undefined ? "" : String(v) });
+  return null;
+}
+
+// readArg reads one argument's control; undefined when left empty.
+function readArg(input, p) {
+  const t = schemaType(p);
+  const num = (s, it) => (it === "integer" ? parseInt(s, 10) : Number(s));
+  if (input.dataset.kind === "rows") {
+    const it = input.dataset.item;
+    return [...input.querySelectorAll(".arg-row input")].map((i) => i.value.trim()).filter((x) => x !== "").map((x) => (it === "string" ? x : num(x, it)));
+  }
+  if (t === "boolean") return input.checked;
+  const v = input.value;
+  if (v === "") return undefined;
+  return t === "number" || t === "integer" ? num(v, t) : v;
+}
+
+// editPanel builds the edit of a confirmed call's arguments args under
+// the input schema is. It returns the panel and read(), which gives the
+// edited arguments or throws an Error naming what is wrong.
+function editPanel(id, args, is) {
+  const panel = el("div", { class: "edit-panel", hidden: true, role: "group", "aria-label": "Edit the arguments" });
+  panel.append(el("p", { class: "hint", text: "Change what the agent will run. Allow with changes runs exactly this." }));
+  const props = (is && typeof is.properties === "object" && is.properties) || {};
+  const required = new Set(Array.isArray(is && is.required) ? is.required : []);
+  const inputs = [];
+  for (const [name, p] of orderedProperties(props, [...required])) {
+    const fid = "a-" + id + "-" + name;
+    const input = argInput(name, p, args[name], fid);
+    if (!input) continue; // only the raw JSON edits it
+    const field = el("div", { class: "field", "data-field": "arguments." + name });
+    const label = ((p && p.title) || name) + (required.has(name) ? " (required)" : "");
+    if (input.dataset.kind === "rows") {
+      field.append(el("span", { id: fid + "-label", text: label }), input);
+      input.setAttribute("aria-labelledby", fid + "-label");
+    } else if (input.type === "checkbox") field.append(el("label", { for: fid }, input, " " + label));
+    else field.append(el("label", { for: fid, text: label }), input);
+    if (p && p.description) field.append(el("span", { class: "hint", text: String(p.description) }));
+    field.append(el("span", { class: "error", id: fid + "-err", "aria-live": "polite" }));
+    panel.append(field);
+    inputs.push([name, p, input]);
+  }
+  // A change clears its field's error (the server's rule stays until then).
+  const clear = (ev) => {
+    const f = ev.target.closest && ev.target.closest(".field");
+    if (!f) return;
+    const e = f.querySelector(".error");
+    if (e) e.textContent = "";
+    f.querySelector("[aria-invalid]")?.setAttribute("aria-invalid", "false");
+  };
+  panel.addEventListener("input", clear);
+  panel.addEventListener("click", clear);
+  const rawID = "a-" + id + "-raw";
+  const raw = el("textarea", { id: rawID, name: "arg:*", rows: 6, spellcheck: "false", "aria-describedby": rawID + "-err" });
+  raw.value = JSON.stringify(args, null, 2);
+  const details = el("details", { class: "raw-edit" }, el("summary", { text: "Edit as JSON" }),
+    el("div", { class: "field", "data-field": "arguments" }, el("label", { for: rawID, text: "Arguments (JSON object)" }), raw,
+      el("span", { class: "error", id: rawID + "-err", "aria-live": "polite" })));
+  // Opening the JSON carries the fields into it; closing it carries the
+  // JSON back into a fresh panel only through the fields' values.
+  details.addEventListener("toggle", () => { if (details.open) raw.value = JSON.stringify(fromFields(), null, 2); });
+  panel.append(details);
+  const fromFields = () => {
+    const out = { ...args };
+    for (const [name, p, input] of inputs) {
+      const v = readArg(input, p);
+      if (v === undefined || (Array.isArray(v) && !v.length && !required.has(name))) delete out[name];
+      else out[name] = v;
+    }
+    return out;
+  };
+  const read = () => {
+    if (!details.open) return fromFields();
+    let v;
+    try { v = JSON.parse(raw.value); } catch (e) { throw Object.assign(new Error("not JSON: " + e.message), { path: "arguments" }); }
+    if (!v || typeof v !== "object" || Array.isArray(v)) throw Object.assign(new Error("must be a JSON object"), { path: "arguments" });
+    return v;
+  };
+  return { panel, read, details };
+}
+
 function renderQuestion(q) {
   const meta = q._meta || {};
   const id = meta[META.elicitationID];
@@ -702,6 +838,10 @@ function renderQuestion(q) {
   // (instructions for the agent) is asked after Decline, in the decline
   // panel, and sent only with the decline.
   const declinePanel = tc ? el("div", { class: "decline-panel", hidden: true }) : null;
+  // Allow with changes: only a confirmation that carries its tool's input
+  // schema offers it (the processor checks the edit against that schema).
+  const is = tc && meta[META.inputSchema] && typeof meta[META.inputSchema] === "object" ? meta[META.inputSchema] : null;
+  const editing = is ? editPanel(id, (tc.arguments && typeof tc.arguments === "object" && !Array.isArray(tc.arguments)) ? tc.arguments : {}, is) : null;
   for (const [name, p] of orderedProperties(props, [...required])) {
     const fid = "f-" + id + "-" + name;
     const field = el("div", { class: "field", "data-field": name });
@@ -729,6 +869,7 @@ function renderQuestion(q) {
     (declinePanel || form).append(field);
   }
   if (declinePanel) form.append(declinePanel);
+  if (editing) form.append(editing.panel);
   if (!renderable) {
     // No form: the turn's restatement (turn.paused) says what is asked;
     // the person answers it in a message, or declines or cancels here.
@@ -736,9 +877,18 @@ function renderQuestion(q) {
     card.dataset.unrenderable = "true";
     card.append(el("p", { class: "note", text: "This form cannot be shown here; answer the restated question in a message, or decline or cancel it." }));
   }
-  const answer = async (action) => {
+  const answer = async (action, edit) => {
     const content = {};
     let bad = false;
+    let args;
+    if (edit) {
+      card.querySelectorAll('[data-field^="arguments"] .error').forEach((n) => { n.textContent = ""; });
+      try { args = editing.read(); } catch (e) {
+        setFieldError(card, e.path || "arguments", e.message);
+        card.querySelector("[aria-invalid=true]")?.focus();
+        return;
+      }
+    }
     // A confirmation's accept carries no content: instructions go only
     // with a decline (what the person wants instead).
     if ((action === "accept" && !tc) || (tc && action === "decline")) {
@@ -755,9 +905,11 @@ function renderQuestion(q) {
     if (bad) { card.querySelector("[aria-invalid=true]")?.focus(); return; }
     const body = { action };
     if (Object.keys(content).length) body.content = content;
+    if (args) body.arguments = args;
     card.dataset.answering = action;
     const resp = await api("POST", "/v1/threads/" + state.thread + "/elicitations/" + encodeURIComponent(id), body);
     if (resp.status === 202) {
+      if (args) card.dataset.edited = "true";
       if (!card.classList.contains("settled")) answered(card, action, "you", null);
       if (action === "accept") setWorking("Working…");
       return;
@@ -766,7 +918,15 @@ function renderQuestion(q) {
     const p = await resp.json().catch(() => ({}));
     if (p.reason === "invalid_content") {
       unsettle(card);
-      for (const e of p.errors || []) if (!setFieldError(card, e.path.replace(/^content\./, ""), e.rule)) card.querySelector(".state").textContent = e.path + ": " + e.rule;
+      for (const e of p.errors || []) {
+        // An edit's error names its argument ("arguments.ids"): the field
+        // of that argument, else the JSON.
+        const path = String(e.path || "");
+        const shown = path.startsWith("arguments")
+          ? setFieldError(card, path.split(/[.[]/).slice(0, 2).join("."), e.rule) || setFieldError(card, "arguments", path + ": " + e.rule)
+          : setFieldError(card, path.replace(/^content\./, ""), e.rule);
+        if (!shown) card.querySelector(".state").textContent = path + ": " + e.rule;
+      }
       card.querySelector("[aria-invalid=true]")?.focus();
     } else if (p.reason === "already_consumed") settle(card, "Already answered.");
     else if (p.reason === "unknown_or_expired") settle(card, "This question expired.");
@@ -800,9 +960,26 @@ function renderQuestion(q) {
       decline.focus();
     };
     const decline = el("button", { type: "button", "data-action": "decline", text: "Decline…", onclick: openDecline });
+    // Edit opens the arguments' fields; "Allow with changes" (a button,
+    // like Allow: no keystroke in a field sends it) runs exactly them.
+    const edit = editing && el("button", { type: "button", "data-action": "edit", text: "Edit…", onclick: () => {
+      editing.panel.hidden = false;
+      allow.hidden = true; edit.hidden = true; decline.hidden = true;
+      allowEdited.hidden = false; backEdit.hidden = false;
+      editing.panel.querySelector("input, select, textarea")?.focus();
+      actions.scrollIntoView({ block: "nearest" });
+    } });
+    const allowEdited = editing && el("button", { type: "button", class: destructive ? "danger" : "primary", "data-action": "accept-edited", text: "Allow with changes", hidden: true, onclick: () => answer("accept", true) });
+    const backEdit = editing && el("button", { type: "button", "data-action": "back-edit", text: "Back", hidden: true, onclick: () => {
+      editing.panel.hidden = true;
+      allow.hidden = false; edit.hidden = false; decline.hidden = false;
+      allowEdited.hidden = true; backEdit.hidden = true;
+      edit.focus();
+    } });
     const send = el("button", { type: "button", class: "primary", "data-action": "send-decline", text: "Send decline", hidden: true, onclick: () => answer("decline") });
     const back = el("button", { type: "button", "data-action": "back", text: "Back", hidden: true, onclick: closeDecline });
     actions.append(allow, decline, send, back);
+    if (editing) actions.append(edit, backEdit, allowEdited);
   } else {
     actions.append(el("button", { type: "submit", class: "primary", "data-action": "accept", text: "Submit" }));
     actions.append(el("button", { type: "button", "data-action": "decline", text: "Decline", onclick: () => answer("decline") }));
@@ -822,7 +999,9 @@ function renderQuestion(q) {
       if (!hint) form.append(hint = el("p", { class: "enter-hint", role: "status" }));
       hint.textContent = declinePanel && !declinePanel.hidden
         ? "Enter sends nothing here: press “Send decline” to send your instructions."
-        : "Enter answers nothing here: use the buttons.";
+        : editing && !editing.panel.hidden
+          ? "Enter sends nothing here: press “Allow with changes” to run your changes."
+          : "Enter answers nothing here: use the buttons.";
       hint.scrollIntoView({ block: "nearest" });
       return;
     }
@@ -1022,6 +1201,7 @@ function onEvent(ce) {
     case T.elicitCancelled: if (d.reason && /new user message/.test(d.reason)) endDraft(d.turnId, false); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Withdrawn: " + (d.reason || "no longer needed") + "."); } break;
     case T.elicitResponded: {
       const c = state.questions.get(d.elicitationId);
+      if (c && d._meta && Object.hasOwn(d._meta, EDIT_KEY)) c.dataset.edited = "true";
       if (c && !c.classList.contains("settled")) answered(c, d.action, answerer(c, d), ce.time);
       if (c && d.action === "accept") setWorking("Working…");
       break;
@@ -1030,7 +1210,13 @@ function onEvent(ce) {
       const c = state.questions.get(d.elicitationId);
       if (c && d.reason === "invalid_content") {
         unsettle(c);
-        for (const e of d.errors || []) setFieldError(c, e.path.replace(/^content\./, ""), e.rule);
+        for (const e of d.errors || []) {
+          const path = String(e.path || "");
+          if (path.startsWith(EDIT_PATH)) {
+            const a = "arguments" + path.slice(EDIT_PATH.length);
+            setFieldError(c, a.split(/[.[]/).slice(0, 2).join("."), e.rule) || setFieldError(c, "arguments", a + ": " + e.rule);
+          } else setFieldError(c, path.replace(/^content\./, ""), e.rule);
+        }
       }
       break;
     }

@@ -467,6 +467,20 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 		instr, _ := ans.Result.Content[schema.InstructionsProperty].(string)
 		if ans.Result.Action == schema.ActionAccept {
 			c.Status, c.Instructions = callNew, instr
+			if len(ans.Arguments) > 0 && !schema.SameArguments(ans.Arguments, c.Call.Arguments) {
+				// Accepted with changed arguments (checked by the
+				// processor against the confirmation's input schema):
+				// what runs is exactly what the person confirmed, and
+				// the policies decide on it again before it runs
+				// (decide, decideEdited).
+				if c.Edit == nil {
+					c.Edit = &CallEdit{OriginalArguments: c.Call.Arguments}
+				}
+				c.Edit.By = ans.AnsweredBy
+				c.Call.Arguments = ans.Arguments
+				c.Decision = nil
+				return
+			}
 			c.Decision = &events.Decision{Decision: events.DecisionAllow, Reason: "confirmed by " + who(ans),
 				Policy: c.Decision.Policy, ConfigVersion: c.Decision.ConfigVersion}
 			return
@@ -488,6 +502,37 @@ func (a *Agent) applyAnswers(run *Run, c *CallState, answers map[string]events.A
 	c.Round++
 	c.Decision = &events.Decision{Decision: events.DecisionAllow, Reason: "input provided by " + who(got[0])}
 	c.InputResponses = responses
+}
+
+// decideEdited is the decision on c given the policies' combined
+// decision d. For a call a person edited while accepting its
+// confirmation, a confirm is satisfied by that acceptance (nobody is
+// asked to confirm their own edit) unless a confirming policy set
+// Reconfirm; every other decision stands (a veto stops the edited call).
+func decideEdited(c *CallState, d *events.Decision) *events.Decision {
+	if c.Edit == nil || d.Decision != events.DecisionConfirm || c.Answer == nil || c.Answer.Result.Action != schema.ActionAccept {
+		return d
+	}
+	for _, p := range d.Policies {
+		if p.Decision == events.DecisionConfirm && p.Reconfirm {
+			return d
+		}
+	}
+	return &events.Decision{Decision: events.DecisionAllow,
+		Reason: "confirmed by " + who(*c.Answer) + " with the arguments they changed",
+		Policy: d.Policy, ConfigVersion: d.ConfigVersion}
+}
+
+// editKey tells apart the pre-execute request and the confirmation of an
+// edited call from those of the call as the model wrote it (and of
+// another edit): the edited arguments' digest, or nothing when c is not
+// edited.
+func editKey(c *CallState) []string {
+	if c.Edit == nil {
+		return nil
+	}
+	sum, _ := schema.ArgumentsSHA256(c.Call.Arguments)
+	return []string{"edited", sum}
 }
 
 // who names the answerer of a for a decision's reason.
@@ -623,6 +668,9 @@ func (a *Agent) advance(ctx context.Context, run *Run, rev uint64, dirty bool) (
 				run.Decisions = append(run.Decisions, c.record())
 			}
 			text := modelText(c.Result)
+			if n := c.editNote(); n != "" {
+				text = n + "\n" + text
+			}
 			if c.Instructions != "" {
 				text += "\nUser instructions: " + c.Instructions
 			}
@@ -698,7 +746,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 			return err
 		}
 		metrics.PolicyDecision(ctx, d.Decision, d.Policy)
-		c.Decision, c.Policy = d, d
+		c.Decision, c.Policy = decideEdited(c, d), d
 	}
 	switch c.Decision.Decision {
 	case events.DecisionAllow:
@@ -725,7 +773,7 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 			a.refuseForm(ctx, run, c, "its confirmation form", err)
 			return nil
 		}
-		id := events.DerivedID("elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), "confirm")
+		id := events.DerivedID(append([]string{"elicitation", run.RunID, c.Call.ID, fmt.Sprint(c.Round), "confirm"}, editKey(c)...)...)
 		params := *req
 		params.Meta = cloneMeta(params.Meta)
 		params.Meta[schema.MetaElicitationID] = id

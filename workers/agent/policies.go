@@ -43,9 +43,12 @@ func (a *Agent) preExecute(ctx context.Context, run *Run, c *CallState, tool *sc
 	if err := events.ValidToken("agent", run.Agent); err != nil {
 		return nil, bus.Permanent(err)
 	}
+	data := events.PreExecuteRequest{Agent: run.Agent, Thread: run.Thread, RunID: run.RunID, Call: c.Call, Tool: *tool}
+	if c.Edit != nil {
+		data.Edited = &events.EditedCall{OriginalArguments: c.Edit.OriginalArguments, By: c.Edit.By}
+	}
 	req, err := events.KindPreExecuteRequested.New(events.SourceAgent,
-		events.DerivedID("pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)), run.Thread,
-		events.PreExecuteRequest{Agent: run.Agent, Thread: run.Thread, RunID: run.RunID, Call: c.Call, Tool: *tool})
+		events.DerivedID(append([]string{"pre_execute", run.RunID, c.Call.ID, fmt.Sprint(c.Round)}, editKey(c)...)...), run.Thread, data)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +273,7 @@ func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
 	dec.DisallowUnknownFields()
 	var in events.PolicyDecision
 	if err := dec.Decode(&in); err != nil {
-		return d, fmt.Errorf("data: %w (a policy answers only policy, decision, reason and configVersion)", err)
+		return d, fmt.Errorf("data: %w (a policy answers only policy, decision, reason, configVersion and reconfirm)", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return d, errors.New("data: unexpected data after the JSON object")

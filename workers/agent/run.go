@@ -100,6 +100,37 @@ type CallState struct {
 	// person's answer to a confirmation.
 	Policy *events.Decision `json:"policy,omitempty"`
 	Answer *events.Answer   `json:"answer,omitempty"`
+	// Edit is set once a person accepted the confirmation with changed
+	// arguments (events.Answer.Arguments): Call.Arguments are theirs from
+	// then on, and Edit keeps the model's.
+	Edit *CallEdit `json:"edit,omitempty"`
+}
+
+// CallEdit records that a person changed a call's arguments when
+// accepting its confirmation.
+type CallEdit struct {
+	// OriginalArguments are the model's arguments (the first ones, if the
+	// person edited more than once).
+	OriginalArguments json.RawMessage `json:"originalArguments"`
+	// By is who accepted with the change, as authenticated.
+	By events.Identity `json:"by,omitzero"`
+}
+
+// MaxEditNoteArgumentsBytes bounds each of the two argument objects the
+// model reads in the note on an edited call (editNote); a longer one is
+// cut, ending "…".
+const MaxEditNoteArgumentsBytes = 2 << 10
+
+// editNote tells the model that a person changed c's arguments, from what
+// to what, so it does not report the call as the one it asked for; "" for
+// a call not edited.
+func (c *CallState) editNote() string {
+	if c.Edit == nil {
+		return ""
+	}
+	return fmt.Sprintf("The user changed the arguments of %s before confirming it, from %s to %s, so it ran with the user's arguments.",
+		c.Call.Name, cutText(string(c.Edit.OriginalArguments), MaxEditNoteArgumentsBytes, ""),
+		cutText(string(c.Call.Arguments), MaxEditNoteArgumentsBytes, ""))
 }
 
 // addEffect records that the tool-executor ran c and returned c.Result.
@@ -108,7 +139,11 @@ func (r *Run) addEffect(c *CallState) {
 		r.EffectsOmitted++
 		return
 	}
-	r.Effects = append(r.Effects, events.NewToolEffect(c.Call, c.Result, modelText(c.Result)))
+	text := modelText(c.Result)
+	if n := c.editNote(); n != "" {
+		text += "\n" + n // after the result: its first line stays the summary
+	}
+	r.Effects = append(r.Effects, events.NewToolEffect(c.Call, c.Result, text))
 }
 
 // outcomeEffects is what an outcome event of r says ran: r.Effects, then
@@ -165,6 +200,12 @@ func (c *CallState) record() events.DecisionRecord {
 	}
 	if a := c.Answer; a != nil {
 		r.ElicitationID, r.Action, r.AnsweredBy, r.AnsweredAt = a.ElicitationID, a.Result.Action, a.AnsweredBy, a.AnsweredAt
+	}
+	if e := c.Edit; e != nil {
+		r.Edited, r.OriginalArguments = true, e.OriginalArguments
+		if len(r.OriginalArguments) > events.MaxEffectArgumentsBytes {
+			r.OriginalArguments, _ = json.Marshal(map[string]string{"omitted": fmt.Sprintf("%d bytes of arguments", len(e.OriginalArguments))})
+		}
 	}
 	return r
 }

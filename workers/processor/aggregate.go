@@ -386,12 +386,46 @@ func planWithdraw(t *Thread, by string, now time.Time) pauseOutcome {
 // answerGrowth is how many bytes consuming el with result (answer id from
 // who at now) adds to the thread record's JSON: what counts against the
 // answerRoom the paused turn reserved for it.
-func answerGrowth(el *Elicitation, result schema.ElicitResult, who events.Identity, id string, now time.Time) int {
+func answerGrowth(el *Elicitation, result schema.ElicitResult, edited json.RawMessage, who events.Identity, id string, now time.Time) int {
 	before, _ := json.Marshal(el)
 	c := *el
 	c.Status, c.Result, c.AnsweredBy, c.AnsweredAt, c.ResponseEventID = StatusConsumed, &result, who, now.UTC(), id
+	c.Arguments = edited
 	after, _ := json.Marshal(&c)
 	return len(after) - len(before)
+}
+
+// takeEdit takes the edited arguments (_meta["dev.parley/arguments"])
+// out of an answer result r, normalized, for the confirmation req: on an
+// accept they are checked (schema.CheckEdit) and returned canonical, or
+// nil when they equal the call's own arguments (no edit); vs names the
+// field and rule when they are not valid. (normalizeAnswer already
+// dropped them from a decline or cancel.) The result keeps no copy.
+func takeEdit(r *schema.ElicitResult, req *schema.ElicitRequestParams) (edited json.RawMessage, vs []schema.Violation) {
+	v, ok := r.Meta[schema.MetaArguments]
+	if !ok {
+		return nil, nil
+	}
+	r.Meta = r.Meta.Clone()
+	delete(r.Meta, schema.MetaArguments)
+	if len(r.Meta) == 0 {
+		r.Meta = nil
+	}
+	raw, isRaw := v.(json.RawMessage)
+	if !isRaw {
+		var err error
+		if raw, err = json.Marshal(v); err != nil {
+			return nil, []schema.Violation{{Path: schema.EditPath, Rule: err.Error()}}
+		}
+	}
+	canon, err := schema.CheckEdit(req, raw)
+	if err != nil {
+		return nil, schema.Violations(err)
+	}
+	if tc, err := req.Meta.ToolCall(); err == nil && tc != nil && schema.SameArguments(tc.Arguments, canon) {
+		return nil, nil
+	}
+	return canon, nil
 }
 
 // normalizeAnswer applies the MCP action's rules before an answer is
@@ -401,8 +435,20 @@ func answerGrowth(el *Elicitation, result schema.ElicitResult, who events.Identi
 // content["instructions"] when it fits the form's property. Content is
 // validated only on accept (by the caller).
 func normalizeAnswer(r schema.ElicitResult, req *schema.ElicitRequestParams) (out schema.ElicitResult, dropped []string) {
+	if r.Action != schema.ActionAccept {
+		if _, ok := r.Meta[schema.MetaArguments]; ok {
+			// Only an accept may change a call: a decline or cancel is
+			// honoured as it is, its edit dropped.
+			r.Meta = r.Meta.Clone()
+			delete(r.Meta, schema.MetaArguments)
+			if len(r.Meta) == 0 {
+				r.Meta = nil
+			}
+			dropped = append(dropped, schema.EditPath)
+		}
+	}
 	if r.Action == schema.ActionAccept || r.Content == nil {
-		return r, nil
+		return r, dropped
 	}
 	out = r
 	out.Content = nil
@@ -506,7 +552,13 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 		v.reason, v.detail = events.RejectInvalidContent, "the answer does not fit the requested schema; "+questionState(t, in.ElicitationID, now)
 		return v
 	}
-	if n := answerGrowth(el, result, who, id, now); n > answerRoom {
+	edited, vs := takeEdit(&result, &el.Request)
+	if len(vs) > 0 {
+		v.errors = vs
+		v.reason, v.detail = events.RejectInvalidContent, "the edited arguments are not valid for the tool; "+questionState(t, in.ElicitationID, now)
+		return v
+	}
+	if n := answerGrowth(el, result, edited, who, id, now); n > answerRoom {
 		v.errors = []schema.Violation{{Path: "content", Rule: fmt.Sprintf(
 			"%d bytes as the thread stores the answer (JSON, escapes included) is over the limit of %d", n, answerRoom)}}
 		v.reason, v.detail = events.RejectInvalidContent, "the answer is too large; "+questionState(t, in.ElicitationID, now)
@@ -526,6 +578,7 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 	el.AnsweredBy = who
 	el.AnsweredAt = now.UTC()
 	el.ResponseEventID = id
+	el.Arguments = edited
 	if result.Action == schema.ActionCancel {
 		// Cancel ends the iteration: the turn's other questions are
 		// withdrawn, not left waiting.

@@ -286,7 +286,7 @@ func recordAtEveryBound(t *testing.T, n int) (*Thread, bool) {
 			return map[string]any{"a": strings.Repeat("a", plain), "b": esc(min((k-plain)/6, events.MaxAnswerField))}
 		}
 		growth := func(k int) int {
-			return answerGrowth(th.Paused.Find(el.ID), schema.ElicitResult{Action: schema.ActionAccept, Content: content(k)}, who, id(200+i), now)
+			return answerGrowth(th.Paused.Find(el.ID), schema.ElicitResult{Action: schema.ActionAccept, Content: content(k)}, nil, who, id(200+i), now)
 		}
 		best, lo, hi := -1, 0, 4*answerRoom
 		for lo <= hi {

@@ -358,6 +358,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidContent,
 			"the answer is too large; "+state, vs)
 	}
+	// Edited arguments are read as sent (numbers as written), not as the
+	// generic decoding of _meta has them (applyAnswer checks them).
+	if raw, ok := events.EditedArguments(e.Data()); ok {
+		in.Meta = in.Meta.Clone()
+		in.Meta[schema.MetaArguments] = raw
+	}
 	var (
 		v   answerVerdict
 		rec *pauseRecord
@@ -547,7 +553,7 @@ func (p *Processor) publishResume(ctx context.Context, t *Thread, rec *pauseReco
 		ids = append(ids, el.ID)
 		if el.Status == StatusConsumed && el.Result != nil {
 			answers = append(answers, events.Answer{ElicitationID: el.ID, Result: *el.Result,
-				AnsweredBy: el.AnsweredBy, AnsweredAt: el.AnsweredAt})
+				AnsweredBy: el.AnsweredBy, AnsweredAt: el.AnsweredAt, Arguments: el.Arguments})
 		}
 	}
 	e, err := events.KindRunResumed.New(events.SourceProcessor,

@@ -49,6 +49,12 @@ type Elicitation struct {
 	AnsweredAt time.Time       `json:"answeredAt,omitzero"`
 	// ResponseEventID is the elicitation.responded event that consumed it.
 	ResponseEventID string `json:"responseEventId,omitempty"`
+	// Arguments are the edited arguments of a confirmation accepted with
+	// changes (schema.CheckEdit: canonical, checked against the
+	// confirmation's input schema), handed to the agent as
+	// events.Answer.Arguments: the call runs with these. Absent when the
+	// person did not change the arguments.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // PausedTurn is a turn waiting for the user: Thread.Paused. It stays in
