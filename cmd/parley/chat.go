@@ -18,13 +18,11 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/parley-dev/parley/client"
 	"github.com/parley-dev/parley/client/threadstate"
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
-	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
 // chatCmd is `parley chat`: a line-based terminal chat on one thread. Each
@@ -1045,11 +1043,13 @@ func (s *chatSession) namedEntities(args json.RawMessage) []string {
 	return out
 }
 
-// entityTitles returns a lookup of site entity titles by ID, read from
-// the built-in site's bucket (parley_content, key entity.<id>) when there
-// is one; it never creates the bucket. Each lookup waits at most a second.
+// entityTitles returns a lookup of site entity titles by ID, asked of
+// the entity lookup service (parley.lookup.entities, the request-reply the
+// gateway's GET /v1/lookup/entities uses; client.EntityTitle), never a
+// tool's storage. Each lookup waits at most a second; an unknown ID, or
+// no lookup service, gives "" (the ID alone is shown); an answer is
+// remembered, so a confirmation naming an entity again asks no more.
 func entityTitles(ctx context.Context, cl *client.Client) func(string) string {
-	var kv jetstream.KeyValue
 	cache := map[string]string{}
 	return func(id string) string {
 		if t, ok := cache[id]; ok {
@@ -1057,22 +1057,10 @@ func entityTitles(ctx context.Context, cl *client.Client) func(string) string {
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if kv == nil {
-			var err error
-			if kv, err = cl.Bus().JetStream().KeyValue(lctx, builtin.DefaultBucket); err != nil {
-				return ""
-			}
+		title, err := cl.EntityTitle(lctx, id)
+		if err == nil {
+			cache[id] = title
 		}
-		var title string
-		if entry, err := kv.Get(lctx, "entity."+id); err == nil {
-			var e struct {
-				Title string `json:"title"`
-			}
-			if json.Unmarshal(entry.Value(), &e) == nil {
-				title = e.Title
-			}
-		}
-		cache[id] = title
 		return title
 	}
 }

@@ -37,7 +37,6 @@ type demo struct {
 	url     string
 	authDir string // the principals' nkey seeds
 	client  *client.Client
-	site    *builtin.Site
 	items   <-chan client.Item
 	out     io.Writer // transcript (stdout, or discarded with --json)
 	note    io.Writer // scenario headings and verdicts
@@ -54,8 +53,8 @@ func (c *demoCmd) Run(e *env) error {
 	}
 	defer os.RemoveAll(dir)
 	// Like parley dev, the demo runs every role on its own credentials
-	// (its driver, which also creates the streams and the demo site, is
-	// the operator).
+	// (its driver, which also creates the streams, is the operator; the
+	// tool-executor opens the demo site).
 	authDir := filepath.Join(dir, "auth")
 	if _, err := natsauth.Init(authDir, natsauth.Roles()); err != nil {
 		return err
@@ -139,8 +138,7 @@ func (c *demoCmd) Run(e *env) error {
 }
 
 // connect connects the demo's driver (the operator: it creates the
-// streams and the demo site) and waits until the tool-executor has
-// registered its tools.
+// streams) and waits until the tool-executor serves.
 func (d *demo) connect(ctx context.Context) (err error) {
 	nc, err := natsauth.Connect(d.url, "parley-demo", d.creds(natsauth.Admin), d.logger)
 	if err != nil {
@@ -159,13 +157,10 @@ func (d *demo) connect(ctx context.Context) (err error) {
 		return err
 	}
 	d.client = client.New(b, "/parley/demo")
-	if d.site, err = builtin.OpenSite(ctx, b.JetStream(), nil); err != nil {
-		return err
-	}
 	if d.items, err = d.client.Watch(ctx, client.WatchOptions{FromStart: true}); err != nil {
 		return err
 	}
-	return waitRegistered(ctx, d)
+	return waitServing(ctx, d)
 }
 
 // startProcessor runs a processor instance in the demo's group; stop
@@ -188,15 +183,14 @@ func (d *demo) creds(principal string) natsauth.Credentials {
 	return natsauth.Credentials{NKeyFile: filepath.Join(d.authDir, natsauth.SeedFile(principal)), Principal: principal}
 }
 
-// waitRegistered waits until the tool-executor has registered its tools.
-func waitRegistered(ctx context.Context, d *demo) error {
+// waitServing waits until the tool-executor serves: its entity lookup
+// (parley.lookup.entities) answers, which it serves only once it has
+// opened the demo site and registered its tools.
+func waitServing(ctx context.Context, d *demo) error {
 	deadline := time.Now().Add(d.cfg.Timeout)
 	for time.Now().Before(deadline) {
-		kv, err := d.client.Bus().JetStream().KeyValue(ctx, "parley_tools")
-		if err == nil {
-			if _, err := kv.Get(ctx, builtin.ToolDeleteEntities); err == nil {
-				return nil
-			}
+		if _, err := d.client.LookupEntities(ctx, events.LookupEntitiesRequest{Query: "about", Limit: 1}); err == nil {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -206,7 +200,7 @@ func waitRegistered(ctx context.Context, d *demo) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return errors.New("the tool-executor did not register its tools in time")
+	return errors.New("the tool-executor did not serve in time")
 }
 
 func (d *demo) scenario(title string, f func() error) error {
@@ -380,29 +374,53 @@ func (d *demo) createEvent() error {
 	if err := d.answer(thread, id, schema.ActionAccept, map[string]any{"title": "Launch party", "date": "2026-12-12"}); err != nil {
 		return err
 	}
-	if _, err := d.completed(thread); err != nil {
-		return err
-	}
-	ents, err := d.site.Entities(d.e.ctx)
+	tc, err := d.completed(thread)
 	if err != nil {
 		return err
 	}
-	for _, en := range ents {
-		if en.Type == builtin.TypeEvent && en.Title == "Launch party" && en.Date == "2026-12-12" {
+	// What the tool did, from the turn's events: the call ran and says
+	// what it created; then the site lists the event (entity lookup).
+	call := ran(tc, builtin.ToolCreateEvent)
+	if call == nil || call.IsError || !strings.Contains(call.Summary, `"Launch party"`) || !strings.Contains(call.Summary, "2026-12-12") {
+		return fmt.Errorf("want create_event to have created Launch party on 2026-12-12, the turn ran %+v", tc.ToolCalls)
+	}
+	found, err := d.client.LookupEntities(d.e.ctx, events.LookupEntitiesRequest{Query: "Launch party", Bundles: []string{builtin.TypeEvent}})
+	if err != nil {
+		return err
+	}
+	for _, en := range found.Entities {
+		if en.Label == "Launch party" {
 			return nil
 		}
 	}
-	return errors.New("the site has no event titled Launch party on 2026-12-12")
+	return errors.New("the site lists no event titled Launch party")
 }
 
+// ran returns the call of tool the turn ran (the last one, when it ran
+// more than once), from its turn.completed; nil when it ran none.
+func ran(tc *events.TurnCompleted, tool string) *events.ToolRan {
+	for i := len(tc.ToolCalls) - 1; i >= 0; i-- {
+		if tc.ToolCalls[i].Tool == tool {
+			return &tc.ToolCalls[i]
+		}
+	}
+	return nil
+}
+
+// drafts counts the site's draft articles, as the entity lookup lists
+// them (every article's ID contains "article").
 func (d *demo) drafts() (int, error) {
-	ents, err := d.site.Entities(d.e.ctx)
+	found, err := d.client.LookupEntities(d.e.ctx, events.LookupEntitiesRequest{Query: builtin.TypeArticle,
+		Bundles: []string{builtin.TypeArticle}, Limit: events.MaxLookupLimit})
 	if err != nil {
 		return 0, err
 	}
+	if found.Truncated {
+		return 0, fmt.Errorf("more than %d articles: cannot count the drafts", events.MaxLookupLimit)
+	}
 	n := 0
-	for _, en := range ents {
-		if en.Type == builtin.TypeArticle && en.Status == builtin.StatusDraft {
+	for _, en := range found.Entities {
+		if en.Status == builtin.StatusDraft {
 			n++
 		}
 	}
@@ -432,6 +450,9 @@ func (d *demo) deleteDrafts(stopProc1 func()) error {
 	}
 	if !strings.Contains(tc.Message.Text, "User declined execution of delete_entities: "+instructions) {
 		return fmt.Errorf("the model did not receive the decline: %q", tc.Message.Text)
+	}
+	if call := ran(tc, builtin.ToolDeleteEntities); call != nil {
+		return fmt.Errorf("declined, yet the turn ran delete_entities: %+v", *call)
 	}
 	if n, err := d.drafts(); err != nil || n != 10 {
 		return fmt.Errorf("after decline want 10 drafts, have %d (%v)", n, err)
@@ -465,6 +486,9 @@ func (d *demo) deleteDrafts(stopProc1 func()) error {
 	}
 	if !strings.Contains(tc.Message.Text, "Deleted 10") {
 		return fmt.Errorf("want the deletion confirmed, got %q", tc.Message.Text)
+	}
+	if call := ran(tc, builtin.ToolDeleteEntities); call == nil || call.IsError || !strings.HasPrefix(call.Summary, "Deleted 10 entities") {
+		return fmt.Errorf("want delete_entities to have deleted 10 entities, the turn ran %+v", tc.ToolCalls)
 	}
 	if n, err := d.drafts(); err != nil || n != 0 {
 		return fmt.Errorf("after accept want 0 drafts, have %d (%v)", n, err)
