@@ -160,7 +160,7 @@ type leaderLoss struct {
 	restartAfter time.Duration
 }
 
-// TestCluster runs parley on a 3-node NATS cluster (issue 15): every role
+// TestCluster runs parley on a 3-node NATS cluster: every role
 // twice, started at the same moment with --replicas 3 and all three URLs;
 // turns with pauses and answers; the meta leader and then the PARLEY_CHAT
 // leader SIGKILLed mid-run (each restarted 5 s later). It checks what

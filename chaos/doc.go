@@ -1,4 +1,4 @@
-// Package chaos holds parley's chaos test (issue 3): a real nats-server
+// Package chaos holds parley's chaos test: a real nats-server
 // process with JetStream file storage and two replicas of every worker
 // (processor, agent, toolexec, gate) as separate OS processes, under load,
 // while a random worker is SIGKILLed and restarted about every second and

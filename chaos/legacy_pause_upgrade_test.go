@@ -29,7 +29,7 @@ const legacyFrom = "2005973^"
 // click, a second person) reaches an old replica still running. The new
 // release never writes the legacy record, so the old replica reads the
 // question as open and accepts the second answer as well.
-func TestReviewLegacyPauseAnsweredOnBothVersions(t *testing.T) {
+func TestLegacyPauseAnsweredOnBothVersions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: builds two versions of parley")
 	}

@@ -86,7 +86,7 @@ func startRoles(t *testing.T, bin, url, logDir, tag string) (stop func()) {
 	}
 }
 
-// TestUpgradeResumesPausedTurn is issue 14's upgrade test: a turn paused by
+// TestUpgradeResumesPausedTurn is the upgrade test: a turn paused by
 // the previous version's workers (PARLEY_UPGRADE_FROM, default HEAD~1: the
 // commit before this one) is answered after every worker was replaced by
 // this version's, and completes with the answer recorded. It fails when a

@@ -8,7 +8,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Session 12 attack: a refusal names the refused event by the ID its
+// Attack on refusals: a refusal names the refused event by the ID its
 // sender chose. Answers are not ordered like messages, and an integrator
 // may read PARLEY_INPUT by sequence, so another principal (mallory) can
 // see the victim's answer ID before the processor takes the answer and

@@ -12,7 +12,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Crash review (session 12): answers racing a pause's expiry on a real
+// Answers racing a pause's expiry on a real
 // server with three processors and a one-second pause TTL. On several
 // threads a turn pauses with three questions; each question is answered
 // twice (two event IDs) at random moments around expiresAt, some threads

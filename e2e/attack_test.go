@@ -17,7 +17,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Session 12 attack, as an integrator with a NATS client: alice's message
+// Attack as an integrator with a NATS client: alice's message
 // ID is in PARLEY_CHAT (her message's echo), which every integrator
 // reads. The integrator publishes its own text on alice's thread under
 // that ID, on its own input subject and with a Nats-Msg-Id of its own (so

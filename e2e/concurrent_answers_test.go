@@ -10,7 +10,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Review of the thread aggregate on a real server with three processors:
+// The thread aggregate on a real server with three processors:
 // on several threads at once, every question of a three-question pause is
 // answered twice (a double click, two event IDs) while a new message is
 // sent, all concurrently. Per thread: at most one accepted answer per
@@ -19,7 +19,7 @@ import (
 // supersedes it and withdraws exactly the questions not yet answered, and
 // the turn never completes; a rejected answer is already_consumed or
 // (superseded) unknown_or_expired; the new message's turn completes once.
-func TestReviewConcurrentAnswersAndSupersede(t *testing.T) {
+func TestConcurrentAnswersAndSupersede(t *testing.T) {
 	s := start(t, options{gate: confirmAll, processors: 3})
 	const threads = 4
 	ids := map[string][]string{}
@@ -60,11 +60,11 @@ func TestReviewConcurrentAnswersAndSupersede(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		time.Sleep(300 * time.Millisecond)
-		checkReviewThread(t, s, th, ids[th])
+		checkAnsweredTwiceThread(t, s, th, ids[th])
 	}
 }
 
-func checkReviewThread(t *testing.T, s *system, th string, qs []string) {
+func checkAnsweredTwiceThread(t *testing.T, s *system, th string, qs []string) {
 	t.Helper()
 	accepted := map[string]int{}
 	for _, e := range s.rec.matching(th, events.TypeElicitationResponded) {

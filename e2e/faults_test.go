@@ -14,8 +14,8 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Tests of the faults of issue 8 (thread state machine under crashes and
-// races, expiry, bad input), each on a real embedded server.
+// Tests of the thread state machine under crashes and races, expiry and
+// bad input, each on a real embedded server.
 
 // completedTurns returns the turn IDs of thread's turn.completed events in
 // stream order.

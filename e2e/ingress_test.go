@@ -14,7 +14,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Issue 9 item 6: the cross-thread Nats-Msg-Id pre-claim no longer
+// The cross-thread Nats-Msg-Id pre-claim no longer
 // suppresses anything. An integrator publishes, on its own input subject,
 // a message carrying the Nats-Msg-Id that the victim thread's turn.completed
 // will have; input and output are separate streams, so the victim still
@@ -90,7 +90,7 @@ func TestEchoCannotPreclaimDerivedID(t *testing.T) {
 	}
 }
 
-// Issue 9 item 7: input on a subject that does not parse — a thread "a.b"
+// Input on a subject that does not parse — a thread "a.b"
 // (one token too many), too few tokens, a principal that is not a token —
 // is dead-lettered with the reason, never ignored.
 func TestBadInputSubjectsDeadLettered(t *testing.T) {
@@ -158,7 +158,7 @@ func TestBadInputSubjectsDeadLettered(t *testing.T) {
 	}
 }
 
-// Issue 9 item 5 on a real server: another principal answering the
+// On a real server: another principal answering the
 // thread's question is refused forbidden and consumes nothing; the owner's
 // answer then completes the turn, recorded as the owner's principal.
 func TestAnswerByAnotherPrincipalForbidden(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/parley-dev/parley/workers/toolexec/builtin"
 )
 
-// TestLargeSiteListTurnCompletes is issue 8 item 5 end to end: on a site
+// TestLargeSiteListTurnCompletes (end to end): on a site
 // of more than 1,200 entities a "list" turn completes (before, the
 // list_entities result overflowed the run checkpoint and the turn was
 // dead-lettered), and its answer says how to see the rest.
@@ -44,7 +44,7 @@ func TestLargeSiteListTurnCompletes(t *testing.T) {
 	}
 }
 
-// TestDeleteDraftsTwice is issue 8 item 13 as README shows it: after the
+// TestDeleteDraftsTwice (as README shows it): after the
 // drafts are deleted, asking again answers in plain words, records no
 // decision for the refused call, and every recorded decision has a
 // documented value.

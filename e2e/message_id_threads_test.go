@@ -11,13 +11,11 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Session 12 review (the merge of s12-crash and s12-attack), end to end.
-
 // A turn's ID derives from its message's event ID alone (clients compute
-// it), and s12-attack made the run ID the thread's own, but the events the
+// it), and the run ID is the thread's own, but were the events the
 // processor announces a turn's end with (turn.completed, turn.failed,
-// elicitation.expired, elicitation.cancelled) still take their IDs from
-// the turn ID alone, and PARLEY_CHAT drops a second event under the same
+// elicitation.expired, elicitation.cancelled) to take their IDs from
+// the turn ID alone, PARLEY_CHAT would drop a second event under the same
 // ID within its 2-minute duplicate window. The victim's turn pauses on a
 // question; the attacker reads the victim's message ID in PARLEY_CHAT and
 // sends, on a thread of its own, a message under that ID, whose turn
@@ -25,7 +23,7 @@ import (
 // completes, but its turn.completed is stored under the ID of the
 // attacker's, so the stream drops it as a duplicate and the victim's
 // thread never hears how its turn ended (its client waits for ever).
-func TestReviewSameMessageIDOnAnotherThreadDoesNotSwallowTurnEnd(t *testing.T) {
+func TestSameMessageIDOnAnotherThreadDoesNotSwallowTurnEnd(t *testing.T) {
 	s := start(t, options{})
 	victim := s.send("victim", deleteDrafts)
 	id, _ := s.question("victim", 1)

@@ -147,7 +147,7 @@ func toolIDs(req map[string]any) (results, calls []string) {
 
 func TestOpenAIToolCallSplitAcrossChunks(t *testing.T) {
 	// All progress at once: this test pins the four statuses of a step
-	// with a tool call. Since issue 10's last cut a phase shows only once
+	// with a tool call. A phase shows only once
 	// it lasts agent.DefaultProgressDelay, and against the local test
 	// server every phase here is instant, so the default would publish
 	// none (docs/events.md, "Progress"; agent TestSlowPhaseShowsProgress

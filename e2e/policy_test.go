@@ -19,7 +19,7 @@ import (
 // Two policy services answer every pre-execute request: the gate asks for
 // confirmation of the delete, a compliance gate denies it. The veto wins:
 // nobody is asked, nothing is deleted, and turn.completed records both
-// policies' answers (issue 9 item 3, "two policy services").
+// policies' answers ("two policy services").
 func TestTwoPoliciesVetoWins(t *testing.T) {
 	compliance, err := gate.ParseConfig([]byte(`{"agents":{"*":{"tools":{"delete_entities":"deny"},
 	  "deny_reasons":{"delete_entities":"deletes need a change ticket"}}}}`))
@@ -62,7 +62,7 @@ func TestTwoPoliciesVetoWins(t *testing.T) {
 
 // The normal confirm flow still deletes, and leaves the decision record
 // the tool-executor checked: the confirmed tool and arguments, every
-// policy's answer and who confirmed (issue 9 item 4).
+// policy's answer and who confirmed.
 func TestConfirmedDeleteLeavesDecisionRecord(t *testing.T) {
 	s := start(t, options{})
 	s.send("pol2", deleteDrafts)
@@ -128,7 +128,7 @@ func TestConfirmedDeleteLeavesDecisionRecord(t *testing.T) {
 }
 
 // Every policy's answer is on the agent's span, as the event
-// parley.pre_execute.decided (issue 9 item 3, "record every policy's
+// parley.pre_execute.decided ("record every policy's
 // decision").
 func TestPolicyDecisionsOnSpan(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()

@@ -247,8 +247,8 @@ func TestStateIncompatible(t *testing.T) {
 }
 
 // An event that cannot be decoded is refused like any other invalid
-// turn.requested: turn.rejected invalid_event naming the attribute (issue 8
-// item 10; the message is taken off PARLEY_INPUT), and the thread goes on.
+// turn.requested: turn.rejected invalid_event naming the attribute (the
+// message is taken off PARLEY_INPUT), and the thread goes on.
 func TestPoisonMessageRejected(t *testing.T) {
 	s := start(t, options{})
 	msg := &nats.Msg{Subject: events.InputSubject(events.PrincipalIntegrator, "p6", events.ChatTurnRequested), Data: []byte("not an event"),

@@ -288,7 +288,7 @@ func TestDecodeErrors(t *testing.T) {
 				t.Errorf("Decode error = %q, want it to contain %q", err, tt.wantErr)
 			}
 			// One verdict: the error names the attribute as a field, so a
-			// worker can reject the event naming it (issue 8 item 10).
+			// worker can reject the event naming it.
 			var ae *AttributeError
 			if !errors.As(err, &ae) {
 				t.Fatalf("Decode error %q is not an *AttributeError", err)

@@ -193,7 +193,7 @@ func TestMetaHelpers(t *testing.T) {
 	}
 }
 
-// TestSeedShapedWidgetHint is issue 8 item 12: the plan's own example of a
+// TestSeedShapedWidgetHint: the plan's own example of a
 // widget hint is accepted on an elicitation form, read back with its
 // options, and written back in the same open shape.
 func TestSeedShapedWidgetHint(t *testing.T) {

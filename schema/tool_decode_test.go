@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestDecodeToolTolerant is issue 8 item 9 at the decoding level: a string
+// TestDecodeToolTolerant (at the decoding level): a string
 // readOnlyHint makes the annotations unreadable, and the definition is read
 // without them (MCP defaults: destructive), the rule reported; a definition
 // whose name is unreadable is still an error.

@@ -424,8 +424,7 @@ func TestChatEditArguments(t *testing.T) {
 // With NATS down, a message is reported "not confirmed yet" (not "could
 // not send"); it arrives once the server is back (nats.go sends what was
 // published while disconnected); typing it again meanwhile resends the
-// same event, which JetStream drops: the thread holds it once (issue 8,
-// item 15).
+// same event, which JetStream drops: the thread holds it once.
 func TestChatUnconfirmedMessageIsSentOnceOnReconnect(t *testing.T) {
 	dir := t.TempDir()
 	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})

@@ -99,7 +99,7 @@ func chatConsumers(t *testing.T, url string) []string {
 }
 
 // send and answer wait for the processor's verdict, print it, and exit
-// non-zero on a refusal (issue 8, item 14); they leave no consumer behind.
+// non-zero on a refusal; they leave no consumer behind.
 func TestSendAndAnswerVerdicts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs every worker")
@@ -247,7 +247,7 @@ func TestSendInterruptedExits130(t *testing.T) {
 
 // `events --follow` says on stderr while it is disconnected, resumes after
 // a NATS restart without repeating or losing an event, and leaves no
-// consumer behind when it ends (issue 8 item 16, issue 15 item 2).
+// consumer behind when it ends.
 func TestEventsFollowThroughRestart(t *testing.T) {
 	dir := t.TempDir()
 	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: dir})

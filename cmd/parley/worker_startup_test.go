@@ -43,7 +43,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // A worker started before NATS waits for it, logging each try, and
-// connects once it is up (issue 15; it used to exit at once).
+// connects once it is up (it used to exit at once).
 func TestWorkerWaitsForNATS(t *testing.T) {
 	t.Parallel()
 	addr := freeAddr(t)

@@ -147,7 +147,7 @@ func TestAnonymousRefused(t *testing.T) {
 	}
 }
 
-// Every forbidden publish and subscription of the attacks in issue 9 is
+// Every forbidden publish and subscription of docs/SECURITY.md's attacks is
 // refused by the server with a permissions violation.
 func TestForbidden(t *testing.T) {
 	s := newSecured(t, "acme")

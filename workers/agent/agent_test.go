@@ -178,7 +178,7 @@ func tool(name string, readOnly bool, inputSchema string) schema.Tool {
 		Annotations: &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(readOnly)}}
 }
 
-// TestLargeToolResultStaysOutOfTheRunRecord is issue 8 item 5 in the agent:
+// TestLargeToolResultStaysOutOfTheRunRecord (in the agent):
 // a tool result of several MiB (text, thousands of blocks, a large
 // structuredContent) no longer overflows the run checkpoint. The model
 // reads the text cut with a note, the run record keeps a reduced copy with
@@ -249,7 +249,7 @@ func TestLargeToolResultStaysOutOfTheRunRecord(t *testing.T) {
 	}
 }
 
-// TestRunRecordBounded is issue 8 item 5 for history: a run handed more
+// TestRunRecordBounded (for history): a run handed more
 // history than a run record can hold (60 messages of 32 KiB) drops the
 // oldest messages and completes, instead of failing to checkpoint.
 // The model calls a tool, so the run is checkpointed before the call is
@@ -284,7 +284,7 @@ func TestRunRecordBounded(t *testing.T) {
 	}
 }
 
-// TestInvalidFormsBecomeToolErrors is issue 8 items 5 and 11: a form from
+// TestInvalidFormsBecomeToolErrors: a form from
 // a tool (input required) that is not a valid elicitation, or is oversize
 // (250 KB), is never asked: the call becomes a tool error the model reads,
 // and the run completes. (A policy sends no form at all: see
@@ -378,7 +378,7 @@ func TestFormDefaultsDowngraded(t *testing.T) {
 	}
 }
 
-// TestArgumentErrorIsNoDecision is issue 8 item 13: a call that fails
+// TestArgumentErrorIsNoDecision: a call that fails
 // argument validation is refused before policy, so it records no decision
 // (never "decision": ""), and the model reads an error phrased for a
 // person, not validator text.
@@ -431,7 +431,7 @@ func TestDecisionValuesDocumented(t *testing.T) {
 	}
 }
 
-// TestOldToolResultsShortened is issue 8 item 5 for a long run: fifteen
+// TestOldToolResultsShortened (for a long run): fifteen
 // steps of 30 KiB results would make a run record of about 700 KiB; the
 // oldest results are shortened instead and the run completes.
 func TestOldToolResultsShortened(t *testing.T) {

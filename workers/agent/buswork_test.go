@@ -15,7 +15,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// The bus work of a step with tool calls (issue 10 item 6): a read-only
+// The bus work of a step with tool calls: a read-only
 // call gets no decision record (the tool-executor never reads one for it)
 // while a call that is not read-only does, and the last tool call's
 // "finished" progress announces the model step instead of a second

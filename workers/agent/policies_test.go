@@ -28,7 +28,7 @@ func deleteTool() schema.Tool {
 	return t
 }
 
-// TestTwoPoliciesOneVetoes is issue 9 item 3: two policy services answer,
+// TestTwoPoliciesOneVetoes: two policy services answer,
 // one allow and one veto: the call is vetoed (any veto wins), and both
 // answers are recorded in the run record and the run's decisions; no
 // decision record lets the tool-executor run it.
@@ -104,7 +104,7 @@ func TestMissingExpectedPolicy(t *testing.T) {
 	}
 }
 
-// TestPolicyReplyWithConfirmationTextVetoes is issue 9 item 3: a policy
+// TestPolicyReplyWithConfirmationTextVetoes: a policy
 // reply carrying its own confirmation ("List site entities? Read-only")
 // for a delete is malformed: the call is vetoed (fail closed), the user
 // is asked nothing, and the veto says why.
@@ -128,7 +128,7 @@ func TestPolicyReplyWithConfirmationTextVetoes(t *testing.T) {
 	}
 }
 
-// TestConfirmationWordedByTheAgent is issue 9 items 3 and 4: on confirm
+// TestConfirmationWordedByTheAgent: on confirm
 // the question comes from the registered definition and the exact call;
 // after the person's accept the agent records the decision (with who
 // confirmed) before dispatching, bound to the call's tool and arguments.

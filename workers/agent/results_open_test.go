@@ -13,8 +13,7 @@ import (
 
 // Eight agents starting at once on a fresh 3-node cluster all open the
 // result object store (replicas 3): create before update, retried, never a
-// racing create-or-update that times out (issue 15's fault, for the store
-// the agent added).
+// racing create-or-update that times out.
 func TestOpenResultsConcurrentOnFreshCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")

@@ -26,7 +26,7 @@ const (
 // save): the bytes written, the revision the write returned, and the
 // local monotonic time just before the write. onToolResult's first
 // attempt applies a result to a remembered record instead of reading it
-// back (issue 10 item 6: one KV read less per tool call), and only when
+// back (one KV read less per tool call), and only when
 // fresh says so. A nil *runCache remembers nothing (Options.NoRunCache).
 //
 // Why a remembered record may stand in for the bucket (the safety

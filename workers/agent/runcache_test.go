@@ -139,7 +139,7 @@ func okResult(runID, callID, text string) events.ToolResult {
 
 // The agent that checkpointed a run before dispatching its tool call
 // applies the call's result, on its first delivery, without reading the
-// run record back (issue 10 item 6: one KV read less per turn).
+// run record back (one KV read less per turn).
 func TestFirstResultReadsNoRunRecord(t *testing.T) {
 	r := newRig(t, oneCall("look", `{}`), allowAll, tool("look", true, `{"type":"object"}`))
 	reads := r.runReads(t)

@@ -94,7 +94,7 @@ func TestGatingMatrixOverTheBus(t *testing.T) {
 
 // strictDecision decodes a reply as the closed PolicyDecision contract:
 // the gate's answer carries a decision only, never a confirmation's text
-// or arguments (issue 9 item 3).
+// or arguments.
 func strictDecision(t *testing.T, reply *event.Event) events.PolicyDecision {
 	t.Helper()
 	if events.TypeOf(reply) != events.TypePreExecuteDecided {
@@ -154,7 +154,7 @@ func waitGate(t *testing.T, srv *bustest.Server) {
 	t.Fatal("gate did not come up within 5s")
 }
 
-// TestUnreadableAnnotationConfirms is issue 8 item 9 at the gate: a
+// TestUnreadableAnnotationConfirms (at the gate): a
 // pre-execute request whose tool definition has "readOnlyHint": "true" (a
 // string) is answered — the annotation counts as absent, so by_annotation
 // asks for confirmation — instead of an error reply that fails every turn.

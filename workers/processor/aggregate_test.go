@@ -71,7 +71,7 @@ func queueIDs(t *Thread) []string {
 	return ids
 }
 
-// Issue 8 item 1: a late run.paused (or completion) of a turn that moved
+// A late run.paused (or completion) of a turn that moved
 // past it is stale; the thread's state is never rewound.
 func TestClassifyRunOutcomes(t *testing.T) {
 	turn := turnOf("m1")
@@ -141,13 +141,13 @@ func TestClassifyRunOutcomes(t *testing.T) {
 	}
 }
 
-// Issue 8 items 2 and 4: the ordering rule. Messages run in stream order;
+// The ordering rule. Messages run in stream order;
 // a message already in the stream when the turn paused queues behind it; a
 // later one supersedes it and joins the end of the queue, whose head runs
 // first.
 func TestApplyMessageOrdering(t *testing.T) {
 	// settledPaused is a thread paused on a turn whose answers are all in
-	// but not yet resumed (an earlier version resumed in a write of its
+	// but not yet resumed (the old format resumed in a write of its
 	// own, after the paused record's).
 	settledPaused := func() *Thread {
 		th := pausedOn(running(), 10, 1, "q1")
@@ -263,7 +263,7 @@ func TestSupersedeWithFullQueueRefuses(t *testing.T) {
 	}
 }
 
-// Issue 8 item 3: a withdrawal an earlier version stored in its own paused
+// A withdrawal stored in the old format, in its own paused
 // record (and died before recording the thread) is announced by the
 // redelivered message, not made again.
 func TestPlanWithdraw(t *testing.T) {
@@ -279,7 +279,7 @@ func TestPlanWithdraw(t *testing.T) {
 		!slices.Equal(r.Withdrawn, []string{"q2", "q3"}) || !r.Settled() {
 		t.Fatalf("first withdraw: %+v paused=%+v", po, r)
 	}
-	// An earlier version stored that and died; the message is redelivered.
+	// An old-format processor stored that and died; the message is redelivered.
 	if po = planWithdraw(th, "m2", now); !slices.Equal(po.cancelled, []string{"q2", "q3"}) {
 		t.Errorf("redelivered withdraw = %+v, want the stored withdrawn list", po)
 	}
@@ -289,7 +289,7 @@ func TestPlanWithdraw(t *testing.T) {
 		th.Paused.WithdrawnBy != "" {
 		t.Errorf("withdraw at expiresAt = %+v, want expired", po)
 	}
-	// An earlier version's pause whose record is gone: nothing to name.
+	// An old-format pause whose record is gone: nothing to name.
 	th = paused()
 	th.Paused = nil
 	if po = planWithdraw(th, "m2", now); po.expired != nil || po.cancelled != nil {
@@ -305,7 +305,7 @@ func TestPlanWithdraw(t *testing.T) {
 	}
 }
 
-// Issue 8 item 6: an expiry names only the questions still open, and
+// An expiry names only the questions still open, and
 // only the expiry of the pause record the thread is paused on ends it.
 func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	th := pausedOn(running("m2"), 10, 2, "q1", "q2")
@@ -332,7 +332,7 @@ func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	if err := applyExpiry(th, pauseKey("t", 10), time.Now()); !errors.Is(err, kvstate.ErrNoChange) {
 		t.Errorf("second expiry = %v, want ErrNoChange", err)
 	}
-	// An earlier version's pause (no paused turn in the thread) ends with
+	// An old-format pause (no paused turn in the thread) ends with
 	// the expiry of its record, keyed by the thread.
 	legacy := pausedOn(running(), 10, 1, "q1")
 	legacy.Paused = nil
@@ -341,7 +341,7 @@ func TestExpiryListsOnlyOpenQuestions(t *testing.T) {
 	}
 }
 
-// Issue 8 item 8: decline and cancel are always honoured; stray content is
+// Decline and cancel are always honoured; stray content is
 // dropped, a confirmation's decline keeps its instructions.
 func TestNormalizeAnswer(t *testing.T) {
 	form := &schema.ElicitRequestParams{Message: "When?", RequestedSchema: schema.RequestedSchema{

@@ -18,7 +18,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Session 12 attack: a share covers the questions of the owner's messages
+// Attack on shares: a share covers the questions of the owner's messages
 // sent after it; a question of a message sent before the share stays the
 // owner's (docs/openapi.yaml, shareThread; e2e TestGatewayShares). Here
 // alice's next message carries the share to the processor while her
@@ -178,7 +178,7 @@ func TestInvalidMessageDoesNotReorderEarlierMessages(t *testing.T) {
 }
 
 // Every part of the thread record at its bound at once, each filled to
-// the byte (TestReviewThreadRecordAtEveryBound fills each to within a
+// the byte (TestThreadRecordAtEveryBound fills each to within a
 // few hundred bytes and asks 20 questions): the active turn's agent at
 // 128 bytes, the stream sequences at 20 digits, the paused turn at
 // exactly MaxPausedBytes with as many questions as fit (each one's ID is

@@ -19,7 +19,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Crash and race attacks on the paused-turn state machine (session 12):
+// Crash and race attacks on the paused-turn state machine:
 // each test names the guarantee it attacks and the bad moment it dies at.
 
 // workQueue is PARLEY_INPUT as awaitPredecessors reads it: a work queue,

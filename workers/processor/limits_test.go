@@ -9,7 +9,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Issue 9 item 7: an input whose subject does not parse is a permanent
+// An input whose subject does not parse is a permanent
 // failure naming the rule (the runner dead-letters it with that reason),
 // never ignored.
 func TestInputOnBadSubjectDeadLettered(t *testing.T) {
@@ -35,7 +35,7 @@ func TestInputOnBadSubjectDeadLettered(t *testing.T) {
 	}
 }
 
-// Issue 9 item 7: the whole turn.requested is bounded, blocks and _meta
+// The whole turn.requested is bounded, blocks and _meta
 // too, not only the text: message_too_large, and nothing reaches the
 // thread record.
 func TestOversizedBlocksRejected(t *testing.T) {
@@ -59,7 +59,7 @@ func TestOversizedBlocksRejected(t *testing.T) {
 	}
 }
 
-// Issue 9 item 7: an answer's content is bounded per field (a decline's
+// An answer's content is bounded per field (a decline's
 // instructions) and in all: invalid_content naming the field, the
 // question still open; a normal answer then works.
 func TestOversizedInstructionsRejected(t *testing.T) {

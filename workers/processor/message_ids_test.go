@@ -13,8 +13,9 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Session 12 review of the merge of s12-crash and s12-attack: where the two
-// changes meet in the processor's state machine.
+// Message IDs in the processor's state machine: a stranger's message under
+// an ID the thread knows, and a party's message under the ID of the running
+// turn's own outcome.
 
 // deliverAs hands e (a turn.requested of thread t) published by principal
 // at PARLEY_INPUT sequence seq, delivered the n-th time, to the processor.
@@ -38,9 +39,9 @@ func turnEvent(t *testing.T, id, subject string, in events.TurnRequested) *event
 }
 
 // FIFO and no lost message, against a stranger's message under an ID the
-// thread handled (s12-attack refuses it, silently, and records its
-// sequence; s12-crash drops a redelivery at or below the thread's last
-// sequence as a message the thread recorded already). alice's m1 runs;
+// thread handled (the processor refuses it, silently, and records its
+// sequence; it drops a redelivery at or below the thread's last sequence
+// as a message the thread recorded already). alice's m1 runs;
 // her m2 is in PARLEY_INPUT, its processor died holding it. mallory reads
 // m1's ID in PARLEY_CHAT and publishes her own message under it (valid,
 // invalid or forbidden). The predecessor check takes an ID the thread
@@ -48,7 +49,7 @@ func turnEvent(t *testing.T, id, subject string, in events.TurnRequested) *event
 // waiting for m2: its refusal records the thread's last sequence past m2,
 // and m2's redelivery is then taken for a repeat and dropped: never
 // queued, never run, no verdict.
-func TestReviewStrangerUnderHandledIDDoesNotSkipEarlierMessage(t *testing.T) {
+func TestStrangerUnderHandledIDDoesNotSkipEarlierMessage(t *testing.T) {
 	for _, kind := range []string{"valid", "invalid", "claim"} {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t)
@@ -101,14 +102,14 @@ func TestReviewStrangerUnderHandledIDDoesNotSkipEarlierMessage(t *testing.T) {
 	}
 }
 
-// No refusal names a message the thread took (s12-attack's
-// announceRefusal), also once its ID aged out of the thread's last 64
-// (s12-crash's holds: the record still names it where it put it). alice's
+// No refusal names a message the thread took (announceRefusal), also once
+// its ID aged out of the thread's last 64 (the record's holds still name
+// it where it put it). alice's
 // m1 runs; a burst of her messages (queued, then refused thread_busy)
 // pushes m1 out of Handled. mallory publishes her own message under m1's
 // ID (valid, or invalid): its refusal must not name m1, whose turn runs
 // (every reader's fold closes the message a turn.rejected names).
-func TestReviewRefusalSilentForHeldIDAgedOutOfHandled(t *testing.T) {
+func TestRefusalSilentForHeldIDAgedOutOfHandled(t *testing.T) {
 	for _, kind := range []string{"valid", "invalid"} {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t)
@@ -148,15 +149,15 @@ func TestReviewRefusalSilentForHeldIDAgedOutOfHandled(t *testing.T) {
 }
 
 // A share covers only the questions of messages sent after it
-// (s12-attack's grants), also for a paused turn an earlier version
-// stored (s12-crash's and earlier sessions' legacy adoption). alice's m1
+// (the share's grants), also for a paused turn stored in the old format
+// (legacy adoption). alice's m1
 // runs; her m2, sharing the thread with bob, is in the stream before m1's
-// turn pauses; an earlier version records the pause (its record of its
+// turn pauses; a processor writing the old format records the pause (its record of its
 // own, and a thread write that drops the grants it does not know). A new
 // processor then queues m2 behind the pause, adopting the legacy pause in
 // the same write, and bob answers m1's question: the adopted pause has no
 // grants (nil: every grant, also those made after it), so bob may.
-func TestReviewShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
+func TestShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
 	h := newHarness(t)
 	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
 	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
@@ -166,7 +167,7 @@ func TestReviewShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
 	h.inStream(2) // m2 is published before the pause
 	h.pause("m1", "p1", 10, "q1")
 	h.legacy(nil)
-	func() { // the earlier version's thread write knew no grants
+	func() { // the old format's thread write knew no grants
 		h.threads.mu.Lock()
 		defer h.threads.mu.Unlock()
 		th, _ := h.threads.load("t")
@@ -194,13 +195,13 @@ func TestReviewShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
 // The thread's recent IDs (Handled) hold the IDs its input's senders
 // chose beside those of the run outcomes it applied, and an outcome whose
 // ID is there counts as applied (a repeat). A run outcome's ID derives
-// from the run ID, which derives from the thread and the turn (s12-attack),
+// from the run ID, which derives from the thread and the turn,
 // so a party of the thread computes the ID of the running turn's
 // run.completed and sends a message under it: it queues (a party's
 // message is taken), and the turn's completion is then taken for a
 // repeat, never applied: the turn never ends, nor does anything queued
 // behind it run.
-func TestReviewMessageUnderRunOutcomeIDDoesNotWedgeTheTurn(t *testing.T) {
+func TestMessageUnderRunOutcomeIDDoesNotWedgeTheTurn(t *testing.T) {
 	h := newHarness(t)
 	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
 	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}
@@ -228,7 +229,7 @@ func TestReviewMessageUnderRunOutcomeIDDoesNotWedgeTheTurn(t *testing.T) {
 // it, bob's message made the running turn's pause count as one the thread
 // had applied already (stale): no question was asked, the turn stayed
 // running for ever, and nothing queued behind it ran.
-func TestReviewMessageUnderRunPausedIDDoesNotWedgeTheTurn(t *testing.T) {
+func TestMessageUnderRunPausedIDDoesNotWedgeTheTurn(t *testing.T) {
 	h := newHarness(t)
 	h.p.opts.TrustedPrincipals = DefaultTrustedPrincipals
 	bob := events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "bob"}

@@ -11,7 +11,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Thread ownership (issue 9 item 5; docs/SECURITY.md). The principal of an
+// Thread ownership (docs/SECURITY.md). The principal of an
 // input is its subject's token, which the server's permissions pin to the
 // publisher's NATS user. A principal the processor trusts to speak for end
 // users (Options.TrustedPrincipals, e.g. the gateway) may name the end user

@@ -51,7 +51,7 @@ func turnRejectedFor(h *harness, id string) string {
 	return ""
 }
 
-// Issue 9 item 5: another principal answers alice's question → forbidden,
+// Another principal answers alice's question → forbidden,
 // nothing consumed; the real answer still works and is recorded as alice's
 // (through the gateway, which is trusted to name her).
 func TestAnswerFromAnotherPrincipalForbidden(t *testing.T) {
@@ -97,7 +97,7 @@ func TestAnswerFromAnotherPrincipalForbidden(t *testing.T) {
 	}
 }
 
-// Issue 9 item 5: an untrusted principal's self-declared answeredBy is
+// An untrusted principal's self-declared answeredBy is
 // refused, never recorded as that user; without it the answer counts as
 // the principal's own.
 func TestSelfDeclaredAnsweredByNotRecorded(t *testing.T) {
@@ -128,7 +128,7 @@ func TestSelfDeclaredAnsweredByNotRecorded(t *testing.T) {
 	}
 }
 
-// Issue 9 item 5: a message from a party the thread does not belong to is
+// A message from a party the thread does not belong to is
 // refused forbidden before anything is touched: the paused turn keeps its
 // questions and nothing is queued; a party the owner shared the thread
 // with may answer, but not share it further.
@@ -184,7 +184,7 @@ func TestLegacyChatSequencesIgnored(t *testing.T) {
 	}
 	h.pause("m1", "p1", 10, "q1")
 	th, rev, _ := h.threads.Load(h.ctx, "t")
-	th.InputSeqs, th.LastTurnSeq, th.PauseMark = false, 500, 500 // as an older version wrote it
+	th.InputSeqs, th.LastTurnSeq, th.PauseMark = false, 500, 500 // as the old format wrote it
 	if _, err := h.threads.Save(h.ctx, th, rev); err != nil {
 		t.Fatal(err)
 	}

@@ -207,7 +207,7 @@ func newHarness(t *testing.T) *harness {
 	return &harness{t: t, p: p, pub: pub, chat: chat, pauses: pauses, threads: mem, ctx: t.Context()}
 }
 
-// legacy turns thread t's paused turn into what an earlier version
+// legacy turns thread t's paused turn into what the old format
 // stored: the thread paused without it, and the paused turn a record of
 // its own under the thread ID (legacyPauseFormat), which change may edit.
 // The processor's caches forget both.
@@ -327,7 +327,7 @@ func (h *harness) runsStarted() []string {
 	return turns
 }
 
-// Issue 8 item 1 at the handler: the first run.paused of a turn handled
+// At the handler: the first run.paused of a turn handled
 // again after the turn paused a second time and completed changes nothing
 // and announces nothing; the thread's next turn pauses normally.
 func TestHandlerLatePauseIgnored(t *testing.T) {
@@ -360,7 +360,7 @@ func TestHandlerLatePauseIgnored(t *testing.T) {
 	}
 }
 
-// Issue 8 items 2 and 4 at the handler: m2 is in the stream before m1's
+// At the handler: m2 is in the stream before m1's
 // turn pauses (handled after the pause, it still queues); m3, sent after
 // the pause, supersedes it, and m2 runs before m3.
 func TestHandlerQueueAndSupersedeInStreamOrder(t *testing.T) {
@@ -398,20 +398,20 @@ func TestHandlerQueueAndSupersedeInStreamOrder(t *testing.T) {
 	}
 }
 
-// Issue 8 item 3 at the handler: the superseding message fails between
-// storing the withdrawal and announcing it (or an earlier version, which
+// At the handler: the superseding message fails between
+// storing the withdrawal and announcing it (or an old-format processor, which
 // stored the withdrawal in a record of its own, died after that write);
 // its redelivery announces elicitation.cancelled.
 func TestHandlerSupersedeAnnouncedOnRedelivery(t *testing.T) {
-	for _, failAt := range []string{"withdrawn by an earlier version, thread not recorded", "recorded, not announced"} {
+	for _, failAt := range []string{"withdrawn in the old format, thread not recorded", "recorded, not announced"} {
 		t.Run(failAt, func(t *testing.T) {
 			h := newHarness(t)
 			if err := h.message("m1", 1); err != nil {
 				t.Fatal(err)
 			}
 			h.pause("m1", "p1", 10, "q1")
-			if failAt == "withdrawn by an earlier version, thread not recorded" {
-				// What an earlier version that died after its paused
+			if failAt == "withdrawn in the old format, thread not recorded" {
+				// What an old-format processor that died after its paused
 				// record's write left behind.
 				h.legacy(func(l *legacyPause) {
 					l.Elicitations[0].Status = StatusCancelled
@@ -442,7 +442,7 @@ func TestHandlerSupersedeAnnouncedOnRedelivery(t *testing.T) {
 	}
 }
 
-// Issue 8 item 6 at the handler: after one of two questions is answered,
+// At the handler: after one of two questions is answered,
 // the expiry names only the other.
 func TestHandlerExpiryListsOnlyPending(t *testing.T) {
 	h := newHarness(t)
@@ -465,7 +465,7 @@ func TestHandlerExpiryListsOnlyPending(t *testing.T) {
 	}
 }
 
-// A turn an earlier version paused (its paused turn a record of its own
+// A turn paused in the old format (its paused turn a record of its own
 // under the thread ID) is adopted: its answer resumes it with that
 // record's snapshot, and the thread then holds the paused turn; another
 // legacy pause ends with its record's expiry.

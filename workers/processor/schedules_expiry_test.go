@@ -41,7 +41,7 @@ func expiryDelivery(key string, h nats.Header) *bus.Delivery {
 // a pause, any turn of the thread that has run longer than PARLEY_AGENT's
 // duplicate window got its run stored a second time (the agent calls the
 // model again and re-dispatches the step's tool calls).
-func TestReviewMarkerOfAnExpiryIsNoExpiry(t *testing.T) {
+func TestMarkerOfAnExpiryIsNoExpiry(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestReviewMarkerOfAnExpiryIsNoExpiry(t *testing.T) {
 // stored run.paused (bus.Delivery.Stored), the same on every delivery,
 // so the redelivery's record is refused by its expiry (kvstate.ErrExpired),
 // with a per-key TTL and with a message schedule alike.
-func TestReviewScheduledRecordWrittenOnce(t *testing.T) {
+func TestScheduledRecordWrittenOnce(t *testing.T) {
 	for _, schedules := range []bool{false, true} {
 		t.Run(fmt.Sprintf("schedules=%v", schedules), func(t *testing.T) {
 			_, js := bustest.NewServer(t).JetStream(t)

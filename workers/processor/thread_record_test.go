@@ -16,7 +16,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// Review of the thread aggregate (the paused turn in the thread record):
+// Attacks on the thread aggregate (the paused turn in the thread record):
 // each test names the guarantee it attacks.
 
 // rawEvent is events.NewWithID with data encoded as a client that does
@@ -63,7 +63,7 @@ func (h *harness) rejectedIDs() []string {
 // redelivered once the pause's time is up: the accepted answer must not
 // be rejected, and the turn must not be left running with no run to
 // finish it (it resumes, or fails and frees the thread).
-func TestReviewWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
+func TestWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
 	for _, how := range []string{"record expired", "past ExpiresAt, record still there"} {
 		t.Run(how, func(t *testing.T) {
 			h := newHarness(t)
@@ -120,7 +120,7 @@ func TestReviewWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
 // The thread record must fit the KV value limit (1 MiB): the history's
 // bound is measured in raw text, but the record stores JSON, where each
 // '<', '>' and '&' (HTML-escaped by encoding/json) takes 6 bytes.
-func TestReviewHistoryFitsAsJSON(t *testing.T) {
+func TestHistoryFitsAsJSON(t *testing.T) {
 	h := newHarness(t)
 	text := strings.Repeat("<", events.MaxMessageText-100)
 	for i := range 12 {
@@ -161,7 +161,7 @@ func storedBytes(h *harness) int {
 // KV value limit (an answer too large as stored is rejected
 // invalid_content and its question stays open), and an answer of
 // events.MaxAnswerBytes as received without escapes is accepted.
-func TestReviewPausedAnswersFitAsJSON(t *testing.T) {
+func TestPausedAnswersFitAsJSON(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
@@ -233,7 +233,7 @@ func (h *harness) sendRaw(id string, seq uint64, text string) {
 // queue while the paused turn is still in the record, so it must count
 // against the queue's bound like any other; else a full queue, a large
 // paused turn and one superseding message overflow the 1 MiB KV value.
-func TestReviewSupersedeKeepsRecordUnderLimit(t *testing.T) {
+func TestSupersedeKeepsRecordUnderLimit(t *testing.T) {
 	h := newHarness(t)
 	plain := strings.Repeat("a", events.MaxMessageText-256)
 	var seq, runSeq uint64
@@ -282,7 +282,7 @@ const answerRoomForTest = events.MaxAnswerBytes + 1<<10
 // messages with long IDs take the record past the KV value limit. Either
 // such a message is rejected (naming the id) or the record stays under
 // the limit.
-func TestReviewLongEventIDsKeepRecordUnderLimit(t *testing.T) {
+func TestLongEventIDsKeepRecordUnderLimit(t *testing.T) {
 	h := newHarness(t)
 	for i := range 20 {
 		id := fmt.Sprintf("%s-%d", strings.Repeat("x", 64<<10), i)
@@ -308,7 +308,7 @@ func TestReviewLongEventIDsKeepRecordUnderLimit(t *testing.T) {
 // A crash between the expiry's thread write and elicitation.expired is
 // finished by the marker's redelivery, however late it comes (every
 // processor down for a while): the announcement must not be lost.
-func TestReviewExpiryAnnouncedOnLateRedelivery(t *testing.T) {
+func TestExpiryAnnouncedOnLateRedelivery(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ func TestReviewExpiryAnnouncedOnLateRedelivery(t *testing.T) {
 // bounds (with answers to every question), the remembered event IDs at
 // MaxEventIDBytes, and the owner and every share at the longest user name,
 // all of it with characters encoding/json escapes.
-func TestReviewThreadRecordAtEveryBound(t *testing.T) {
+func TestThreadRecordAtEveryBound(t *testing.T) {
 	esc := func(n int) string { return strings.Repeat("<", n) }
 	who := events.Identity{Principal: strings.Repeat("p", 128), OnBehalfOf: esc(maxOnBehalfOf)}
 	// The longest event IDs admitted, of characters JSON escapes.
@@ -445,7 +445,7 @@ func TestReviewThreadRecordAtEveryBound(t *testing.T) {
 // by nothing else, and the turn's settled paused turn stays in the record
 // beside it, so a long reply takes the thread record past the KV value
 // limit. The reply's start must stay in the history.
-func TestReviewLongReplyKeepsRecordUnderLimit(t *testing.T) {
+func TestLongReplyKeepsRecordUnderLimit(t *testing.T) {
 	h := newHarness(t)
 	h.sendRaw("m1", 1, "go")
 	turn := events.DerivedID("turn", "m1")
@@ -468,7 +468,7 @@ func TestReviewLongReplyKeepsRecordUnderLimit(t *testing.T) {
 }
 
 // A reply cut to fit the history is cut at a character boundary.
-func TestReviewCutKeepsCharacters(t *testing.T) {
+func TestCutKeepsCharacters(t *testing.T) {
 	var th Thread
 	th.Append(schema.ChatMessage{Role: schema.RoleAssistant, Text: strings.Repeat("é<", 100<<10)})
 	m := th.History[0]
@@ -482,7 +482,7 @@ func TestReviewCutKeepsCharacters(t *testing.T) {
 // and before the thread's write is redelivered later: the record (written
 // once) keeps the first attempt's expiry, so the thread must record that
 // one too, not a later one the record's TTL does not cover.
-func TestReviewRedeliveredPauseKeepsRecordExpiry(t *testing.T) {
+func TestRedeliveredPauseKeepsRecordExpiry(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
@@ -502,12 +502,12 @@ func TestReviewRedeliveredPauseKeepsRecordExpiry(t *testing.T) {
 	}
 }
 
-// An earlier version consumed the last answer of a pause in the paused
+// An old-format processor consumed the last answer of a pause in the paused
 // record's write and resumed in a thread write of its own; it died
 // between them (an upgrade). A message sent then must not silently
 // supersede a turn whose answers are all in: the answer's redelivery
 // resumes it, and the message runs after it.
-func TestReviewLegacySettledPauseNotDroppedBySupersede(t *testing.T) {
+func TestLegacySettledPauseNotDroppedBySupersede(t *testing.T) {
 	h := newHarness(t)
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)

@@ -149,7 +149,7 @@ func (r *siteRig) firstIDs(t *testing.T, n int) json.RawMessage {
 	return raw
 }
 
-// TestForgedCallsAreNotRun is issue 9 item 4: each forged call is
+// TestForgedCallsAreNotRun: each forged call is
 // dead-lettered with its reason, the agent gets an isError result (the
 // turn goes on), and nothing is deleted; the decided call runs.
 func TestForgedCallsAreNotRun(t *testing.T) {

@@ -21,7 +21,7 @@ func addEvents(t *testing.T, s *Site, n int) {
 	}
 }
 
-// TestListEntitiesPages is issue 8 item 5 at the tool: list_entities
+// TestListEntitiesPages (at the tool): list_entities
 // answers in pages of at most limit entities (default DefaultListLimit), so
 // its result stays small on a site of 1,230 entities, and following
 // nextCursor visits every matching entity exactly once.
