@@ -10,4 +10,10 @@
 // PARLEY_RUNS (work queue; parley.agent.run.completed|paused|failed),
 // PARLEY_TOOLS (work queue; parley.tool.call.>), PARLEY_DLQ (limits;
 // parley.dlq.>).
+//
+// It owns the streams' definitions and every JetStream and OpenTelemetry
+// call of the workers. Of parley's packages it imports only events,
+// internal/health and internal/metrics; it must not import kvstate, client,
+// gateway, a worker or a composition root (internal/layers checks the
+// direction of imports).
 package bus

@@ -55,4 +55,6 @@
 //
 // It is skipped with -short. Worker and server logs are kept under the
 // test's temporary directory; their paths are printed when the test fails.
+//
+// Test-only: it may import any of parley's packages, and nothing imports it.
 package chaos

@@ -18,6 +18,13 @@
 // an answer's acceptance, a thread's pending questions and where a message
 // without a verdict stands all come from those events (folded by
 // threadstate), never from a worker's bucket. Session follows one thread.
+//
+// It owns the integrator's side of the wire (publishing input, verdicts,
+// watching a thread, request-reply lookups) and keeps no state of its own:
+// it reads no worker's or tool's bucket. Of parley's packages it imports
+// only bus, client/threadstate, events, internal/natsauth and schema; it
+// must not import kvstate, gateway, a worker or a composition root
+// (internal/layers checks the direction of imports).
 package client
 
 import (

@@ -7,4 +7,8 @@
 // The package opens no connection and imports no NATS client: headers are a
 // plain map[string][]string that converts to nats.Header. docs/events.md is
 // the catalog a person reads.
+//
+// Of parley's packages it imports only schema; it must not import NATS, bus,
+// kvstate, a worker or a composition root (internal/layers checks the
+// direction of imports).
 package events

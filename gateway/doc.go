@@ -40,4 +40,10 @@
 // and answer through the same paths as the JSON routes.
 //
 // The routes are listed in Routes and documented in docs/openapi.yaml.
+//
+// It owns the HTTP API, the web chat's files and the gateway's thread claims
+// (parley_gateway_threads). Of parley's packages it imports only bus,
+// client, client/threadstate, events, internal/health, kvstate and schema;
+// it must not import a worker or a composition root (internal/layers checks
+// the direction of imports).
 package gateway

@@ -17,6 +17,13 @@
 // Library errors are translated at this boundary: ErrNotFound, ErrConflict
 // (a revision-checked write lost a race) and ErrIncompatible (a stored
 // record of a format this code does not read).
+//
+// It owns the buckets' configurations and the revision-checked reads and
+// writes of their records, not what a record means (the workers do). Of
+// parley's packages it imports only bus (its retry policy and permanent-
+// error type), events, internal/health and schema; it must not import a
+// worker, client, gateway or a composition root (internal/layers checks the
+// direction of imports).
 package kvstate
 
 import "errors"

@@ -1,6 +1,10 @@
 // Package model is the model-provider boundary of the agent: a Provider
 // completes a conversation with text or tool calls. Scripted is the
 // deterministic provider driven by a rules file (tests, demos, offline use).
+//
+// It owns the Provider contract and the scripted provider. Of parley's
+// packages it imports only schema, and nothing of NATS (internal/layers
+// checks the direction of imports).
 package model
 
 import (

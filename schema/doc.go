@@ -14,4 +14,8 @@
 // for real, reserved _meta prefixes, tool-confirmation content) and the
 // registry of parley's own _meta keys (drupal.org/ai.*). These are the only
 // copy of the rules: workers and `parley validate` call them.
+//
+// It owns the value shapes and their rules, and does no I/O. It imports no
+// other parley package and nothing of NATS (internal/layers checks the
+// direction of imports).
 package schema

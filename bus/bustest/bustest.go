@@ -1,5 +1,7 @@
 // Package bustest runs an embedded NATS server with JetStream for tests, as
 // net/http/httptest does for HTTP. Import it only from _test.go files.
+//
+// It imports no other parley package.
 package bustest
 
 import (

@@ -9,6 +9,10 @@
 //
 // Every event is decoded once, here: Apply returns a Change that carries
 // the decoded payload, for a renderer to show without decoding again.
+//
+// It owns the fold, a pure function of events: it imports only events and
+// schema of parley's packages, and nothing of NATS (internal/layers checks
+// the direction of imports).
 package threadstate
 
 import (

@@ -7,6 +7,9 @@
 //	parley validate ...              check MCP shapes
 //
 // Flags can also be set with PARLEY_* environment variables (see --help).
+//
+// It is a composition root: it may import any of parley's packages, and
+// nothing imports it.
 package main
 
 import (

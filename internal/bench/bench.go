@@ -8,6 +8,9 @@
 // no-op tools, and next to them a minimal program of the same operation mix
 // written with nats.go only (the floor). The Report holds parley's figures,
 // the floor's and their ratios; WriteTable prints them.
+//
+// It is a composition root: it may import any of parley's packages; only
+// cmd/parley imports it.
 package bench
 
 import (

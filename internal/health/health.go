@@ -13,6 +13,10 @@
 // and is not stalled (it has pending or unacknowledged messages and its
 // delivered and ack-floor sequences have not moved for StallAfter), from
 // metrics.Consumers.
+//
+// Of parley's packages it imports only internal/metrics; it must not import
+// bus, kvstate, a worker or a composition root (internal/layers checks the
+// direction of imports).
 package health
 
 import (

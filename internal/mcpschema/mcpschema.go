@@ -11,6 +11,8 @@
 // <dir>/2025-06-18/schema.json, <dir>/2025-11-25/schema.json, ...
 // <dir> is $PARLEY_MCP_SCHEMAS, or shared/mcp beside the checkout
 // (../shared/mcp from the module root).
+//
+// Of parley's packages it imports only internal/testskip.
 package mcpschema
 
 import (

@@ -20,6 +20,11 @@
 // Instruments are created from the meter provider installed with Use
 // (Setup installs one); until then they are no-ops, so a worker without
 // metrics configured pays almost nothing.
+//
+// It owns the instruments' names, units and attributes. Of parley's packages
+// it imports only events and model (for the names of event types and failure
+// reasons); it must not import bus, kvstate, a worker or a composition root
+// (internal/layers checks the direction of imports).
 package metrics
 
 import (

@@ -17,6 +17,9 @@
 // (https://docs.nats.io/reference/reference-protocols/nats_api_reference),
 // measured by running every role against a server with these permissions
 // (TestRolesDoTheirJob).
+//
+// It owns the principals' permissions. It imports no other parley package
+// (internal/layers checks the direction of imports).
 package natsauth
 
 import (

@@ -1,5 +1,7 @@
 // Package natsserver runs an embedded nats-server with JetStream, for
 // `parley dev`, `parley demo` and `parley bench`.
+//
+// It imports no other parley package.
 package natsserver
 
 import (

@@ -16,6 +16,9 @@
 // stopping the group; and the wait for the others is bounded by
 // Options.DrainTimeout, a role still running after it being reported
 // rather than waited for forever.
+//
+// It is a composition root: it may import any of parley's packages; only
+// cmd/parley and internal/bench import it.
 package starter
 
 import (

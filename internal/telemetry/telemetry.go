@@ -3,6 +3,8 @@
 // exporter when OTEL_EXPORTER_OTLP_ENDPOINT (or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set. Standard OTEL_* variables
 // (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER) apply.
+//
+// It imports no other parley package.
 package telemetry
 
 import (

@@ -21,6 +21,8 @@
 // else to /dev/tty; else to the binary's stderr (shown with -v). With -v
 // or -json it is part of the test output. A cached result ("ok (cached)")
 // runs no test binary and prints no block: `go test -count=1` runs again.
+//
+// It imports no other parley package.
 package testskip
 
 import (

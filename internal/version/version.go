@@ -2,6 +2,8 @@
 // version and the version-control state Go stamped into the binary
 // (runtime/debug.ReadBuildInfo), with an override set by the release
 // build's linker flags.
+//
+// It imports no other parley package.
 package version
 
 import (

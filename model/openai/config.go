@@ -6,6 +6,9 @@
 // with backoff honouring Retry-After, never retries another 4xx, trims
 // history that does not fit the model's context by a documented policy,
 // and keeps no state between calls.
+//
+// Of parley's packages it imports only model and schema, and nothing of NATS
+// (internal/layers checks the direction of imports).
 package openai
 
 import (

@@ -13,4 +13,11 @@
 // any veto wins, then any confirm — docs/POLICY.md).
 // Writes: parley_decisions (key <run>.<call>.<round>), the decision record
 // of every call before it is dispatched, which the tool-executor checks.
+//
+// It owns the run: its checkpoints (parley_runs), the results store and the
+// decision records it writes (parley_decisions). Of parley's packages it
+// imports only bus, events, internal/metrics, kvstate, model and schema; it
+// must not import another worker (processor, toolexec, gate), client,
+// gateway or a composition root (internal/layers checks the direction of
+// imports).
 package agent

@@ -7,6 +7,11 @@
 // "gate" by default), so replicas share the load and other policy
 // services (other names) answer next to it; agents wait for the policies
 // they expect (docs/POLICY.md).
+//
+// It owns its gating configuration and no state. Of parley's packages it
+// imports only bus, events and schema; it must not import kvstate, another
+// worker, client, gateway or a composition root (internal/layers checks the
+// direction of imports).
 package gate
 
 import (

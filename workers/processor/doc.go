@@ -23,4 +23,9 @@
 // differently is taken again on a fresh read, so any number of replicas
 // may run. Pause records are never rewritten, so a cached one is current
 // while it lives.
+//
+// Of parley's packages it imports only bus, events, internal/metrics,
+// kvstate and schema; it must not import another worker (agent, toolexec,
+// gate), client, gateway or a composition root (internal/layers checks the
+// direction of imports).
 package processor

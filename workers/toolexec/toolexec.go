@@ -46,6 +46,13 @@
 // decision_mismatch. A refused call is dead-lettered at once with the
 // reason, and the agent gets an isError result saying it was not run, so
 // the turn goes on instead of waiting.
+//
+// It owns the tool registry's definitions it writes (parley_tools) and the
+// recorded results of the calls it ran (parley_tool_results). Of parley's
+// packages it imports only bus, events, internal/metrics, kvstate, schema
+// and workers/toolexec/builtin; it must not import another worker
+// (processor, agent, gate), client, gateway or a composition root
+// (internal/layers checks the direction of imports).
 package toolexec
 
 import (

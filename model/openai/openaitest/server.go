@@ -2,6 +2,8 @@
 // for tests: it answers each request with the next scripted Reply —
 // a recorded server-sent-event stream, an HTTP error, or a stream cut
 // mid-way — and records the requests it got.
+//
+// It imports no other parley package.
 package openaitest
 
 import (

@@ -36,4 +36,10 @@
 // re-executed call cannot create a second event. A call ID reused for a
 // different call (other tool, arguments or answers) gets an IsError result
 // and no effect, never the other call's result.
+//
+// It owns the demo site's bucket (parley_content) and its ledger; no other
+// package reads them (clients ask the entity lookup). Of parley's packages
+// it imports only bus, events, kvstate and schema; it must not import
+// workers/toolexec, another worker, client, gateway or a composition root
+// (internal/layers checks the direction of imports).
 package builtin

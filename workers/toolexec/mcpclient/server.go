@@ -16,6 +16,12 @@
 // (toolexec.ReportProgress); a server's elicitation/create during a call,
 // and an MCP 2026-07-28 input-required result, pause the turn through
 // parley's input-required path (bridge.go).
+//
+// It owns the MCP client sessions to the configured servers. Of parley's
+// packages it imports only bus, events, schema, workers/toolexec and
+// workers/toolexec/builtin; it must not import another worker, client,
+// gateway or a composition root (internal/layers checks the direction of
+// imports).
 package mcpclient
 
 import (
