@@ -44,11 +44,7 @@ func (listEntities) Definition() schema.Tool {
   },
   "additionalProperties": false
 }`),
-		Annotations: &schema.ToolAnnotations{
-			Title:         "List site entities",
-			ReadOnlyHint:  schema.Bool(true),
-			OpenWorldHint: schema.Bool(false),
-		},
+		Annotations: readOnlyAnnotations("List site entities"),
 	}
 }
 
@@ -150,11 +146,7 @@ func (getEntity) Definition() schema.Tool {
   },
   "additionalProperties": false
 }`),
-		Annotations: &schema.ToolAnnotations{
-			Title:         "Get a site entity",
-			ReadOnlyHint:  schema.Bool(true),
-			OpenWorldHint: schema.Bool(false),
-		},
+		Annotations: readOnlyAnnotations("Get a site entity"),
 	}
 }
 
@@ -238,18 +230,11 @@ func choiceRequest(title string, candidates []Entity) *schema.InputRequiredResul
 
 // chosen handles the retry that answers choiceRequest.
 func (t getEntity) chosen(ctx context.Context, req Request) (Result, error) {
-	st, ok := decodeState(req.RequestState, ToolGetEntity)
-	if !ok {
-		return errorResult("invalid requestState: not from a get_entity question"), nil
+	st, content, r := accepted(req, ToolGetEntity, choiceKey, "No entity chosen")
+	if r != nil {
+		return *r, nil
 	}
-	answer, ok := req.InputResponses[choiceKey]
-	if !ok {
-		return errorResult("missing input response %q", choiceKey), nil
-	}
-	if answer.Action != schema.ActionAccept {
-		return errorResult("No entity chosen: the user answered %q.", answer.Action), nil
-	}
-	id, _ := answer.Content["id"].(string)
+	id, _ := content["id"].(string)
 	if id == "" {
 		return errorResult("invalid input response: id: required, one of %s", strings.Join(st.IDs, ", ")), nil
 	}

@@ -102,6 +102,49 @@ func errorResult(format string, args ...any) Result {
 	return callResult(schema.ErrorResult(fmt.Sprintf(format, args...)))
 }
 
+// accepted reads the answer a retry of tool carries to its question key:
+// the request state tool issued and the answer's content; or, as r, the
+// error result to return: a request state not from tool, no answer under
+// key, or an answer other than accept (worded "<refused>: the user
+// answered <action>.").
+func accepted(req Request, tool, key, refused string) (st requestState, content map[string]any, r *Result) {
+	fail := func(format string, args ...any) (requestState, map[string]any, *Result) {
+		res := errorResult(format, args...)
+		return requestState{}, nil, &res
+	}
+	st, ok := decodeState(req.RequestState, tool)
+	if !ok {
+		return fail("invalid requestState: not from a %s question", tool)
+	}
+	answer, ok := req.InputResponses[key]
+	if !ok {
+		return fail("missing input response %q", key)
+	}
+	if answer.Action != schema.ActionAccept {
+		return fail("%s: the user answered %q.", refused, answer.Action)
+	}
+	return st, answer.Content, nil
+}
+
+// readOnlyAnnotations are the MCP annotations of a built-in tool that
+// changes nothing (readOnlyHint true, a closed world).
+func readOnlyAnnotations(title string) *schema.ToolAnnotations {
+	return &schema.ToolAnnotations{Title: title, ReadOnlyHint: schema.Bool(true), OpenWorldHint: schema.Bool(false)}
+}
+
+// writeAnnotations are the MCP annotations of a built-in tool that
+// changes the site (readOnlyHint false, a closed world), every hint
+// spelled out.
+func writeAnnotations(title string, destructive, idempotent bool) *schema.ToolAnnotations {
+	return &schema.ToolAnnotations{
+		Title:           title,
+		ReadOnlyHint:    schema.Bool(false),
+		DestructiveHint: schema.Bool(destructive),
+		IdempotentHint:  schema.Bool(idempotent),
+		OpenWorldHint:   schema.Bool(false),
+	}
+}
+
 // argError is a tool failure naming an argument.
 func argError(field, rule string) Result {
 	return errorResult("invalid arguments: %s: %s", field, rule)

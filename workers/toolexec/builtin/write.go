@@ -34,13 +34,7 @@ func (createEvent) Definition() schema.Tool {
   },
   "additionalProperties": false
 }`),
-		Annotations: &schema.ToolAnnotations{
-			Title:           "Create an event",
-			ReadOnlyHint:    schema.Bool(false),
-			DestructiveHint: schema.Bool(false),
-			IdempotentHint:  schema.Bool(false),
-			OpenWorldHint:   schema.Bool(false),
-		},
+		Annotations: writeAnnotations("Create an event", false, false),
 	}
 }
 
@@ -100,20 +94,14 @@ func (t createEvent) Call(ctx context.Context, req Request) (Result, error) {
 	}
 	where := "invalid arguments"
 	if req.RequestState != "" || len(req.InputResponses) > 0 {
-		if _, ok := decodeState(req.RequestState, ToolCreateEvent); !ok {
-			return errorResult("invalid requestState: not from a create_event question"), nil
-		}
-		answer, ok := req.InputResponses[detailsKey]
-		if !ok {
-			return errorResult("missing input response %q", detailsKey), nil
-		}
-		if answer.Action != schema.ActionAccept {
-			return errorResult("No event created: the user answered %q.", answer.Action), nil
+		_, content, r := accepted(req, ToolCreateEvent, detailsKey, "No event created")
+		if r != nil {
+			return *r, nil
 		}
 		where = "invalid input response"
 		var okT, okD bool
-		title, okT = answer.Content["title"].(string)
-		date, okD = answer.Content["date"].(string)
+		title, okT = content["title"].(string)
+		date, okD = content["date"].(string)
 		switch {
 		case !okT:
 			return errorResult("%s: title: required, a string", where), nil
@@ -212,6 +200,39 @@ func idsOf(es []Entity) []string {
 	return ids
 }
 
+// onIDs runs a call of tool (publish_entities, delete_entities) on the
+// entity IDs of req's arguments, once (Site.once): result words the result
+// from the live entities among them (at least one) and the unknown IDs;
+// when none is live the call is noneFound(verb). apply changes one entity
+// and is called for each ID the ledger records, on the first run and on
+// every replay.
+func (s *Site) onIDs(ctx context.Context, tool, verb string, req Request,
+	result func(found []Entity, unknown []string) *schema.CallToolResult,
+	apply func(ctx context.Context, id string) error) (Result, error) {
+	ids, bad := decodeIDs(req.Arguments)
+	if bad != nil {
+		return *bad, nil
+	}
+	plan := func(ctx context.Context) (*ledgerRecord, *Result, error) {
+		found, unknown, err := s.split(ctx, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(found) == 0 {
+			return nil, noneFound(verb, unknown), nil
+		}
+		return &ledgerRecord{IDs: idsOf(found), Result: result(found, unknown)}, nil, nil
+	}
+	return s.once(ctx, tool, req, plan, func(ctx context.Context, rec *ledgerRecord) error {
+		for _, id := range rec.IDs {
+			if err := apply(ctx, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // noneFound is the result of publish_entities or delete_entities when no
 // ID names an entity: an error result with the unknown IDs, under the
 // structured key verb ("published" or "deleted") as an empty list.
@@ -233,29 +254,12 @@ func (publishEntities) Definition() schema.Tool {
 		Description: "Publish site entities (articles, pages, events) by ID: set their status to published, " +
 			"making them visible to site visitors. Entities already published stay published.",
 		InputSchema: json.RawMessage(idsSchema),
-		Annotations: &schema.ToolAnnotations{
-			Title:           "Publish site entities",
-			ReadOnlyHint:    schema.Bool(false),
-			DestructiveHint: schema.Bool(false),
-			IdempotentHint:  schema.Bool(true),
-			OpenWorldHint:   schema.Bool(false),
-		},
+		Annotations: writeAnnotations("Publish site entities", false, true),
 	}
 }
 
 func (t publishEntities) Call(ctx context.Context, req Request) (Result, error) {
-	ids, bad := decodeIDs(req.Arguments)
-	if bad != nil {
-		return *bad, nil
-	}
-	plan := func(ctx context.Context) (*ledgerRecord, *Result, error) {
-		found, unknown, err := t.s.split(ctx, ids)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(found) == 0 {
-			return nil, noneFound("published", unknown), nil
-		}
+	result := func(found []Entity, unknown []string) *schema.CallToolResult {
 		done := idsOf(found)
 		text := fmt.Sprintf("Published %s: %s.", plural(len(found), "entity", "entities"), strings.Join(done, ", "))
 		sc := map[string]any{"published": done}
@@ -268,17 +272,11 @@ func (t publishEntities) Call(ctx context.Context, req Request) (Result, error) 
 			e.Status = StatusPublished
 			content = append(content, t.s.link(e))
 		}
-		return &ledgerRecord{IDs: done, Result: &schema.CallToolResult{Content: content, StructuredContent: sc}}, nil, nil
+		return &schema.CallToolResult{Content: content, StructuredContent: sc}
 	}
-	apply := func(ctx context.Context, rec *ledgerRecord) error {
-		for _, id := range rec.IDs {
-			if err := t.s.setStatus(ctx, id, StatusPublished); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return t.s.once(ctx, ToolPublishEntities, req, plan, apply)
+	return t.s.onIDs(ctx, ToolPublishEntities, "published", req, result, func(ctx context.Context, id string) error {
+		return t.s.setStatus(ctx, id, StatusPublished)
+	})
 }
 
 // setStatus sets an entity's status with revision-checked updates, retrying
@@ -316,59 +314,35 @@ func (deleteEntities) Definition() schema.Tool {
 		Title:       "Delete site entities",
 		Description: "Delete site entities (articles, pages, events) by ID. This cannot be undone.",
 		InputSchema: json.RawMessage(idsSchema),
-		Annotations: &schema.ToolAnnotations{
-			Title:           "Delete site entities",
-			ReadOnlyHint:    schema.Bool(false),
-			DestructiveHint: schema.Bool(true),
-			IdempotentHint:  schema.Bool(true),
-			OpenWorldHint:   schema.Bool(false),
-		},
+		Annotations: writeAnnotations("Delete site entities", true, true),
 	}
 }
 
 func (t deleteEntities) Call(ctx context.Context, req Request) (Result, error) {
-	ids, bad := decodeIDs(req.Arguments)
-	if bad != nil {
-		return *bad, nil
-	}
-	plan := func(ctx context.Context) (*ledgerRecord, *Result, error) {
-		found, unknown, err := t.s.split(ctx, ids)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(found) == 0 {
-			return nil, noneFound("deleted", unknown), nil
-		}
-		done := idsOf(found)
+	result := func(found []Entity, unknown []string) *schema.CallToolResult {
 		var text strings.Builder
 		fmt.Fprintf(&text, "Deleted %s:", plural(len(found), "entity", "entities"))
 		for _, e := range found {
 			fmt.Fprintf(&text, "\n- %s", summary(e))
 		}
-		sc := map[string]any{"deleted": done}
+		sc := map[string]any{"deleted": idsOf(found)}
 		if len(unknown) > 0 {
 			fmt.Fprintf(&text, "\nUnknown IDs, not deleted: %s.", strings.Join(unknown, ", "))
 			sc["unknown"] = unknown
 		}
-		return &ledgerRecord{IDs: done, Result: &schema.CallToolResult{
-			Content:           schema.ContentList{schema.Text(text.String())},
-			StructuredContent: sc,
-		}}, nil, nil
+		return &schema.CallToolResult{Content: schema.ContentList{schema.Text(text.String())}, StructuredContent: sc}
 	}
-	apply := func(ctx context.Context, rec *ledgerRecord) error {
-		for _, id := range rec.IDs {
-			_, _, err := t.s.get(ctx, id)
-			if errors.Is(err, ErrNotFound) {
-				continue // already deleted: no second delete marker
-			}
-			if err != nil {
-				return err
-			}
-			if err := t.s.kv.Delete(ctx, entityKey(id)); err != nil {
-				return fmt.Errorf("deleting entity %s: %w", id, err)
-			}
+	return t.s.onIDs(ctx, ToolDeleteEntities, "deleted", req, result, func(ctx context.Context, id string) error {
+		_, _, err := t.s.get(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			return nil // already deleted: no second delete marker
+		}
+		if err != nil {
+			return err
+		}
+		if err := t.s.kv.Delete(ctx, entityKey(id)); err != nil {
+			return fmt.Errorf("deleting entity %s: %w", id, err)
 		}
 		return nil
-	}
-	return t.s.once(ctx, ToolDeleteEntities, req, plan, apply)
+	})
 }
