@@ -207,20 +207,26 @@ func (r *CallToolResult) Validate(tool *Tool) error {
 		vs.addf("structuredContent", "not JSON: %v", err)
 		return vs.err()
 	}
-	res := s.ValidateJSON(b)
-	if !res.IsValid() {
+	if res := s.ValidateJSON(b); !res.IsValid() {
 		var inst any
 		_ = json.Unmarshal(b, &inst)
-		var out violations
-		collectSchemaErrors(&out, res, inst)
-		if len(out) == 0 {
-			out.add("", "does not match the tool's outputSchema")
-		}
-		for _, v := range out {
-			vs.add(joinPath("structuredContent", v.Path), v.Rule)
-		}
+		vs.addSchemaFailures("structuredContent", "outputSchema", res, inst)
 	}
 	return vs.err()
+}
+
+// addSchemaFailures adds the failures of inst (the decoded instance) in
+// res under field, each at its path; a failure res names no path for is
+// "does not match the tool's <schemaField>".
+func (vs *violations) addSchemaFailures(field, schemaField string, res *jsonschema.EvaluationResult, inst any) {
+	var out violations
+	collectSchemaErrors(&out, res, inst)
+	if len(out) == 0 {
+		out.add("", "does not match the tool's "+schemaField)
+	}
+	for _, v := range out {
+		vs.add(joinPath(field, v.Path), v.Rule)
+	}
 }
 
 // applicators are keywords whose error only summarises failures of nested
@@ -375,14 +381,7 @@ func (t *Tool) ValidateArguments(args json.RawMessage) error {
 		return vs.err()
 	}
 	if res := s.ValidateJSON(args); !res.IsValid() {
-		var out violations
-		collectSchemaErrors(&out, res, inst)
-		if len(out) == 0 {
-			out.add("", "does not match the tool's inputSchema")
-		}
-		for _, v := range out {
-			vs.add(joinPath("arguments", v.Path), v.Rule)
-		}
+		vs.addSchemaFailures("arguments", "inputSchema", res, inst)
 	}
 	return vs.err()
 }
