@@ -2,7 +2,6 @@ package builtin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,15 +24,8 @@ const (
 
 type listEntities struct{ s *Site }
 
-func (listEntities) Definition() schema.Tool {
-	return schema.Tool{
-		Name:  ToolListEntities,
-		Title: "List site entities",
-		Description: "List the site's entities (articles, pages, events), optionally filtered by type, " +
-			"status and title prefix, in pages ordered by ID: at most limit entities per call (default 50, " +
-			"at most 200). When more match, the result's nextCursor continues the list: call again with the " +
-			"same filters and that cursor. Read-only: changes nothing.",
-		InputSchema: json.RawMessage(`{
+// listEntitiesSchema is the input schema of list_entities.
+const listEntitiesSchema = `{
   "type": "object",
   "properties": {
     "type": {"type": "string", "enum": ["article", "page", "event"], "description": "Only entities of this type."},
@@ -43,9 +35,15 @@ func (listEntities) Definition() schema.Tool {
     "cursor": {"type": "string", "minLength": 1, "description": "The nextCursor of the previous page, to continue the list after it."}
   },
   "additionalProperties": false
-}`),
-		Annotations: readOnlyAnnotations("List site entities"),
-	}
+}`
+
+func (listEntities) Definition() schema.Tool {
+	return definition(ToolListEntities, "List site entities",
+		"List the site's entities (articles, pages, events), optionally filtered by type, "+
+			"status and title prefix, in pages ordered by ID: at most limit entities per call (default 50, "+
+			"at most 200). When more match, the result's nextCursor continues the list: call again with the "+
+			"same filters and that cursor. Read-only: changes nothing.",
+		listEntitiesSchema, readOnlyAnnotations())
 }
 
 func (t listEntities) Call(ctx context.Context, req Request) (Result, error) {
@@ -131,23 +129,22 @@ func hasPrefixFold(s, prefix string) bool {
 
 type getEntity struct{ s *Site }
 
-func (getEntity) Definition() schema.Tool {
-	return schema.Tool{
-		Name:  ToolGetEntity,
-		Title: "Get a site entity",
-		Description: "Get one site entity (article, page or event) by ID, or by title: the title given matches " +
-			"the start of entity titles, case-insensitively; if several match, the user is asked which one. " +
-			"Give id or title. Read-only: changes nothing.",
-		InputSchema: json.RawMessage(`{
+// getEntitySchema is the input schema of get_entity.
+const getEntitySchema = `{
   "type": "object",
   "properties": {
     "id": {"type": "string", "description": "Entity ID, e.g. \"article-3\" or \"page-1\"."},
     "title": {"type": "string", "description": "The title, or its beginning (case-insensitive)."}
   },
   "additionalProperties": false
-}`),
-		Annotations: readOnlyAnnotations("Get a site entity"),
-	}
+}`
+
+func (getEntity) Definition() schema.Tool {
+	return definition(ToolGetEntity, "Get a site entity",
+		"Get one site entity (article, page or event) by ID, or by title: the title given matches "+
+			"the start of entity titles, case-insensitively; if several match, the user is asked which one. "+
+			"Give id or title. Read-only: changes nothing.",
+		getEntitySchema, readOnlyAnnotations())
 }
 
 func (t getEntity) Call(ctx context.Context, req Request) (Result, error) {

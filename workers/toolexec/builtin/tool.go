@@ -126,18 +126,25 @@ func accepted(req Request, tool, key, refused string) (st requestState, content 
 	return st, answer.Content, nil
 }
 
+// definition is a built-in tool's MCP definition; title is also its
+// annotations' title.
+func definition(name, title, description, inputSchema string, a *schema.ToolAnnotations) schema.Tool {
+	a.Title = title
+	return schema.Tool{Name: name, Title: title, Description: description,
+		InputSchema: json.RawMessage(inputSchema), Annotations: a}
+}
+
 // readOnlyAnnotations are the MCP annotations of a built-in tool that
 // changes nothing (readOnlyHint true, a closed world).
-func readOnlyAnnotations(title string) *schema.ToolAnnotations {
-	return &schema.ToolAnnotations{Title: title, ReadOnlyHint: schema.Bool(true), OpenWorldHint: schema.Bool(false)}
+func readOnlyAnnotations() *schema.ToolAnnotations {
+	return &schema.ToolAnnotations{ReadOnlyHint: schema.Bool(true), OpenWorldHint: schema.Bool(false)}
 }
 
 // writeAnnotations are the MCP annotations of a built-in tool that
 // changes the site (readOnlyHint false, a closed world), every hint
 // spelled out.
-func writeAnnotations(title string, destructive, idempotent bool) *schema.ToolAnnotations {
+func writeAnnotations(destructive, idempotent bool) *schema.ToolAnnotations {
 	return &schema.ToolAnnotations{
-		Title:           title,
 		ReadOnlyHint:    schema.Bool(false),
 		DestructiveHint: schema.Bool(destructive),
 		IdempotentHint:  schema.Bool(idempotent),

@@ -20,22 +20,21 @@ const maxTitle = 200
 
 type createEvent struct{ s *Site }
 
-func (createEvent) Definition() schema.Tool {
-	return schema.Tool{
-		Name:  ToolCreateEvent,
-		Title: "Create an event",
-		Description: "Create a new event on the site, as a draft, with a title and a date (YYYY-MM-DD). " +
-			"If either is missing, the user is asked for both. Each call creates one new event.",
-		InputSchema: json.RawMessage(`{
+// createEventSchema is the input schema of create_event.
+const createEventSchema = `{
   "type": "object",
   "properties": {
     "title": {"type": "string", "minLength": 1, "maxLength": 200, "description": "The event's title."},
     "date": {"type": "string", "format": "date", "description": "The event's day, YYYY-MM-DD."}
   },
   "additionalProperties": false
-}`),
-		Annotations: writeAnnotations("Create an event", false, false),
-	}
+}`
+
+func (createEvent) Definition() schema.Tool {
+	return definition(ToolCreateEvent, "Create an event",
+		"Create a new event on the site, as a draft, with a title and a date (YYYY-MM-DD). "+
+			"If either is missing, the user is asked for both. Each call creates one new event.",
+		createEventSchema, writeAnnotations(false, false))
 }
 
 // detailsRequest asks the user for the event's title and date, title
@@ -248,14 +247,10 @@ func noneFound(verb string, unknown []string) *Result {
 type publishEntities struct{ s *Site }
 
 func (publishEntities) Definition() schema.Tool {
-	return schema.Tool{
-		Name:  ToolPublishEntities,
-		Title: "Publish site entities",
-		Description: "Publish site entities (articles, pages, events) by ID: set their status to published, " +
+	return definition(ToolPublishEntities, "Publish site entities",
+		"Publish site entities (articles, pages, events) by ID: set their status to published, "+
 			"making them visible to site visitors. Entities already published stay published.",
-		InputSchema: json.RawMessage(idsSchema),
-		Annotations: writeAnnotations("Publish site entities", false, true),
-	}
+		idsSchema, writeAnnotations(false, true))
 }
 
 func (t publishEntities) Call(ctx context.Context, req Request) (Result, error) {
@@ -309,13 +304,9 @@ func (s *Site) setStatus(ctx context.Context, id, status string) error {
 type deleteEntities struct{ s *Site }
 
 func (deleteEntities) Definition() schema.Tool {
-	return schema.Tool{
-		Name:        ToolDeleteEntities,
-		Title:       "Delete site entities",
-		Description: "Delete site entities (articles, pages, events) by ID. This cannot be undone.",
-		InputSchema: json.RawMessage(idsSchema),
-		Annotations: writeAnnotations("Delete site entities", true, true),
-	}
+	return definition(ToolDeleteEntities, "Delete site entities",
+		"Delete site entities (articles, pages, events) by ID. This cannot be undone.",
+		idsSchema, writeAnnotations(true, true))
 }
 
 func (t deleteEntities) Call(ctx context.Context, req Request) (Result, error) {
