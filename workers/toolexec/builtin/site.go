@@ -235,14 +235,7 @@ func (s *Site) get(ctx context.Context, id string) (Entity, uint64, error) {
 // error.
 func (s *Site) Entities(ctx context.Context) ([]Entity, error) {
 	var out []Entity
-	err := s.scan(ctx, entityPrefix+">", func(key string, v []byte) error {
-		var e Entity
-		if err := json.Unmarshal(v, &e); err != nil {
-			return fmt.Errorf("decoding %s: %w", key, err)
-		}
-		out = append(out, e)
-		return nil
-	})
+	err := scanJSON(ctx, s, entityPrefix+">", func(e Entity) { out = append(out, e) })
 	if err != nil {
 		return nil, fmt.Errorf("listing entities: %w", err)
 	}
@@ -254,13 +247,8 @@ func (s *Site) Entities(ctx context.Context) ([]Entity, error) {
 // sorted by At then CallID. It returns a wrapped KV or decode error.
 func (s *Site) Ledger(ctx context.Context) ([]LedgerEntry, error) {
 	var out []LedgerEntry
-	err := s.scan(ctx, ledgerPrefix+">", func(key string, v []byte) error {
-		var r ledgerRecord
-		if err := json.Unmarshal(v, &r); err != nil {
-			return fmt.Errorf("decoding %s: %w", key, err)
-		}
+	err := scanJSON(ctx, s, ledgerPrefix+">", func(r ledgerRecord) {
 		out = append(out, LedgerEntry{CallID: r.CallID, Tool: r.Tool, IDs: r.IDs, At: r.At})
-		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing ledger: %w", err)
@@ -272,6 +260,20 @@ func (s *Site) Ledger(ctx context.Context) ([]LedgerEntry, error) {
 		return strings.Compare(a.CallID, b.CallID)
 	})
 	return out, nil
+}
+
+// scanJSON calls add with the latest value, decoded as a T, of every live
+// key of s matching filter (see Site.scan). It returns the scan's error or
+// the first value that does not decode, naming its key.
+func scanJSON[T any](ctx context.Context, s *Site, filter string, add func(T)) error {
+	return s.scan(ctx, filter, func(key string, v []byte) error {
+		var x T
+		if err := json.Unmarshal(v, &x); err != nil {
+			return fmt.Errorf("decoding %s: %w", key, err)
+		}
+		add(x)
+		return nil
+	})
 }
 
 // scan calls fn with the latest value of every live key matching filter.
