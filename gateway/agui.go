@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
@@ -77,6 +78,10 @@ const (
 	// MaxAGUIResume bounds the resume entries of one run (a turn asks a
 	// handful of questions at once).
 	MaxAGUIResume = 64
+	// MaxAGUIViolations bounds the field errors of a refused run input:
+	// the first ones are listed, so the problem does not grow with the
+	// body (thousands of bad messages).
+	MaxAGUIViolations = 32
 )
 
 // resumeVerdictWait bounds how long a resume waits for the processor's
@@ -193,7 +198,11 @@ type aguiPlan struct {
 // member and the rule (paths as in the body: "messages[2].role").
 func (in *AGUIRunInput) plan() (aguiPlan, []schema.Violation) {
 	var vs []schema.Violation
-	add := func(path, rule string) { vs = append(vs, schema.Violation{Path: path, Rule: rule}) }
+	add := func(path, rule string) {
+		if len(vs) < MaxAGUIViolations {
+			vs = append(vs, schema.Violation{Path: path, Rule: rule})
+		}
+	}
 	if err := events.ValidToken("threadId", in.ThreadID); err != nil {
 		add("threadId", err.Error())
 	}
@@ -604,7 +613,7 @@ func (a *aguiRun) toolCalls(calls []events.ToolRan) []aguiEvent {
 		if !a.started[id] {
 			out = append(out, a.openCall(id, c.Tool, c.Arguments)...)
 		}
-		content := c.Summary
+		content := toolResultContent(c.Tool, c.Summary)
 		md := map[string]any{"dev.parley/tool": c.Tool}
 		if c.IsError {
 			md["dev.parley/isError"] = true
@@ -619,6 +628,22 @@ func (a *aguiRun) toolCalls(calls []events.ToolRan) []aguiEvent {
 		delete(a.started, id)
 	}
 	return out
+}
+
+// toolResultContent is the content of the TOOL_CALL_RESULT of a call of
+// tool that ran: its summary (the first line of the tool's result, the
+// tool's words, an MCP server's too), labelled "<tool> returned: " when
+// it reads as parley's own note ("[parley: not run: declined by …]"):
+// once look-alike letters are folded (schema.FoldLookAlikes) and leading
+// marks dropped, it starts with "parley" in any case. So a result worded
+// as parley's never tells the person a call that ran did not.
+func toolResultContent(tool, summary string) string {
+	f := strings.ToLower(schema.FoldLookAlikes(summary))
+	f = strings.TrimLeftFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if strings.HasPrefix(f, "parley") {
+		return tool + " returned: " + summary
+	}
+	return summary
 }
 
 // openCall returns TOOL_CALL_START, ARGS and END for call id.

@@ -270,6 +270,12 @@ var lookAlikes = map[rune]rune{
 	'Τ': 'T', 'Υ': 'Y', 'Χ': 'X',
 }
 
+// FoldLookAlikes returns s as it reads (foldLookAlikes): in NFKC, with
+// the Cyrillic and Greek letters that look like Latin ones replaced by
+// those, and the characters that draw nothing removed. Clients use it to
+// tell whether a text from outside reads as words parley reserves.
+func FoldLookAlikes(s string) string { return foldLookAlikes(s) }
+
 // foldLookAlikes returns s in NFKC with the letters of lookAlikes
 // replaced and the characters that draw nothing (format characters such
 // as zero-width spaces and soft hyphens, and combining marks) removed, so
