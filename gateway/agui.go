@@ -935,10 +935,11 @@ func (g *Gateway) postAGUI(w http.ResponseWriter, r *http.Request, user string) 
 	if run == nil && plan.message != nil {
 		eventID := messageEventID(user, thread, plan.msgID)
 		run = newAGUIRun(thread, in.RunID, turnOfRequest(eventID), eventID)
-		if g.aguiWaiting(ctx, thread, user, run.turnID) {
+		if turn, ok := g.aguiWaiting(ctx, thread, user, plan.msgID); ok {
 			// The message's turn waits for answers (a reload that lost
-			// the interrupts): read it from the stored events, send
-			// nothing.
+			// the interrupts; a shared user's client holding the owner's
+			// message): read it from the stored events, send nothing.
+			run = newAGUIRun(thread, in.RunID, turn, "")
 			start = 0
 			plan.message = nil
 		}
@@ -1114,8 +1115,9 @@ func (g *Gateway) aguiResume(w http.ResponseWriter, r *http.Request, user string
 		}
 	}
 	// The trailing user message is the paused turn's own (the client
-	// sends the conversation again), or a new one.
-	if plan.message != nil && rs.TurnID != "" && turnOfRequest(messageEventID(user, thread, plan.msgID)) == rs.TurnID {
+	// sends the conversation again, whoever of the thread's parties sent
+	// it), or a new one.
+	if plan.message != nil && rs.TurnID != "" && turnOfMessage(user, rec, thread, plan.msgID, rs.TurnID) {
 		plan.message = nil
 	}
 	allCancelled := true
@@ -1244,20 +1246,37 @@ func (g *Gateway) pausedCalls(ctx context.Context, thread, turn string) ([]strin
 	return ids, nil
 }
 
+// turnOfMessage reports whether the AG-UI message msgID started turn
+// on thread when sent by user or by any party of the thread (t: its
+// owner and the users it is shared with): a shared user's client holds
+// the conversation the owner's message started.
+func turnOfMessage(user string, t ThreadOwner, thread, msgID, turn string) bool {
+	for _, p := range append([]string{user, t.Owner}, t.Shared...) {
+		if p != "" && turnOfRequest(messageEventID(p, thread, msgID)) == turn {
+			return true
+		}
+	}
+	return false
+}
+
 // aguiAlreadyHandled is the RUN_ERROR code of a run whose message the
 // processor had handled before (aguiHandledBefore).
 const aguiAlreadyHandled = "already_handled"
 
 // aguiWaiting reports whether the processor's record says the thread's
-// paused turn is turn (user may read the thread; false when it cannot
-// tell).
-func (g *Gateway) aguiWaiting(ctx context.Context, thread, user, turn string) bool {
+// paused turn is the one the AG-UI message msgID started (sent by user
+// or another party of the thread, turnOfMessage), and returns that turn
+// (user may read the thread; false when it cannot tell).
+func (g *Gateway) aguiWaiting(ctx context.Context, thread, user, msgID string) (string, bool) {
 	t, err := g.owners.access(ctx, thread, user, 0)
 	if err != nil {
-		return false
+		return "", false
 	}
 	rs, err := g.processorState(ctx, thread, t)
-	return err == nil && rs.State == StatePaused && rs.TurnID == turn
+	if err != nil || rs.State != StatePaused || rs.TurnID == "" || !turnOfMessage(user, t, thread, msgID, rs.TurnID) {
+		return "", false
+	}
+	return rs.TurnID, true
 }
 
 // aguiHandledBefore reports, at a heartbeat, whether run's message was
