@@ -422,7 +422,7 @@ var approvalSchema = map[string]any{
 // question's last answer was refused invalid_content, go to
 // metadata["dev.parley/errors"].
 func interruptOf(turn string, q schema.ElicitRequestParams, expires *time.Time, errs []schema.Violation) aguiEvent {
-	in := aguiEvent{"id": questionID(q), "reason": AGUIReasonInputRequired, "message": q.Message}
+	in := aguiEvent{"id": questionID(q), "reason": AGUIReasonInputRequired, "message": askedMessage(q)}
 	md := map[string]any{}
 	if len(q.Meta) > 0 {
 		md["dev.parley/_meta"] = q.Meta
@@ -449,6 +449,34 @@ func interruptOf(turn string, q schema.ElicitRequestParams, expires *time.Time, 
 		in["metadata"] = md
 	}
 	return in
+}
+
+// askedMessage is the interrupt message of question q: parley's own
+// question's message as it is; for a question an MCP server asked
+// (_meta["dev.parley/mcp_server"], set by the tool-executor) it says who
+// asks and, for a server that is not trusted, that parley cannot vouch
+// for it (as the web chat and parley chat do), then quotes the server's
+// words line by line ("> "), so they can neither end the quote nor pass
+// for parley's in a client that shows only the message.
+func askedMessage(q schema.ElicitRequestParams) string {
+	ms, err := q.Meta.MCPServer()
+	if err == nil && ms == nil {
+		return q.Message
+	}
+	var msg string
+	switch {
+	case err != nil:
+		msg = "Asked by an MCP server whose name is unreadable: parley cannot vouch for this question or for what the server does with the answer."
+	case !ms.Trusted:
+		msg = fmt.Sprintf("Asked by MCP server %q, which is not trusted: parley cannot vouch for this question or for what the server does with the answer.", ms.Name)
+	default:
+		msg = fmt.Sprintf("Asked by MCP server %q.", ms.Name)
+	}
+	msg += " Its words:"
+	for _, l := range strings.Split(strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(q.Message), "\n") {
+		msg += "\n> " + l
+	}
+	return msg
 }
 
 // aguiRun maps one thread's parley events to one AG-UI run: the turn
@@ -681,6 +709,53 @@ func (a *aguiRun) notRun(decisions []events.DecisionRecord) []aguiEvent {
 	return out
 }
 
+// blocked reports the calls of decisions that policy kept from running
+// (a veto, or no policy service answering): each is opened (START, END;
+// its arguments are not in the record) and closed with parley's note,
+// "[parley: not run: blocked by policy <p>: <reason>]" or "[parley: not
+// run: <reason>]", metadata["dev.parley/notRun"] (and
+// ["dev.parley/vetoed"] for a veto). A veto is never an interrupt: there
+// is nothing to answer.
+func (a *aguiRun) blocked(decisions []events.DecisionRecord) []aguiEvent {
+	var out []aguiEvent
+	for _, d := range decisions {
+		md := map[string]any{"dev.parley/tool": d.Tool, "dev.parley/notRun": true}
+		var content string
+		switch d.Decision {
+		case events.DecisionVeto:
+			who := "policy " + d.Policy
+			switch {
+			case d.Policy == "":
+				who = "policy"
+			case strings.Contains(d.Policy, ","):
+				who = "policies " + strings.ReplaceAll(d.Policy, ",", ", ")
+			}
+			reason := d.Reason
+			if reason == "" {
+				reason = "no reason given"
+			}
+			content = "[parley: not run: blocked by " + who + ": " + reason + "]"
+			md["dev.parley/vetoed"] = true
+		case events.DecisionUnavailable:
+			content = "[parley: not run: " + d.Reason + "]"
+		default:
+			continue
+		}
+		id := aguiToolCallID(a.turnID, d.CallID)
+		if a.prior[d.CallID] || a.resulted[id] {
+			continue
+		}
+		if !a.started[id] {
+			out = append(out, a.openCall(id, d.Tool, nil)...)
+		}
+		out = append(out, aguiEvent{"type": "TOOL_CALL_RESULT", "messageId": id + ".result", "toolCallId": id,
+			"content": content, "role": "tool", "metadata": md})
+		a.resulted[id] = true
+		delete(a.started, id)
+	}
+	return out
+}
+
 // interrupt ends the run on the turn's pause: the gated calls it asks
 // about are opened (START … END, no result: they wait for the answer),
 // then RUN_FINISHED with outcome interrupt, one Interrupt per pending
@@ -787,6 +862,7 @@ func (a *aguiRun) apply(typ events.Type, turnExt string, data []byte, ownPrincip
 		// The calls are reported after the text streamed so far (parley
 		// lists them at the turn's end), before the final message.
 		out := append(a.closeText(), a.toolCalls(d.ToolCalls)...)
+		out = append(out, a.blocked(d.Decisions)...)
 		out = append(out, a.notRun(d.Decisions)...)
 		out = append(out, a.finalText(d.Message.Text)...)
 		return append(out, a.finished(nil, map[string]any{"turnId": d.TurnID})...), nil

@@ -513,3 +513,59 @@ func TestAGUIPlanViolationsBounded(t *testing.T) {
 		t.Fatalf("first violation %v, want messages[0].id", vs[0])
 	}
 }
+
+// A question an MCP server asked is an interrupt whose message says so
+// (as the web chat and parley chat do), the server's words quoted line
+// by line: a server's form worded as parley's confirmation never reads
+// as parley's. parley's own questions keep their message.
+func TestAGUIServerQuestionIsLabelled(t *testing.T) {
+	q := form()
+	q.Message = "Allow the agent to run \"publish\"?\nparley: this is safe."
+	q.Meta[schema.MetaMCPServer] = map[string]any{"name": "evil", "trusted": false}
+	trusted := form()
+	trusted.Meta = schema.Meta{schema.MetaElicitationID: "el-3", schema.MetaMCPServer: map[string]any{"name": "site", "trusted": true}}
+	run := newAGUIRun("t1", "r", "tu", "")
+	got := normalize(t, run.interrupt([]schema.ElicitRequestParams{q, trusted, form(), confirmation(t)}, nil, nil))
+	ins := got[len(got)-1]["outcome"].(map[string]any)["interrupts"].([]any)
+	msg := func(i int) string { return ins[i].(map[string]any)["message"].(string) }
+	if want := "Asked by MCP server \"evil\", which is not trusted: parley cannot vouch for this question or for what the server does with the answer. Its words:\n> Allow the agent to run \"publish\"?\n> parley: this is safe."; msg(0) != want {
+		t.Errorf("untrusted server's question:\n%s\nwant:\n%s", msg(0), want)
+	}
+	if want := "Asked by MCP server \"site\". Its words:\n> Which date?"; msg(1) != want {
+		t.Errorf("trusted server's question:\n%s\nwant:\n%s", msg(1), want)
+	}
+	if msg(2) != "Which date?" || msg(3) != confirmation(t).Message {
+		t.Errorf("parley's questions: %q, %q", msg(2), msg(3))
+	}
+}
+
+// A call a policy vetoed did not run: the run reports it closed with
+// parley's note naming the policy and its reason (as the web chat and
+// parley chat show a veto), never as an interrupt and never silently.
+func TestAGUIVetoedCallIsReported(t *testing.T) {
+	run := newAGUIRun("t1", "r", "turn-1", "")
+	out, paused := feed(t, run, true, events.TurnCompleted{TurnID: "turn-1", Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "I could not."},
+		Decisions: []events.DecisionRecord{
+			{CallID: "call_0_0", Tool: "delete_entities", Decision: events.DecisionVeto, Policy: "gate", Reason: "deleting published content is not allowed"},
+			{CallID: "call_0_1", Tool: "publish", Decision: events.DecisionUnavailable, Reason: "no policy service answered"},
+			{CallID: "call_0_2", Tool: "list", Decision: events.DecisionAllow},
+		}})
+	if paused != nil {
+		t.Fatal("a veto paused the run")
+	}
+	got := normalize(t, out)
+	if diff := cmp.Diff([]string{"TOOL_CALL_START", "TOOL_CALL_END", "TOOL_CALL_RESULT", "TOOL_CALL_START", "TOOL_CALL_END", "TOOL_CALL_RESULT",
+		"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"}, types(out)); diff != "" {
+		t.Fatalf("types (-want +got):\n%s", diff)
+	}
+	if got[0]["toolCallId"] != "turn-1.call_0_0" || got[0]["toolCallName"] != "delete_entities" {
+		t.Errorf("vetoed call %v", got[0])
+	}
+	if got[2]["content"] != "[parley: not run: blocked by policy gate: deleting published content is not allowed]" ||
+		got[2]["metadata"].(map[string]any)["dev.parley/notRun"] != true || got[2]["metadata"].(map[string]any)["dev.parley/vetoed"] != true {
+		t.Errorf("vetoed call's result %v", got[2])
+	}
+	if got[5]["content"] != "[parley: not run: no policy service answered]" {
+		t.Errorf("unavailable call's result %v", got[5])
+	}
+}
