@@ -130,7 +130,7 @@ func publishPolicy(budget time.Duration) RetryPolicy {
 
 // StartupTimeout returns the start-up retry budget (Options.StartupTimeout
 // or its default).
-func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults().Timeout }
+func (c *Client) StartupTimeout() time.Duration { return c.startup.WithDefaults().Timeout }
 
 // DuplicateWindow is the duplicate window of every parley stream
 // (EnsureStreams): a message published again with the same Nats-Msg-Id
@@ -275,18 +275,6 @@ func (c *Client) startupPolicy(ctx context.Context) RetryPolicy {
 	return p
 }
 
-// RefusedUpdate marks err, the error of a stream, consumer or bucket
-// update, Permanent when the server refused the update for a reason no
-// retry changes (a 400 answer other than "no suitable peers"); other errors
-// are returned as they are.
-func RefusedUpdate(err error) error {
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.Code == 400 && api.ErrorCode != jsErrNoSuitablePeers {
-		return Permanent(fmt.Errorf("the server refused the update: %w", err))
-	}
-	return err
-}
-
 // StreamConfigChanges lists the fields want sets that differ in have, as
 // "field: have → want". It fails (an error naming the stream and field)
 // for a difference JetStream cannot update in place: storage, retention.
@@ -404,9 +392,9 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
 	ctx, stop := c.refused.watch(ctx, msg.Subject)
 	defer stop()
-	p := c.publish.withDefaults()
+	p := c.publish.WithDefaults()
 	start := time.Now()
-	deadline := start.Add(p.budget())
+	deadline := start.Add(p.Budget())
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
 		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
@@ -424,7 +412,7 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		if ctx.Err() != nil || !isPublishRetryable(err) {
 			return nil, err
 		}
-		wait := p.backoff(try)
+		wait := p.Backoff(try)
 		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
 			what := "no JetStream acknowledgement (the event may or may not be stored; " +
 				"publishing it again is safe within the duplicate window)"
