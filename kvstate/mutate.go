@@ -6,13 +6,6 @@ import (
 	"fmt"
 )
 
-// ErrNoChange may be returned by a Mutate function to skip the write.
-var ErrNoChange = errors.New("kvstate: no change")
-
-// MaxMutateAttempts bounds Mutate's compare-and-swap attempts: past it
-// Mutate fails with ErrConflict ("too many concurrent writers").
-const MaxMutateAttempts = 20
-
 // Versioned is a value as read from a bucket and its revision (0: the key
 // did not exist).
 type Versioned[T any] struct {
