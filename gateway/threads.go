@@ -147,7 +147,10 @@ func threadTitle(text string) string {
 var errNotOwner = errors.New("thread not found")
 
 type ownership struct {
-	kv jetstream.KeyValue
+	// kv holds the index ("u.<user>.<thread>"); claims the claim records
+	// ("t.<thread>", claimKey) of the same bucket.
+	kv     jetstream.KeyValue
+	claims *kvstate.Store[ThreadOwner]
 	// verdicts reads the processor's verdicts on claims (verify.go).
 	verdicts *verdicts
 	// idle is the gap between a thread's events that ends a claim's
@@ -164,8 +167,12 @@ func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstrea
 		return nil, fmt.Errorf("opening bucket %s: %w", BucketThreads, err)
 	}
 	// Every single-request KV operation is bounded by bus.RequestTimeout.
-	return &ownership{kv: bus.BoundedKV(b.KV())}, nil
+	return &ownership{kv: bus.BoundedKV(b.KV()),
+		claims: kvstate.NewStore(b, kvstate.StoreOptions[ThreadOwner]{Name: "owner of"})}, nil
 }
+
+// claimKey is the key of thread's claim record.
+func claimKey(thread string) string { return "t." + thread }
 
 func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
 
@@ -220,7 +227,7 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			return ThreadOwner{}, err
 		}
 		if !used {
-			if _, err := o.createClaim(ctx, thread, owner, "", ""); err != nil && !kvstate.IsConflict(err) {
+			if _, err := o.createClaim(ctx, thread, owner, "", ""); err != nil && !errors.Is(err, errClaimed) {
 				return ThreadOwner{}, err
 			}
 		}

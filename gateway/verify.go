@@ -175,18 +175,14 @@ type rec struct {
 
 // get reads thread's claim record; errNotOwner when there is none.
 func (o *ownership) get(ctx context.Context, thread string) (rec, error) {
-	e, err := o.kv.Get(ctx, "t."+thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	t, rev, err := o.claims.Get(ctx, claimKey(thread))
+	if errors.Is(err, kvstate.ErrNotFound) {
 		return rec{}, errNotOwner
 	}
 	if err != nil {
 		return rec{}, fmt.Errorf("reading owner of %s: %w", thread, err)
 	}
-	var t ThreadOwner
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return rec{}, fmt.Errorf("decoding owner of %s: %w", thread, err)
-	}
-	return rec{t, e.Revision()}, nil
+	return rec{*t, rev}, nil
 }
 
 // access returns thread's record when user may use it: the processor
@@ -357,20 +353,21 @@ func nextItem(ctx context.Context, items <-chan item) (it item, ok bool) {
 	return it, ok
 }
 
+// errClaimed: the thread has a claim record already (createClaim).
+var errClaimed = errors.New("the thread is claimed already")
+
 // createClaim creates user's pending claim on thread for the message
-// eventID titled title ("" and "" for a claim made by a share); an
-// error for which kvstate.IsConflict holds when the thread is claimed
-// already.
+// eventID titled title ("" and "" for a claim made by a share);
+// errClaimed when the thread is claimed already.
 func (o *ownership) createClaim(ctx context.Context, thread, user, eventID, title string) (rec, error) {
 	from, err := o.nextChatSeq(ctx)
 	if err != nil {
 		return rec{}, err
 	}
 	t := ThreadOwner{Owner: user, CreatedAt: time.Now().UTC(), Verdict: VerdictPending, EventID: eventID, FromSeq: from, Title: title}
-	val, _ := json.Marshal(t)
-	rev, err := o.kv.Create(ctx, "t."+thread, val)
-	if kvstate.IsConflict(err) {
-		return rec{}, err
+	rev, err := o.claims.Create(ctx, claimKey(thread), &t)
+	if errors.Is(err, kvstate.ErrConflict) {
+		return rec{}, errClaimed
 	}
 	if err != nil {
 		return rec{}, fmt.Errorf("claiming %s: %w", thread, err)
@@ -397,7 +394,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title s
 				return rec{}, false, errNotOwner
 			}
 			r, err := o.createClaim(ctx, thread, user, eventID, title)
-			if kvstate.IsConflict(err) {
+			if errors.Is(err, errClaimed) {
 				continue // another request claimed it first: read its claim
 			}
 			if err != nil {

@@ -233,15 +233,18 @@ func (s *Store[T]) MutateFrom(ctx context.Context, key string, v *T, rev uint64,
 
 // DeleteIf deletes the record under key while keep holds for it,
 // starting from v at rev (nil: read first) and reading again when another
-// writer changed it. It returns the record it deleted, or nil when keep
-// did not hold or the key is gone (ErrNotFound is not an error here).
+// writer changed it. It returns the record deleted: by this call, or by
+// another writer after keep last held for it (the record as last read).
+// It returns nil when keep did not hold, or the key was absent at the
+// first read; ErrNotFound is not an error here.
 func (s *Store[T]) DeleteIf(ctx context.Context, key string, v *T, rev uint64, keep func(v *T) bool) (*T, error) {
+	var last *T
 	for range MaxMutateAttempts {
 		if v == nil {
 			var err error
 			v, rev, err = s.Get(ctx, key)
 			if errors.Is(err, ErrNotFound) || (err == nil && rev == 0) {
-				return nil, nil
+				return last, nil
 			}
 			if err != nil {
 				return nil, err
@@ -250,6 +253,7 @@ func (s *Store[T]) DeleteIf(ctx context.Context, key string, v *T, rev uint64, k
 		if !keep(v) {
 			return nil, nil
 		}
+		last = v
 		err := s.recs.Delete(ctx, key, rev)
 		s.cache.drop(key)
 		if errors.Is(err, ErrConflict) {

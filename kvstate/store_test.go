@@ -175,6 +175,17 @@ func TestStoreDeleteIf(t *testing.T) {
 	if got, err := s.DeleteIf(t.Context(), "k", nil, 0, func(*rec) bool { return true }); err != nil || got != nil {
 		t.Fatalf("DeleteIf(gone) = %+v, %v", got, err)
 	}
+	// Deleted by another writer after keep held: the record as last read.
+	if _, err := s.Create(t.Context(), "k2", &rec{N: 3}); err != nil {
+		t.Fatal(err)
+	}
+	v, rev, _ = s.Get(t.Context(), "k2")
+	if err := s.Records().Delete(t.Context(), "k2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.DeleteIf(t.Context(), "k2", v, rev, func(*rec) bool { return true }); err != nil || got == nil || got.N != 3 {
+		t.Fatalf("DeleteIf(deleted meanwhile) = %+v, %v; want the record last read", got, err)
+	}
 }
 
 // On a replicated (R3) bucket a lost compare-and-set is reported with
