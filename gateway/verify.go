@@ -250,9 +250,9 @@ func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, al
 	return out, rej, err
 }
 
-// maxVerdictWrites bounds confirm's and release's compare-and-set retries
-// when the record changes under them (a share made meanwhile).
-const maxVerdictWrites = 8
+// errClaimChanged: the claim record is no longer the one a write was
+// meant for (another owner's, or confirmed meanwhile).
+var errClaimChanged = errors.New("the claim changed")
 
 // confirm records the processor's acceptance of owner's claim r, shown by
 // echo (owner's accepted message, the first point of the claim's epoch:
@@ -264,32 +264,27 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 	if err != nil {
 		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
 	}
-	for range maxVerdictWrites {
-		if r.Owner != owner {
-			return fmt.Errorf("confirming the claim on %s: it is no longer %s's", thread, owner)
+	t, _, err := o.claims.MutateFrom(ctx, claimKey(thread), &r.ThreadOwner, r.rev, false, func(t *ThreadOwner) error {
+		if t.Owner != owner {
+			return errClaimChanged
 		}
-		if r.Verdict == VerdictAccepted {
-			break
+		if t.Verdict == VerdictAccepted {
+			return kvstate.ErrNoChange // another replica confirmed it
 		}
-		t := r.ThreadOwner
 		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
 		t.EpochSeq, t.EpochAt, t.StartSeq = echo.seq, echo.time.UTC(), start
-		val, _ := json.Marshal(t)
-		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
-		if err == nil {
-			r.ThreadOwner = t
-			break
-		}
-		if !kvstate.IsConflict(err) {
-			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
-		}
-		if r, err = o.get(ctx, thread); err != nil {
-			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
-		}
+		return nil
+	})
+	if errors.Is(err, errClaimChanged) {
+		return fmt.Errorf("confirming the claim on %s: it is no longer %s's", thread, owner)
 	}
-	if r.Verdict != VerdictAccepted {
-		return fmt.Errorf("confirming the claim on %s: the record kept changing (%d attempts)", thread, maxVerdictWrites)
+	if errors.Is(err, kvstate.ErrNotFound) {
+		err = errNotOwner
 	}
+	if err != nil {
+		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
+	}
+	r.ThreadOwner = *t
 	for _, u := range append([]string{owner}, r.sharedWith()...) {
 		if err := o.index(ctx, thread, u, r.CreatedAt); err != nil {
 			return err
@@ -305,37 +300,25 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 func (o *ownership) release(ctx context.Context, thread, owner string, r rec) error {
 	// Not when another claim took its place, or another replica saw it
 	// accepted.
-	pending := func(c rec) bool { return c.Owner == owner && c.Verdict != VerdictAccepted }
+	pending := func(c ThreadOwner) bool { return c.Owner == owner && c.Verdict != VerdictAccepted }
 	return o.deleteClaim(ctx, thread, r, pending, "releasing")
 }
 
-// deleteClaim deletes the claim r on thread with its revision while keep
-// holds for it (read again after another replica's write: a share, a
-// verdict), then the index entries of its owner and of the users it was
-// shared with; what ("voiding", "releasing") names the action in errors.
-// A claim for which keep does not hold is left as it is (nil); one
-// deleted meanwhile counts as deleted.
-func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep func(rec) bool, what string) error {
-	owner, shared := r.Owner, r.Shared
-	for range maxVerdictWrites {
-		if !keep(r) {
-			return nil
-		}
-		owner, shared = r.Owner, r.Shared
-		err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev))
-		if err == nil {
-			break
-		}
-		if !kvstate.IsConflict(err) {
-			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
-		}
-		if r, err = o.get(ctx, thread); errors.Is(err, errNotOwner) {
-			break
-		} else if err != nil {
-			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
-		}
+// deleteClaim deletes the claim r on thread while keep holds for it
+// (read again after another replica's write: a share, a verdict), then
+// the index entries of its owner and of the users it was shared with;
+// what ("voiding", "releasing") names the action in errors. A claim for
+// which keep does not hold is left as it is (nil); one deleted meanwhile
+// counts as deleted.
+func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep func(ThreadOwner) bool, what string) error {
+	del, err := o.claims.DeleteIf(ctx, claimKey(thread), &r.ThreadOwner, r.rev, func(t *ThreadOwner) bool { return keep(*t) })
+	if err != nil {
+		return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
 	}
-	for _, u := range slices.Concat([]string{owner}, shared) {
+	if del == nil {
+		return nil
+	}
+	for _, u := range slices.Concat([]string{del.Owner}, del.Shared) {
 		if err := o.kv.Delete(ctx, "u."+userKey(u)+"."+thread); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("%s the index of %s: %w", what, thread, err)
 		}
