@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -326,6 +325,12 @@ func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep 
 	return nil
 }
 
+// unusedShareClaim reports whether t is a claim another user than user
+// made by a share, never followed by a message for ShareClaimTTL.
+func unusedShareClaim(t ThreadOwner, user string) bool {
+	return !t.member(user) && t.EventID == "" && t.Verdict != VerdictAccepted && time.Since(t.CreatedAt) > ShareClaimTTL
+}
+
 // nextItem returns the next item of items, or ok false when items is
 // closed or ctx is done (the caller tells them apart by ctx.Err).
 func nextItem(ctx context.Context, items <-chan item) (it item, ok bool) {
@@ -386,11 +391,12 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title s
 			return r, true, nil
 		case err != nil:
 			return rec{}, false, err
-		case !r.member(user) && r.EventID == "" && r.Verdict != VerdictAccepted && time.Since(r.CreatedAt) > ShareClaimTTL:
+		case unusedShareClaim(r.ThreadOwner, user):
 			// Another user's claim made by a share and never followed by
 			// a message: void after ShareClaimTTL, so a name cannot be
 			// squatted by sharing it.
-			if err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev)); err != nil && !kvstate.IsConflict(err) {
+			unused := func(t *ThreadOwner) bool { return unusedShareClaim(*t, user) }
+			if _, err := o.claims.DeleteIf(ctx, claimKey(thread), &r.ThreadOwner, r.rev, unused); err != nil {
 				return rec{}, false, fmt.Errorf("releasing an unused claim of %s: %w", thread, err)
 			}
 			continue
@@ -439,17 +445,21 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title s
 				}
 				return rec{}, false, errNotOwner
 			}
-			t := r.ThreadOwner
-			t.EventID, t.Title = eventID, title
-			val, _ := json.Marshal(t)
-			rev, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
-			if kvstate.IsConflict(err) {
-				continue // changed meanwhile: read it again
+			owner := r.Owner
+			t, rev, err := o.claims.MutateFrom(ctx, claimKey(thread), &r.ThreadOwner, r.rev, false, func(t *ThreadOwner) error {
+				if t.Owner != owner || t.Verdict == VerdictAccepted || t.EventID != "" {
+					return errClaimChanged
+				}
+				t.EventID, t.Title = eventID, title
+				return nil
+			})
+			if errors.Is(err, errClaimChanged) || errors.Is(err, kvstate.ErrNotFound) {
+				continue // another message's claim, or settled, meanwhile: read it again
 			}
 			if err != nil {
 				return rec{}, false, fmt.Errorf("claiming %s: %w", thread, err)
 			}
-			return rec{t, rev}, true, nil
+			return rec{*t, rev}, true, nil
 		case out == outcomePending:
 			return r, true, nil
 		case r.Owner != user:
