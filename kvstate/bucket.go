@@ -125,6 +125,12 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL, scheduled: scheduled, expiryKey: expiryKey}, nil
 }
 
+// BucketOf returns the Bucket over kv, a bucket its owner opened itself
+// (with a configuration OpenBucket does not make), on js.
+func BucketOf[T any](js jetstream.JetStream, kv jetstream.KeyValue) *Bucket[T] {
+	return &Bucket[T]{kv: kv, js: js, name: kv.Bucket(), expiryKey: func(key string) string { return key + ".expired" }}
+}
+
 // updateBucket brings the existing bucket kv to cfg where they differ
 // (BucketConfigChanges). A stream with message schedules on is updated
 // from its own configuration: jetstream.UpdateKeyValue would turn them
@@ -433,6 +439,14 @@ func (b *Bucket[T]) UpdateUntil(ctx context.Context, key string, v T, rev uint64
 // expiresAt (for which it must compute the same expiresAt each time).
 func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expiresAt time.Time) (uint64, error) {
 	return b.writeUntil(ctx, "creating", key, v, 0, expiresAt)
+}
+
+// CreateNew stores v under key, without a TTL, if the key never held a
+// value: ErrConflict when it has any entry, a live value or a delete,
+// purge or expiry marker (unlike Create, which writes over a marker), so
+// a value deleted since is not brought back.
+func (b *Bucket[T]) CreateNew(ctx context.Context, key string, v T) (uint64, error) {
+	return b.publish(ctx, "creating", key, v, 0)
 }
 
 // writeUntil stores v under key if the key's last entry is at rev (0:

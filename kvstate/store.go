@@ -19,12 +19,13 @@ const MaxMutateAttempts = 20
 // (*Bucket[json.RawMessage]), or an in-memory fake in a worker's tests.
 // Get fails with ErrNotFound for a missing key; Create, Update, CreateUntil
 // and UpdateUntil with ErrConflict when the key is not at the revision
-// they expect (Create: absent), Delete with ErrConflict when rev > 0 and
+// they expect (Create: absent; CreateNew: never written), Delete with ErrConflict when rev > 0 and
 // the key moved past it. ttl > 0 keeps a per-key TTL; the Until writes
 // expire at expiresAt (ErrExpired when it has passed).
 type Records interface {
 	Get(ctx context.Context, key string) (json.RawMessage, uint64, error)
 	Create(ctx context.Context, key string, v json.RawMessage, ttl time.Duration) (uint64, error)
+	CreateNew(ctx context.Context, key string, v json.RawMessage) (uint64, error)
 	Update(ctx context.Context, key string, v json.RawMessage, rev uint64, ttl time.Duration) (uint64, error)
 	CreateUntil(ctx context.Context, key string, v json.RawMessage, expiresAt time.Time) (uint64, error)
 	UpdateUntil(ctx context.Context, key string, v json.RawMessage, rev uint64, expiresAt time.Time) (uint64, error)
@@ -140,6 +141,26 @@ func (s *Store[T]) decode(ctx context.Context, key string, data []byte) (*T, err
 // its revision.
 func (s *Store[T]) Create(ctx context.Context, key string, v *T) (uint64, error) {
 	rev, err := s.write(ctx, key, v, 0)
+	if err != nil {
+		return 0, err
+	}
+	s.cache.put(key, v, rev)
+	return rev, nil
+}
+
+// CreateNew stores v under key, without a TTL, when the key never held a
+// record: ErrConflict when it has any entry, a live record or the marker
+// of one deleted or expired (so a record deleted since is not brought
+// back). It returns the new revision.
+func (s *Store[T]) CreateNew(ctx context.Context, key string, v *T) (uint64, error) {
+	if s.opts.BeforeWrite != nil {
+		s.opts.BeforeWrite(v)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s %s: %w", s.opts.Name, key, err)
+	}
+	rev, err := s.recs.CreateNew(ctx, key, data)
 	if err != nil {
 		return 0, err
 	}
