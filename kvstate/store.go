@@ -29,6 +29,7 @@ type Records interface {
 	Update(ctx context.Context, key string, v json.RawMessage, rev uint64, ttl time.Duration) (uint64, error)
 	CreateUntil(ctx context.Context, key string, v json.RawMessage, expiresAt time.Time) (uint64, error)
 	UpdateUntil(ctx context.Context, key string, v json.RawMessage, rev uint64, expiresAt time.Time) (uint64, error)
+	Put(ctx context.Context, key string, v json.RawMessage) (uint64, error)
 	Delete(ctx context.Context, key string, rev uint64) error
 }
 
@@ -50,6 +51,9 @@ type StoreOptions[T any] struct {
 	// BeforeWrite completes a record just before each write (its format
 	// version, its update time). Default: none.
 	BeforeWrite func(v *T)
+	// AfterWrite is called after each write of the store with the key
+	// written (to wake what waits for a record to change). Default: none.
+	AfterWrite func(key string)
 	// ExpiresAt returns when a record must expire: a write then keeps
 	// (sets) a TTL until that time (Records.CreateUntil, UpdateUntil),
 	// never drops it. A zero time means no expiry. Default: records do
@@ -145,6 +149,7 @@ func (s *Store[T]) Create(ctx context.Context, key string, v *T) (uint64, error)
 		return 0, err
 	}
 	s.cache.put(key, v, rev)
+	s.wrote(key)
 	return rev, nil
 }
 
@@ -165,7 +170,33 @@ func (s *Store[T]) CreateNew(ctx context.Context, key string, v *T) (uint64, err
 		return 0, err
 	}
 	s.cache.put(key, v, rev)
+	s.wrote(key)
 	return rev, nil
+}
+
+// Put stores v under key whatever is there (a record replaced because it
+// cannot be read), without a TTL, and returns its revision.
+func (s *Store[T]) Put(ctx context.Context, key string, v *T) (uint64, error) {
+	s.cache.drop(key)
+	if s.opts.BeforeWrite != nil {
+		s.opts.BeforeWrite(v)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encoding %s %s: %w", s.opts.Name, key, err)
+	}
+	rev, err := s.recs.Put(ctx, key, data)
+	if err != nil {
+		return 0, err
+	}
+	s.wrote(key)
+	return rev, nil
+}
+
+func (s *Store[T]) wrote(key string) {
+	if s.opts.AfterWrite != nil {
+		s.opts.AfterWrite(key)
+	}
 }
 
 // write stores v under key at rev (0: create).
@@ -247,6 +278,7 @@ func (s *Store[T]) MutateFrom(ctx context.Context, key string, v *T, rev uint64,
 			return nil, 0, err
 		}
 		s.cache.put(key, v, nrev)
+		s.wrote(key)
 		return v, nrev, nil
 	}
 	return nil, 0, fmt.Errorf("updating %s %s: too many concurrent writers: %w", s.opts.Name, key, ErrConflict)
@@ -284,6 +316,7 @@ func (s *Store[T]) DeleteIf(ctx context.Context, key string, v *T, rev uint64, k
 		if err != nil {
 			return nil, err
 		}
+		s.wrote(key)
 		return v, nil
 	}
 	return nil, fmt.Errorf("deleting %s %s: too many concurrent writers: %w", s.opts.Name, key, ErrConflict)
@@ -291,3 +324,7 @@ func (s *Store[T]) DeleteIf(ctx context.Context, key string, v *T, rev uint64, k
 
 // Forget drops key from the cache (a record replaced out of band).
 func (s *Store[T]) Forget(key string) { s.cache.drop(key) }
+
+// Remember caches v as the record under key at rev (a record read out of
+// band); nothing when the cache is off.
+func (s *Store[T]) Remember(key string, v *T, rev uint64) { s.cache.put(key, v, rev) }

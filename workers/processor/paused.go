@@ -211,26 +211,6 @@ type pauseRecord struct {
 	Snapshot  json.RawMessage `json:"snapshot"`
 }
 
-// legacyPause is a pause record of legacyPauseFormat: the whole paused
-// turn, its questions' state included.
-type legacyPause struct {
-	pauseRecord
-	Elicitations []Elicitation `json:"elicitations"`
-	CreatedAt    time.Time     `json:"createdAt"`
-	Agent        string        `json:"agent"`
-	TraceParent  string        `json:"traceparent,omitempty"`
-	Resumed      bool          `json:"resumed,omitempty"`
-	WithdrawnBy  string        `json:"withdrawnBy,omitempty"`
-	Withdrawn    []string      `json:"withdrawn,omitempty"`
-}
-
-// pausedTurn is the paused turn a legacy record stores.
-func (l *legacyPause) pausedTurn() *PausedTurn {
-	return &PausedTurn{TurnID: l.TurnID, RunID: l.RunID, Agent: l.Agent, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
-		Elicitations: l.Elicitations, TraceParent: l.TraceParent, Resumed: l.Resumed, RunSeq: l.RunSeq,
-		WithdrawnBy: l.WithdrawnBy, Withdrawn: l.Withdrawn, Record: l.Thread}
-}
-
 // pauseBucket keeps pause records in kvstate.BucketPaused.
 type pauseBucket struct {
 	b *kvstate.Bucket[json.RawMessage]
@@ -316,22 +296,6 @@ func keepStoredExpiry(key string, raw json.RawMessage, rec *pauseRecord) {
 func (s *pauseBucket) Load(ctx context.Context, key string) (json.RawMessage, error) {
 	v, _, err := s.b.Get(ctx, key)
 	return v, err
-}
-
-// decodePause reads a pause record of either format; kvstate.ErrIncompatible
-// for any other. legacy is set for legacyPauseFormat.
-func decodePause(key string, raw json.RawMessage) (*pauseRecord, *legacyPause, error) {
-	var l legacyPause
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return nil, nil, fmt.Errorf("decoding the pause record %s: %w (%w)", key, err, kvstate.ErrIncompatible)
-	}
-	switch l.Format {
-	case pauseFormat:
-		return &l.pauseRecord, nil, nil
-	case legacyPauseFormat:
-		return &l.pauseRecord, &l, nil
-	}
-	return nil, nil, fmt.Errorf("the pause record %s has format %d, want %d: %w", key, l.Format, pauseFormat, kvstate.ErrIncompatible)
 }
 
 // resumeGrace is how long a pause record outlives its pause's expiresAt

@@ -95,7 +95,7 @@ func TestWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
 				data, _ := json.Marshal(th)
 				h.threads.recs["t"] = memRecord{data, rev}
 				h.threads.mu.Unlock()
-				h.p.threads.forget("t")
+				h.p.threads.Forget("t")
 			}
 			if err := h.respond("a1", "q1", nil); err != nil { // the redelivery
 				t.Fatal(err)
@@ -328,7 +328,7 @@ func TestExpiryAnnouncedOnLateRedelivery(t *testing.T) {
 	data, _ := json.Marshal(th)
 	h.threads.recs["t"] = memRecord{data, rev}
 	h.threads.mu.Unlock()
-	h.p.threads.forget("t")
+	h.p.threads.Forget("t")
 	if err := h.p.onExpired(h.ctx, key); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func TestThreadCacheSavesReads(t *testing.T) {
 // cache conflicts and is redone on a fresh read).
 func TestThreadCacheStaleEntry(t *testing.T) {
 	h := newHarness(t)
-	other := newThreads(h.threads, true) // a second replica
+	other := h.p.threadStore(h.threads, true) // a second replica
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestThreadCacheStaleEntry(t *testing.T) {
 	if err := h.message("m3", 3); err != nil {
 		t.Fatal(err)
 	}
-	th, _, _ := h.threads.Load(h.ctx, "t")
+	th, _, _ := h.p.threads.Get(h.ctx, "t")
 	if th.StartedBy != "m2" || len(th.Queue) != 1 || th.Queue[0].EventID != "m3" {
 		t.Fatalf("thread after a stale cache: started by %q, queue %+v; want m2 running, m3 queued", th.StartedBy, th.Queue)
 	}
