@@ -521,16 +521,9 @@ func (p *Processor) publishResume(ctx context.Context, t *Thread, rec *pauseReco
 	if err != nil {
 		return err
 	}
-	e.SetExtension(events.ExtTurnID, pt.TurnID)
-	e.SetExtension(events.ExtRunID, pt.RunID)
-	if pt.TraceParent != "" {
-		e.SetExtension(events.ExtTraceParent, pt.TraceParent)
-	}
 	// The resume joins the trace the turn started in (stored with the
 	// paused turn), linked to the answer's own trace.
-	ctx, end := bus.WithTraceParent(ctx, pt.TraceParent, "resume turn")
-	defer end()
-	return p.publish(ctx, events.StreamAgent, e)
+	return p.publishRun(ctx, e, pt.TurnID, pt.RunID, pt.TraceParent, "resume turn")
 }
 
 // failResume ends the running turn turnID of thread, which cannot resume

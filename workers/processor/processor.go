@@ -535,6 +535,21 @@ func (p *Processor) partyOf(ctx context.Context, thread string, who events.Ident
 	return party(t), nil
 }
 
+// publishRun stores e, an event that starts or resumes run runID of turn
+// turnID, in PARLEY_AGENT: with the turn's and the run's IDs as
+// extensions, and in the trace traceParent (W3C traceparent, "" for none)
+// under a span named span.
+func (p *Processor) publishRun(ctx context.Context, e *event.Event, turnID, runID, traceParent, span string) error {
+	e.SetExtension(events.ExtTurnID, turnID)
+	e.SetExtension(events.ExtRunID, runID)
+	if traceParent != "" {
+		e.SetExtension(events.ExtTraceParent, traceParent)
+	}
+	ctx, end := bus.WithTraceParent(ctx, traceParent, span)
+	defer end()
+	return p.publish(ctx, events.StreamAgent, e)
+}
+
 // publish publishes e on its type's subject in stream (bus.PublishTo).
 func (p *Processor) publish(ctx context.Context, stream string, e *event.Event) error {
 	_, err := bus.PublishTo(ctx, p.pub, stream, e)

@@ -541,15 +541,8 @@ func (p *Processor) requestRun(ctx context.Context, t *Thread, startedBy string)
 	if err != nil {
 		return err
 	}
-	e.SetExtension(events.ExtTurnID, t.TurnID)
-	e.SetExtension(events.ExtRunID, t.RunID)
-	if t.TraceParent != "" {
-		e.SetExtension(events.ExtTraceParent, t.TraceParent)
-	}
 	// A turn taken from the queue continues the trace its message came in.
-	ctx, end := bus.WithTraceParent(ctx, t.TraceParent, "start turn")
-	defer end()
-	if err := p.publish(ctx, events.StreamAgent, e); err != nil {
+	if err := p.publishRun(ctx, e, t.TurnID, t.RunID, t.TraceParent, "start turn"); err != nil {
 		return err
 	}
 	p.log.InfoContext(ctx, "turn started", "subject", t.ID, "turn_id", t.TurnID, "event_id", t.StartedBy,
