@@ -363,6 +363,26 @@ func sameSet(a, b []string) bool {
 // and its message is retried and dead-lettered instead of the event being
 // lost silently.
 func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error) {
+	return c.PublishWith(ctx, subject, e, PublishPolicy{})
+}
+
+// PublishPolicy bounds the retries of one PublishWith.
+type PublishPolicy struct {
+	// Budget is the whole time the publish may retry. Optional.
+	// Default: Options.PublishRetry.
+	Budget time.Duration
+	// AttemptTimeout bounds one try (capped by what is left of Budget).
+	// Optional. Default: 5s.
+	AttemptTimeout time.Duration
+	// OnRetry, if set, is called after a try that failed and will be
+	// retried, with the try's number (from 1) and its error, before the
+	// wait. A command uses it to say "not confirmed yet". Optional.
+	OnRetry func(try int, err error)
+}
+
+// PublishWith is Publish retried under p instead of the client's
+// publish policy: the one publish retry of an integrator's command.
+func (c *Client) PublishWith(ctx context.Context, subject string, e *event.Event, p PublishPolicy) (*jetstream.PubAck, error) {
 	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindProducer))
 	defer span.End()
 	if span.IsRecording() {
@@ -375,7 +395,14 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 		return nil, err
 	}
 	id := MsgID(e)
-	ack, err := c.publishMsg(ctx, msg, id)
+	policy := c.publish
+	if p.Budget != 0 {
+		policy.Timeout = p.Budget
+	}
+	if p.AttemptTimeout > 0 {
+		policy.AttemptTimeout = p.AttemptTimeout
+	}
+	ack, err := c.publishMsg(ctx, msg, id, policy, p.OnRetry)
 	if err == nil && ack.Duplicate {
 		err = c.checkDuplicate(ctx, msg, id, ack)
 	}
@@ -387,12 +414,12 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 	return ack, nil
 }
 
-// publishMsg publishes msg with Nats-Msg-Id id, retrying per c.publish
-// while isPublishRetryable.
-func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
+// publishMsg publishes msg with Nats-Msg-Id id, retrying per p while
+// IsPublishRetryable; onRetry (when not nil) is told of each retry.
+func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string, p RetryPolicy, onRetry func(int, error)) (*jetstream.PubAck, error) {
 	ctx, stop := c.refused.watch(ctx, msg.Subject)
 	defer stop()
-	p := c.publish.WithDefaults()
+	p = p.WithDefaults()
 	start := time.Now()
 	deadline := start.Add(p.Budget())
 	for try := 1; ; try++ {
@@ -409,7 +436,7 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		if pe := refused(ctx); pe != nil {
 			return nil, pe
 		}
-		if ctx.Err() != nil || !isPublishRetryable(err) {
+		if ctx.Err() != nil || !IsPublishRetryable(err) {
 			return nil, err
 		}
 		wait := p.Backoff(try)
@@ -424,6 +451,9 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		}
 		c.logger.WarnContext(ctx, "publish not acknowledged; retrying", "subject", msg.Subject, "msg_id", id,
 			"try", try, "retry_in", wait.Round(time.Millisecond).String(), "error", err)
+		if onRetry != nil {
+			onRetry(try, err)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

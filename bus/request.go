@@ -84,9 +84,9 @@ func (b boundedKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error)
 // no answer in time (a lost reply, bounded by RequestTimeout), no
 // responders (a stream without a leader), the connection being down, or
 // JetStream's 503 (temporarily unavailable) — the errors a publish is
-// retried on (isPublishRetryable) — except a full stream's refusal (also
+// retried on (IsPublishRetryable) — except a full stream's refusal (also
 // a 503): a queue kept full (an integrator can fill one) must not make
 // every message that publishes into it come back 100 times. The consumer
 // retries such a message without counting it toward
 // ConsumerSpec.MaxDeliver.
-func isUnavailable(err error) bool { return isPublishRetryable(err) && !isStreamFull(err) }
+func isUnavailable(err error) bool { return IsPublishRetryable(err) && !isStreamFull(err) }

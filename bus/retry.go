@@ -79,20 +79,28 @@ func isStreamFull(err error) bool {
 		strings.Contains(api.Description, "exceeded")
 }
 
-// isPublishRetryable reports whether a JetStream publish that failed with
+// IsPublishRetryable reports whether a JetStream publish that failed with
 // err may be sent again: nobody answered (no responders while the stream
 // has no leader, or the connection is reconnecting) or the ack did not come
 // in time (the message may or may not be stored; the same Nats-Msg-Id makes
 // a second copy a duplicate the stream drops). An error the stream sent
 // back (a wrong expected sequence, a message too large) is final.
-func isPublishRetryable(err error) bool {
+func IsPublishRetryable(err error) bool {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.ErrorCode != 0 {
 		// JetStream not enabled / temporarily unavailable (503) come back
-		// during an election; anything else is the stream's answer.
-		return api.Code == 503
+		// during an election, and "duplicate message id is in process"
+		// (an earlier try of this event still being stored) is answered
+		// with its PubAck (Duplicate) on the next try; anything else is
+		// the stream's answer.
+		return api.Code == 503 || api.ErrorCode == jsErrDuplicateInProcess
 	}
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrStaleConnection) || errors.Is(err, jetstream.ErrInvalidJSAck)
 }
+
+// jsErrDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict
+// ("duplicate message id is in process").
+const jsErrDuplicateInProcess jetstream.ErrorCode = 10158
