@@ -391,9 +391,10 @@ func openThreads(ctx context.Context, js jetstream.JetStream, storage jetstream.
 	return kvstate.OpenBucket[json.RawMessage](ctx, js, kvstate.BucketThreads, kvstate.BucketOptions{Storage: storage, Replicas: replicas, TTL: ttl})
 }
 
-// newThread is the record of a thread never seen.
+// newThread is the record of a thread never seen (its sequences are
+// PARLEY_INPUT's from the start).
 func newThread(id string) *Thread {
-	return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle}
+	return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle, InputSeqs: true}
 }
 
 // threadStore returns the store of the thread records in recs (the

@@ -261,3 +261,17 @@ func TestHistoryBoundCountsContent(t *testing.T) {
 		t.Error("the newest message lost its content")
 	}
 }
+
+// A thread's first message records its PARLEY_INPUT sequence: a new
+// thread's record counts in PARLEY_INPUT sequences from its first write,
+// so a later message of the thread sees the first one recorded and does
+// not wait for it.
+func TestFirstMessageRecordsItsSequence(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if th := h.stored(); th.LastTurnSeq != 1 || !th.InputSeqs {
+		t.Fatalf("thread after its first message: LastTurnSeq %d, InputSeqs %v; want 1, true", th.LastTurnSeq, th.InputSeqs)
+	}
+}
