@@ -9,11 +9,12 @@ import (
 // bound an arbitrary entry is dropped; a miss costs one KV read.
 const MaxCached = 4096
 
-// revCache keeps records by key with their KV revision, as JSON so that
-// no caller shares a cached value: get returns a fresh copy. A nil
-// *revCache caches nothing. What the cache may be trusted with is
-// Store's rule (StoreOptions.Cache).
-type revCache[T any] struct {
+// RevCache keeps records by key with their KV revision, as JSON so that
+// no caller shares a cached value: Get returns a fresh copy. A nil
+// *RevCache caches nothing. What a cache may be trusted with is its
+// user's rule (Store's: StoreOptions.Cache). At MaxCached entries an
+// arbitrary one is dropped.
+type RevCache[T any] struct {
 	mu sync.Mutex
 	m  map[string]cachedRecord
 }
@@ -23,16 +24,16 @@ type cachedRecord struct {
 	rev  uint64
 }
 
-// newRevCache returns a cache, or nil (caching off) when !on.
-func newRevCache[T any](on bool) *revCache[T] {
+// NewRevCache returns a cache, or nil (caching off) when !on.
+func NewRevCache[T any](on bool) *RevCache[T] {
 	if !on {
 		return nil
 	}
-	return &revCache[T]{m: make(map[string]cachedRecord)}
+	return &RevCache[T]{m: make(map[string]cachedRecord)}
 }
 
-// get returns a copy of the record cached under key and its revision.
-func (c *revCache[T]) get(key string) (*T, uint64, bool) {
+// Get returns a copy of the record cached under key and its revision.
+func (c *RevCache[T]) Get(key string) (*T, uint64, bool) {
 	if c == nil {
 		return nil, 0, false
 	}
@@ -44,21 +45,21 @@ func (c *revCache[T]) get(key string) (*T, uint64, bool) {
 	}
 	var v T
 	if json.Unmarshal(e.data, &v) != nil {
-		c.drop(key)
+		c.Drop(key)
 		return nil, 0, false
 	}
 	return &v, e.rev, true
 }
 
-// put caches v under key at revision rev, unless a later revision is
+// Put caches v under key at revision rev, unless a later revision is
 // cached already.
-func (c *revCache[T]) put(key string, v *T, rev uint64) {
+func (c *RevCache[T]) Put(key string, v *T, rev uint64) {
 	if c == nil || v == nil {
 		return
 	}
 	data, err := json.Marshal(v)
 	if err != nil {
-		c.drop(key)
+		c.Drop(key)
 		return
 	}
 	c.mu.Lock()
@@ -76,8 +77,8 @@ func (c *revCache[T]) put(key string, v *T, rev uint64) {
 	c.m[key] = cachedRecord{data: data, rev: rev}
 }
 
-// drop forgets key.
-func (c *revCache[T]) drop(key string) {
+// Drop forgets key.
+func (c *RevCache[T]) Drop(key string) {
 	if c == nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 )
 
@@ -79,7 +80,7 @@ type StoreOptions[T any] struct {
 type Store[T any] struct {
 	recs  Records
 	opts  StoreOptions[T]
-	cache *revCache[T]
+	cache *RevCache[T]
 }
 
 // NewStore returns a Store of the records in recs.
@@ -90,7 +91,7 @@ func NewStore[T any](recs Records, opts StoreOptions[T]) *Store[T] {
 	if opts.Name == "" {
 		opts.Name = "record"
 	}
-	return &Store[T]{recs: recs, opts: opts, cache: newRevCache[T](opts.Cache)}
+	return &Store[T]{recs: recs, opts: opts, cache: NewRevCache[T](opts.Cache)}
 }
 
 // Records returns where the store keeps its records.
@@ -103,26 +104,26 @@ func (s *Store[T]) Records() Records { return s.recs }
 func (s *Store[T]) Get(ctx context.Context, key string) (*T, uint64, error) {
 	data, rev, err := s.recs.Get(ctx, key)
 	if errors.Is(err, ErrNotFound) && s.opts.New != nil {
-		s.cache.drop(key)
+		s.cache.Drop(key)
 		return s.opts.New(key), 0, nil
 	}
 	if err != nil {
-		s.cache.drop(key)
+		s.cache.Drop(key)
 		return nil, 0, err
 	}
 	v, err := s.decode(ctx, key, data)
 	if err != nil {
-		s.cache.drop(key)
+		s.cache.Drop(key)
 		return nil, rev, err
 	}
-	s.cache.put(key, v, rev)
+	s.cache.Put(key, v, rev)
 	return v, rev, nil
 }
 
 // View returns the record under key as cached (cached true), else as Get
 // reads it. A cached record may be behind the bucket.
 func (s *Store[T]) View(ctx context.Context, key string) (v *T, rev uint64, cached bool, err error) {
-	if v, rev, ok := s.cache.get(key); ok {
+	if v, rev, ok := s.cache.Get(key); ok {
 		return v, rev, true, nil
 	}
 	v, rev, err = s.Get(ctx, key)
@@ -148,7 +149,7 @@ func (s *Store[T]) Create(ctx context.Context, key string, v *T) (uint64, error)
 	if err != nil {
 		return 0, err
 	}
-	s.cache.put(key, v, rev)
+	s.cache.Put(key, v, rev)
 	s.wrote(key)
 	return rev, nil
 }
@@ -158,18 +159,15 @@ func (s *Store[T]) Create(ctx context.Context, key string, v *T) (uint64, error)
 // of one deleted or expired (so a record deleted since is not brought
 // back). It returns the new revision.
 func (s *Store[T]) CreateNew(ctx context.Context, key string, v *T) (uint64, error) {
-	if s.opts.BeforeWrite != nil {
-		s.opts.BeforeWrite(v)
-	}
-	data, err := json.Marshal(v)
+	data, err := s.encode(key, v)
 	if err != nil {
-		return 0, fmt.Errorf("encoding %s %s: %w", s.opts.Name, key, err)
+		return 0, err
 	}
 	rev, err := s.recs.CreateNew(ctx, key, data)
 	if err != nil {
 		return 0, err
 	}
-	s.cache.put(key, v, rev)
+	s.cache.Put(key, v, rev)
 	s.wrote(key)
 	return rev, nil
 }
@@ -177,13 +175,10 @@ func (s *Store[T]) CreateNew(ctx context.Context, key string, v *T) (uint64, err
 // Put stores v under key whatever is there (a record replaced because it
 // cannot be read), without a TTL, and returns its revision.
 func (s *Store[T]) Put(ctx context.Context, key string, v *T) (uint64, error) {
-	s.cache.drop(key)
-	if s.opts.BeforeWrite != nil {
-		s.opts.BeforeWrite(v)
-	}
-	data, err := json.Marshal(v)
+	s.cache.Drop(key)
+	data, err := s.encode(key, v)
 	if err != nil {
-		return 0, fmt.Errorf("encoding %s %s: %w", s.opts.Name, key, err)
+		return 0, err
 	}
 	rev, err := s.recs.Put(ctx, key, data)
 	if err != nil {
@@ -191,6 +186,18 @@ func (s *Store[T]) Put(ctx context.Context, key string, v *T) (uint64, error) {
 	}
 	s.wrote(key)
 	return rev, nil
+}
+
+// encode completes v (BeforeWrite) and encodes it.
+func (s *Store[T]) encode(key string, v *T) ([]byte, error) {
+	if s.opts.BeforeWrite != nil {
+		s.opts.BeforeWrite(v)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %s: %w", s.opts.Name, key, err)
+	}
+	return data, nil
 }
 
 func (s *Store[T]) wrote(key string) {
@@ -201,12 +208,9 @@ func (s *Store[T]) wrote(key string) {
 
 // write stores v under key at rev (0: create).
 func (s *Store[T]) write(ctx context.Context, key string, v *T, rev uint64) (uint64, error) {
-	if s.opts.BeforeWrite != nil {
-		s.opts.BeforeWrite(v)
-	}
-	data, err := json.Marshal(v)
+	data, err := s.encode(key, v)
 	if err != nil {
-		return 0, fmt.Errorf("encoding %s %s: %w", s.opts.Name, key, err)
+		return 0, err
 	}
 	var until time.Time
 	if s.opts.ExpiresAt != nil {
@@ -240,7 +244,7 @@ var errCachedNoChange = errors.New("kvstate: no write decided on a cached record
 // fresh read, so the error (or ErrNoChange) is decided on the current
 // record. It returns the record as written and its new revision.
 func (s *Store[T]) Mutate(ctx context.Context, key string, fn func(v *T) error) (*T, uint64, error) {
-	if v, rev, ok := s.cache.get(key); ok {
+	if v, rev, ok := s.cache.Get(key); ok {
 		return s.MutateFrom(ctx, key, v, rev, true, fn)
 	}
 	return s.MutateFrom(ctx, key, nil, 0, false, fn)
@@ -249,6 +253,7 @@ func (s *Store[T]) Mutate(ctx context.Context, key string, fn func(v *T) error) 
 // MutateFrom is Mutate starting from v at rev, as Get or View returned it
 // (cached: View's cached; v nil: read first). v is changed.
 func (s *Store[T]) MutateFrom(ctx context.Context, key string, v *T, rev uint64, cached bool, fn func(v *T) error) (*T, uint64, error) {
+	conflicts := 0
 	for range MaxMutateAttempts {
 		if v == nil {
 			var err error
@@ -269,19 +274,42 @@ func (s *Store[T]) MutateFrom(ctx context.Context, key string, v *T, rev uint64,
 		}
 		nrev, err := s.write(ctx, key, v, rev)
 		if errors.Is(err, ErrConflict) {
-			s.cache.drop(key)
+			s.cache.Drop(key)
 			v, cached = nil, false
+			conflicts++
+			if err := backOff(ctx, conflicts); err != nil {
+				return nil, 0, err
+			}
 			continue
 		}
 		if err != nil {
-			s.cache.drop(key) // the bucket may hold anything now
+			s.cache.Drop(key) // the bucket may hold anything now
 			return nil, 0, err
 		}
-		s.cache.put(key, v, nrev)
+		s.cache.Put(key, v, nrev)
 		s.wrote(key)
 		return v, nrev, nil
 	}
 	return nil, 0, fmt.Errorf("updating %s %s: too many concurrent writers: %w", s.opts.Name, key, ErrConflict)
+}
+
+// backOff waits before the write after the n-th lost race: not at all
+// after the first (the writer that won is done), then a random 0 to n-1
+// milliseconds, so that many writers of one key (and a replica whose
+// reads lag behind the leader's) stop colliding. It returns ctx's error
+// when ctx ends first.
+func backOff(ctx context.Context, n int) error {
+	if n < 2 {
+		return nil
+	}
+	t := time.NewTimer(time.Duration(rand.N(n)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // DeleteIf deletes the record under key while keep holds for it,
@@ -308,7 +336,7 @@ func (s *Store[T]) DeleteIf(ctx context.Context, key string, v *T, rev uint64, k
 		}
 		last = v
 		err := s.recs.Delete(ctx, key, rev)
-		s.cache.drop(key)
+		s.cache.Drop(key)
 		if errors.Is(err, ErrConflict) {
 			v = nil
 			continue
@@ -323,8 +351,8 @@ func (s *Store[T]) DeleteIf(ctx context.Context, key string, v *T, rev uint64, k
 }
 
 // Forget drops key from the cache (a record replaced out of band).
-func (s *Store[T]) Forget(key string) { s.cache.drop(key) }
+func (s *Store[T]) Forget(key string) { s.cache.Drop(key) }
 
 // Remember caches v as the record under key at rev (a record read out of
 // band); nothing when the cache is off.
-func (s *Store[T]) Remember(key string, v *T, rev uint64) { s.cache.put(key, v, rev) }
+func (s *Store[T]) Remember(key string, v *T, rev uint64) { s.cache.Put(key, v, rev) }

@@ -204,7 +204,14 @@ func TestStoreMutateOnReplicatedBucket(t *testing.T) {
 		if err != nil {
 			t.Fatalf("OpenBucket on node %d: %v", i, err)
 		}
-		stores = append(stores, NewStore(b, StoreOptions[rec]{New: func(string) *rec { return &rec{} }}))
+		s := NewStore(b, StoreOptions[rec]{New: func(string) *rec { return &rec{} }})
+		// A new R3 bucket answers reads on every node once its stream
+		// has a leader they know of.
+		eventually(t, 10*time.Second, "the replicated bucket to answer reads", func() bool {
+			_, _, err := s.Get(t.Context(), "warm")
+			return err == nil
+		})
+		stores = append(stores, s)
 	}
 	for i := range 3 {
 		raceIncrements(t, stores, fmt.Sprintf("k%d", i), 9)

@@ -38,6 +38,17 @@ func TestAnswerRaceOnReplicatedBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A new R3 bucket answers reads on every node once its stream
+		// has a leader they know of.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			_, _, err := b.Get(t.Context(), "warm")
+			if errors.Is(err, kvstate.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the replicated bucket does not answer reads: %v", err)
+			}
+		}
 		buckets = append(buckets, b)
 	}
 	conflicts := make([]*conflictCount, 2)

@@ -267,7 +267,7 @@ func TestCrashIncompatibleRecordOfSettledPause(t *testing.T) {
 	h.pauses.mu.Lock()
 	h.pauses.recs[key] = []byte(`{"format":3,"thread":"t"}`)
 	h.pauses.mu.Unlock()
-	h.p.pauses.cache.drop(key)
+	h.p.pauses.cache.Drop(key)
 	if err := h.answerErr("a1-again", "q1"); err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func (s *ttlPauses) passTime(h *harness, d time.Duration) {
 	for key, until := range s.until {
 		if until.Before(time.Now().Add(d)) {
 			s.memPauses.expire(key)
-			h.p.pauses.cache.drop(key)
+			h.p.pauses.cache.Drop(key)
 			delete(s.until, key)
 		}
 	}

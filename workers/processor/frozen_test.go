@@ -53,7 +53,7 @@ func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
 	}
 	if lose {
 		h.pauses.expire(pauseKey("t", 10))
-		h.p.pauses.cache.drop(pauseKey("t", 10)) // as another replica sees it
+		h.p.pauses.cache.Drop(pauseKey("t", 10)) // as another replica sees it
 	}
 	if fromCache {
 		// The frozen replica's cache holds the record it saw.

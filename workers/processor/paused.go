@@ -319,7 +319,7 @@ func recordUntil(expiresAt time.Time, ttl time.Duration) time.Time {
 // current while it lives.
 type pauseRecords struct {
 	store pauseStore
-	cache *revCache[pauseRecord] // nil: caching off
+	cache *kvstate.RevCache[pauseRecord] // nil: caching off
 	// scheduled: the store's records expire by message schedules.
 	scheduled bool
 }
@@ -328,7 +328,7 @@ type pauseRecords struct {
 // with a Scheduled method reporting true gets scheduledPauseKey keys.
 func newPauseRecords(store pauseStore, cache bool) *pauseRecords {
 	s, ok := store.(interface{ Scheduled() bool })
-	return &pauseRecords{store: store, cache: newRevCache[pauseRecord](cache), scheduled: ok && s.Scheduled()}
+	return &pauseRecords{store: store, cache: kvstate.NewRevCache[pauseRecord](cache), scheduled: ok && s.Scheduled()}
 }
 
 // key is the key of the record of thread's pause by the run.paused at
@@ -346,7 +346,7 @@ func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord, u
 	if err := r.store.Create(ctx, key, rec, until); err != nil {
 		return err
 	}
-	r.cache.put(key, rec, 1)
+	r.cache.Put(key, rec, 1)
 	return nil
 }
 
@@ -355,18 +355,18 @@ func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord, u
 // does not read. A cached record past its ExpiresAt is read again, so an
 // expiry is seen as the server decides it.
 func (r *pauseRecords) load(ctx context.Context, key string) (*pauseRecord, *legacyPause, error) {
-	if rec, _, ok := r.cache.get(key); ok && time.Now().Before(rec.ExpiresAt) {
+	if rec, _, ok := r.cache.Get(key); ok && time.Now().Before(rec.ExpiresAt) {
 		return rec, nil, nil
 	}
 	raw, err := r.store.Load(ctx, key)
 	if err != nil {
-		r.cache.drop(key)
+		r.cache.Drop(key)
 		return nil, nil, err
 	}
 	rec, legacy, err := decodePause(key, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.cache.put(key, rec, 1)
+	r.cache.Put(key, rec, 1)
 	return rec, legacy, nil
 }

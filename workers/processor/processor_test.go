@@ -279,7 +279,7 @@ func (h *harness) legacy(change func(l *legacyPause)) {
 	h.threads.rev++
 	h.threads.recs["t"] = memRecord{data, h.threads.rev}
 	h.p.threads.Forget("t")
-	h.p.pauses.cache.drop(pt.Record)
+	h.p.pauses.cache.Drop(pt.Record)
 }
 
 // paused returns thread t's paused turn as stored (nil if none).
@@ -621,7 +621,7 @@ func TestWinnerRedeliveredAfterExpiry(t *testing.T) {
 			}()
 			key := h.paused().Record
 			h.p.threads.Forget("t")
-			h.p.pauses.cache.drop(key)
+			h.p.pauses.cache.Drop(key)
 			if recordGone {
 				h.pauses.expire(key)
 			}
