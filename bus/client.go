@@ -130,7 +130,7 @@ func publishPolicy(budget time.Duration) RetryPolicy {
 
 // StartupTimeout returns the start-up retry budget (Options.StartupTimeout
 // or its default).
-func (c *Client) StartupTimeout() time.Duration { return c.startup.withDefaults().Timeout }
+func (c *Client) StartupTimeout() time.Duration { return c.startup.WithDefaults().Timeout }
 
 // DuplicateWindow is the duplicate window of every parley stream
 // (EnsureStreams): a message published again with the same Nats-Msg-Id
@@ -275,18 +275,6 @@ func (c *Client) startupPolicy(ctx context.Context) RetryPolicy {
 	return p
 }
 
-// RefusedUpdate marks err, the error of a stream, consumer or bucket
-// update, Permanent when the server refused the update for a reason no
-// retry changes (a 400 answer other than "no suitable peers"); other errors
-// are returned as they are.
-func RefusedUpdate(err error) error {
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.Code == 400 && api.ErrorCode != jsErrNoSuitablePeers {
-		return Permanent(fmt.Errorf("the server refused the update: %w", err))
-	}
-	return err
-}
-
 // StreamConfigChanges lists the fields want sets that differ in have, as
 // "field: have → want". It fails (an error naming the stream and field)
 // for a difference JetStream cannot update in place: storage, retention.
@@ -375,6 +363,26 @@ func sameSet(a, b []string) bool {
 // and its message is retried and dead-lettered instead of the event being
 // lost silently.
 func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*jetstream.PubAck, error) {
+	return c.PublishWith(ctx, subject, e, PublishPolicy{})
+}
+
+// PublishPolicy bounds the retries of one PublishWith.
+type PublishPolicy struct {
+	// Budget is the whole time the publish may retry. Optional.
+	// Default: Options.PublishRetry.
+	Budget time.Duration
+	// AttemptTimeout bounds one try (capped by what is left of Budget).
+	// Optional. Default: 5s.
+	AttemptTimeout time.Duration
+	// OnRetry, if set, is called after a try that failed and will be
+	// retried, with the try's number (from 1) and its error, before the
+	// wait. A command uses it to say "not confirmed yet". Optional.
+	OnRetry func(try int, err error)
+}
+
+// PublishWith is Publish retried under p instead of the client's
+// publish policy: the one publish retry of an integrator's command.
+func (c *Client) PublishWith(ctx context.Context, subject string, e *event.Event, p PublishPolicy) (*jetstream.PubAck, error) {
 	ctx, span := tracer().Start(ctx, "send "+templateOf(subject), trace.WithSpanKind(trace.SpanKindProducer))
 	defer span.End()
 	if span.IsRecording() {
@@ -387,7 +395,14 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 		return nil, err
 	}
 	id := MsgID(e)
-	ack, err := c.publishMsg(ctx, msg, id)
+	policy := c.publish
+	if p.Budget != 0 {
+		policy.Timeout = p.Budget
+	}
+	if p.AttemptTimeout > 0 {
+		policy.AttemptTimeout = p.AttemptTimeout
+	}
+	ack, err := c.publishMsg(ctx, msg, id, policy, p.OnRetry)
 	if err == nil && ack.Duplicate {
 		err = c.checkDuplicate(ctx, msg, id, ack)
 	}
@@ -399,14 +414,14 @@ func (c *Client) Publish(ctx context.Context, subject string, e *event.Event) (*
 	return ack, nil
 }
 
-// publishMsg publishes msg with Nats-Msg-Id id, retrying per c.publish
-// while isPublishRetryable.
-func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
+// publishMsg publishes msg with Nats-Msg-Id id, retrying per p while
+// IsPublishRetryable; onRetry (when not nil) is told of each retry.
+func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string, p RetryPolicy, onRetry func(int, error)) (*jetstream.PubAck, error) {
 	ctx, stop := c.refused.watch(ctx, msg.Subject)
 	defer stop()
-	p := c.publish.withDefaults()
+	p = p.WithDefaults()
 	start := time.Now()
-	deadline := start.Add(p.budget())
+	deadline := start.Add(p.Budget())
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, min(p.AttemptTimeout, max(time.Until(deadline), time.Millisecond)))
 		ack, err := c.js.PublishMsg(actx, msg, jetstream.WithMsgID(id))
@@ -421,10 +436,10 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		if pe := refused(ctx); pe != nil {
 			return nil, pe
 		}
-		if ctx.Err() != nil || !isPublishRetryable(err) {
+		if ctx.Err() != nil || !IsPublishRetryable(err) {
 			return nil, err
 		}
-		wait := p.backoff(try)
+		wait := p.Backoff(try)
 		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
 			what := "no JetStream acknowledgement (the event may or may not be stored; " +
 				"publishing it again is safe within the duplicate window)"
@@ -436,6 +451,9 @@ func (c *Client) publishMsg(ctx context.Context, msg *nats.Msg, id string) (*jet
 		}
 		c.logger.WarnContext(ctx, "publish not acknowledged; retrying", "subject", msg.Subject, "msg_id", id,
 			"try", try, "retry_in", wait.Round(time.Millisecond).String(), "error", err)
+		if onRetry != nil {
+			onRetry(try, err)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -47,20 +47,6 @@ type Delivery struct {
 // deliveries, so an outage is waited out rather than failing the message.
 type Handler func(ctx context.Context, d *Delivery) error
 
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-// Permanent marks err as not worth retrying: the message goes to the
-// dead-letter subject at once.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err}
-}
-
 type retryLaterError struct {
 	err   error
 	delay time.Duration
@@ -95,12 +81,6 @@ const (
 // worker crash-looping on a message. The runner dead-letters a message
 // before the server stops delivering it.
 const MaxServerDeliver = 100
-
-// IsPermanent reports whether err was wrapped with Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
 
 // ConsumerSpec describes a durable pull consumer shared by replicas.
 type ConsumerSpec struct {

@@ -2,28 +2,18 @@ package bus
 
 import (
 	"context"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/internal/retry"
 )
 
-// RequestTimeout bounds one JetStream API request or KV operation (a get,
-// a create, an update, a delete): 5 s, nats.go's own default for a
-// context without a deadline. A request whose reply is lost with a NATS
-// node (killed between receiving it and answering, or the connection
-// dropped while it was in flight) is never answered, and a handler's
-// context lasts DefaultHandlerTimeout while its heartbeat keeps the
-// message from redelivery: without this bound one lost reply holds a
-// message, and every later message of its thread, for minutes.
-const RequestTimeout = 5 * time.Second
+// RequestTimeout is retry.RequestTimeout.
+const RequestTimeout = retry.RequestTimeout
 
-// WithRequestTimeout returns ctx bounded by RequestTimeout (or by ctx's own
-// deadline when that is sooner), for one JetStream API request or KV
-// operation; the caller must call cancel. The request then fails with
-// context.DeadlineExceeded, and the caller's retry (a nak and redelivery,
-// a compare-and-set loop reading again) decides what happened to it.
+// WithRequestTimeout is retry.WithRequestTimeout.
 func WithRequestTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, RequestTimeout)
+	return retry.WithRequestTimeout(ctx)
 }
 
 // BoundedKV wraps kv so that each of its single-request operations (Get,
@@ -94,9 +84,9 @@ func (b boundedKV) Status(ctx context.Context) (jetstream.KeyValueStatus, error)
 // no answer in time (a lost reply, bounded by RequestTimeout), no
 // responders (a stream without a leader), the connection being down, or
 // JetStream's 503 (temporarily unavailable) — the errors a publish is
-// retried on (isPublishRetryable) — except a full stream's refusal (also
+// retried on (IsPublishRetryable) — except a full stream's refusal (also
 // a 503): a queue kept full (an integrator can fill one) must not make
 // every message that publishes into it come back 100 times. The consumer
 // retries such a message without counting it toward
 // ConsumerSpec.MaxDeliver.
-func isUnavailable(err error) bool { return isPublishRetryable(err) && !isStreamFull(err) }
+func isUnavailable(err error) bool { return IsPublishRetryable(err) && !isStreamFull(err) }

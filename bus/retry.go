@@ -3,21 +3,21 @@ package bus
 import (
 	"context"
 	"errors"
-	"fmt"
-	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/parley-dev/parley/internal/retry"
 )
 
-// DefaultStartupTimeout is how long start-up steps (connecting, creating
-// streams, buckets and consumers) retry by default: long enough for a
-// JetStream cluster to elect a meta leader and stream leaders (a few seconds
-// each) after a node loss, and for a node that is restarting to come back.
-const DefaultStartupTimeout = 2 * time.Minute
+// The retry policy lives in internal/retry, below bus and kvstate alike;
+// these names are its bus spelling, so that workers and commands name one
+// package for their transport.
+
+// DefaultStartupTimeout is retry.DefaultStartupTimeout.
+const DefaultStartupTimeout = retry.DefaultStartupTimeout
 
 // DefaultPublishRetry is how long Publish retries a JetStream publish that
 // got no acknowledgement (no responders while a stream elects a leader, a
@@ -25,232 +25,46 @@ const DefaultStartupTimeout = 2 * time.Minute
 // a few seconds.
 const DefaultPublishRetry = 20 * time.Second
 
-// RetryPolicy bounds an operation retried with exponential backoff and
-// jitter.
-type RetryPolicy struct {
-	// Timeout is the whole budget, measured from the first try: no try
-	// starts after it. Zero means DefaultStartupTimeout; negative means a
-	// single try.
-	Timeout time.Duration
-	// AttemptTimeout bounds one try (capped by what is left of Timeout).
-	// Optional. Default: 5s, nats.go's JetStream API timeout: on a
-	// cluster, a create that races another replica's identical create
-	// can go unanswered, and the next try finds the stream created.
-	AttemptTimeout time.Duration
-	// InitialBackoff is the wait after the first failed try; it doubles
-	// after every further failure up to MaxBackoff. Each wait is drawn at
-	// random between half of it and all of it (jitter), so replicas that
-	// failed together do not retry together. Optional. Defaults: 100ms and
-	// 5s.
-	InitialBackoff, MaxBackoff time.Duration
-	// Deadline, when set, also ends the retrying: a worker sets it once
-	// for its whole start-up, so the steps share one budget instead of
-	// each having Timeout. The first try is made even after it.
-	// Optional.
-	Deadline time.Time
-	// Logger receives one warning per failed try that will be retried.
-	// Optional. Default: discard.
-	Logger *slog.Logger
-}
+// RetryPolicy is retry.Policy.
+type RetryPolicy = retry.Policy
 
-func (p RetryPolicy) withDefaults() RetryPolicy {
-	if p.Timeout == 0 {
-		p.Timeout = DefaultStartupTimeout
-	}
-	if p.AttemptTimeout <= 0 {
-		p.AttemptTimeout = 5 * time.Second
-	}
-	if p.InitialBackoff <= 0 {
-		p.InitialBackoff = 100 * time.Millisecond
-	}
-	if p.MaxBackoff <= 0 {
-		p.MaxBackoff = 5 * time.Second
-	}
-	if p.MaxBackoff < p.InitialBackoff {
-		p.MaxBackoff = p.InitialBackoff
-	}
-	return p
-}
+// RetryError is retry.Error.
+type RetryError = retry.Error
 
-// budget is the time from the first try after which no try starts; for
-// a single try (Timeout < 0) it is that try's AttemptTimeout.
-func (p RetryPolicy) budget() time.Duration {
-	if p.Timeout < 0 {
-		return p.AttemptTimeout
-	}
-	return p.Timeout
-}
-
-// backoff returns the jittered wait after the n-th failed try (n from 1).
-func (p RetryPolicy) backoff(n int) time.Duration {
-	d := p.InitialBackoff
-	for i := 1; i < n && d < p.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, p.MaxBackoff)
-	return d/2 + rand.N(d/2+1)
-}
-
-type startupKey struct{}
-
-// WithStartupPolicy returns ctx carrying p as the start-up retry policy:
-// EnsureStreams, EnsureConsumer (so Consume) and kvstate.OpenBucket called
-// with the returned context use it instead of their defaults. A worker sets
-// it once, from its --startup-timeout flag, on the context it runs with.
-func WithStartupPolicy(ctx context.Context, p RetryPolicy) context.Context {
-	return context.WithValue(ctx, startupKey{}, p)
-}
-
-// StartupPolicy returns the start-up retry policy carried by ctx (see
-// WithStartupPolicy), or def when ctx carries none.
-func StartupPolicy(ctx context.Context, def RetryPolicy) RetryPolicy {
-	if p, ok := ctx.Value(startupKey{}).(RetryPolicy); ok {
-		return p
-	}
-	return def
-}
-
-// RetryError is returned by Retry when the budget ran out: what was tried,
-// how often, for how long, and the last error (Unwrap).
-type RetryError struct {
-	// What names the operation ("creating stream PARLEY_CHAT").
-	What string
-	// Tries is the number of tries made.
-	Tries int
-	// Elapsed is the time from the first try to giving up.
-	Elapsed time.Duration
-	// Last is the last try's error.
-	Last error
-}
-
-// Error formats the failure as "<what>: gave up after N tries in D: <last>".
-func (e *RetryError) Error() string {
-	return fmt.Sprintf("%s: gave up after %d tries in %v: %v", e.What, e.Tries, e.Elapsed.Round(time.Millisecond), e.Last)
-}
-
-// Unwrap returns the last try's error.
-func (e *RetryError) Unwrap() error { return e.Last }
-
-// Retry runs op until it returns nil, an error marked Permanent or one
-// IsRetryable rejects (returned at once, wrapped with what, so IsPermanent
-// still reports it), or the policy's Timeout runs out (a *RetryError
-// wrapping the last error). Each try gets a context bounded by
-// AttemptTimeout; ctx's cancellation ends the retrying with ctx's error.
-// Every failed try that will be retried is logged to p.Logger at warn
-// level with what, the try number, the wait and the error, so an operator
-// sees a worker waiting for NATS (or for a leader) and why.
+// Retry is retry.Do.
 func Retry(ctx context.Context, what string, p RetryPolicy, op func(ctx context.Context) error) error {
-	p = p.withDefaults()
-	log := p.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	start := time.Now()
-	deadline := start.Add(p.budget())
-	if !p.Deadline.IsZero() && p.Deadline.Before(deadline) {
-		deadline = p.Deadline
-	}
-	for try := 1; ; try++ {
-		at := p.AttemptTimeout
-		if try > 1 {
-			at = min(at, max(time.Until(deadline), time.Millisecond))
-		}
-		actx, cancel := context.WithTimeout(ctx, at)
-		err := op(actx)
-		cancel()
-		if err == nil {
-			if try > 1 {
-				log.Info("succeeded after retries", "op", what, "tries", try, "elapsed", time.Since(start).Round(time.Millisecond).String())
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		}
-		if IsPermanent(err) || !IsRetryable(err) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		wait := p.backoff(try)
-		if p.Timeout < 0 || time.Now().Add(wait).After(deadline) {
-			return &RetryError{What: what, Tries: try, Elapsed: time.Since(start), Last: err}
-		}
-		log.Warn("not done yet; retrying", "op", what, "try", try, "retry_in", wait.Round(time.Millisecond).String(),
-			"budget_left", time.Until(deadline).Round(time.Second).String(), "error", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-t.C:
-		}
-	}
+	return retry.Do(ctx, what, p, op)
 }
 
-// IsRetryable reports whether err may go away by itself on a NATS
-// JetStream cluster (a leader election, a node restarting, a lost
-// acknowledgement, a connection being (re-)established), so the operation
-// is worth another try. The JetStream API's own answers follow its status
-// codes: 5xx ("JetStream system temporarily unavailable", "insufficient
-// resources" while nodes join) is retryable except "replicas > 1 not
-// supported in non-clustered mode"; 4xx is final except "no suitable peers
-// for placement" (a starting cluster) and the "already in use / exists"
-// answers of a lost creation race. Final too: a closed connection, bad
-// credentials, invalid names, subjects and options rejected by nats.go
-// before sending, and errors marked Permanent. Anything else (timeouts, no
-// responders, dial errors) is retryable.
-func IsRetryable(err error) bool {
-	if err == nil || IsPermanent(err) {
-		return false
-	}
-	for _, final := range finalErrors {
-		if errors.Is(err, final) {
-			return false
-		}
-	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) && api.Code != 0 {
-		switch api.ErrorCode {
-		case jsErrReplicasNotSupported:
-			return false
-		case jsErrNoSuitablePeers, jetstream.JSErrCodeStreamNameInUse, jetstream.JSErrCodeConsumerExists,
-			jetstream.JSErrCodeConsumerNameExists, jetstream.JSErrCodeConsumerAlreadyExists:
-			return true
-		}
-		return api.Code >= 500
-	}
-	return true
+// IsRetryable is retry.IsRetryable.
+func IsRetryable(err error) bool { return retry.IsRetryable(err) }
+
+// NotVisibleYet is retry.NotVisibleYet.
+func NotVisibleYet(err error) error { return retry.NotVisibleYet(err) }
+
+// WithStartupPolicy is retry.WithStartupPolicy.
+func WithStartupPolicy(ctx context.Context, p RetryPolicy) context.Context {
+	return retry.WithStartupPolicy(ctx, p)
 }
 
-// NotVisibleYet turns the "not found" answer (stream, consumer, bucket) to
-// a read of something that was just created, or that a create said
-// exists, into a retryable error: on a cluster, the server that answers
-// may not have applied the assignment yet, or the new stream may not have a
-// leader. Any other error is returned as it is.
-func NotVisibleYet(err error) error {
-	if errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-		errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("created, but not visible yet: %v", err)
-	}
-	return err
+// StartupPolicy is retry.StartupPolicy.
+func StartupPolicy(ctx context.Context, def RetryPolicy) RetryPolicy {
+	return retry.StartupPolicy(ctx, def)
 }
 
-// finalErrors are the client-side errors no retry changes.
-var finalErrors = []error{
-	nats.ErrConnectionClosed, nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked,
-	nats.ErrBadSubject, nats.ErrMaxPayload, nats.ErrInvalidContext,
-	jetstream.ErrInvalidBucketName, jetstream.ErrInvalidStreamName, jetstream.ErrInvalidConsumerName,
-	jetstream.ErrStreamNameRequired, jetstream.ErrInvalidSubject, jetstream.ErrKeyValueConfigRequired,
-	jetstream.ErrHistoryTooLarge, jetstream.ErrLimitMarkerTTLNotSupported, jetstream.ErrInvalidOption,
-	jetstream.ErrConnectionClosed,
-}
+// Permanent marks err as not worth retrying (retry.Permanent): a handler
+// returning it sends the message to the dead-letter subject at once.
+func Permanent(err error) error { return retry.Permanent(err) }
 
-// JetStream API error codes without a constant in nats.go (from
-// nats-server's errors.json).
-const (
-	jsErrReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 not supported in non-clustered mode
-	jsErrNoSuitablePeers      jetstream.ErrorCode = 10005 // {err}: no suitable peers for placement
-	jsErrStreamStoreFailed    jetstream.ErrorCode = 10077 // {err}: storing a message failed (503)
-)
+// IsPermanent reports whether err was wrapped with Permanent.
+func IsPermanent(err error) bool { return retry.IsPermanent(err) }
+
+// RefusedUpdate is retry.RefusedUpdate.
+func RefusedUpdate(err error) error { return retry.RefusedUpdate(err) }
+
+// jsErrStreamStoreFailed: {err}: storing a message failed (503), from
+// nats-server's errors.json (no constant in nats.go).
+const jsErrStreamStoreFailed jetstream.ErrorCode = 10077
 
 // isStreamFull reports whether err is a stream's refusal to store a
 // message because a DiscardNew limit is reached (JSStreamStoreFailedF,
@@ -265,20 +79,28 @@ func isStreamFull(err error) bool {
 		strings.Contains(api.Description, "exceeded")
 }
 
-// isPublishRetryable reports whether a JetStream publish that failed with
+// IsPublishRetryable reports whether a JetStream publish that failed with
 // err may be sent again: nobody answered (no responders while the stream
 // has no leader, or the connection is reconnecting) or the ack did not come
 // in time (the message may or may not be stored; the same Nats-Msg-Id makes
 // a second copy a duplicate the stream drops). An error the stream sent
 // back (a wrong expected sequence, a message too large) is final.
-func isPublishRetryable(err error) bool {
+func IsPublishRetryable(err error) bool {
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.ErrorCode != 0 {
 		// JetStream not enabled / temporarily unavailable (503) come back
-		// during an election; anything else is the stream's answer.
-		return api.Code == 503
+		// during an election, and "duplicate message id is in process"
+		// (an earlier try of this event still being stored) is answered
+		// with its PubAck (Duplicate) on the next try; anything else is
+		// the stream's answer.
+		return api.Code == 503 || api.ErrorCode == jsErrDuplicateInProcess
 	}
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrStaleConnection) || errors.Is(err, jetstream.ErrInvalidJSAck)
 }
+
+// jsErrDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict
+// ("duplicate message id is in process").
+const jsErrDuplicateInProcess jetstream.ErrorCode = 10158

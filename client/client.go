@@ -426,7 +426,7 @@ func (c *Client) orderedConsumer(ctx context.Context, cfg jetstream.OrderedConsu
 		case c.bus.Refused() != nil:
 			// The server refused the reply inbox: no answer can come.
 			return nil, fmt.Errorf("reading %s: %w", events.StreamChat, c.bus.Refused())
-		case !transient(err) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		case !bus.IsPublishRetryable(err) && !errors.Is(err, jetstream.ErrJetStreamNotEnabled):
 			return nil, fmt.Errorf("reading %s: %s", events.StreamChat, Explain(err))
 		}
 		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff)))

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -357,5 +359,53 @@ func TestWatchConsumers(t *testing.T) {
 		if got := fmt.Sprint(watchConsumers(tt.in)); got != tt.want {
 			t.Errorf("watchConsumers(%q) = %s, want %s", tt.in, got, tt.want)
 		}
+	}
+}
+
+// countingHandler counts the log records whose message is msg.
+type countingHandler struct {
+	msg string
+	n   *atomic.Int32
+}
+
+func (h countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// A publish retries in one loop: every resend the bus makes is one the
+// caller's OnRetry hears of (a CLI says "not confirmed yet" for each), and
+// the tries the error counts are the bus's; no loop of the client's own
+// wraps the bus's.
+func TestPublishRetriesInOneLoop(t *testing.T) {
+	r := newRestartable(t)
+	nc, err := Connect(r.url(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var resent atomic.Int32
+	b, err := bus.New(nc, &bus.Options{Logger: slog.New(countingHandler{msg: "publish not acknowledged; retrying", n: &resent})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard atomic.Int32
+	cl := NewWithOptions(b, &Options{Retry: RetryPolicy{Budget: 1500 * time.Millisecond,
+		OnRetry: func(int, error) { heard.Add(1) }}})
+	e, err := cl.TurnRequest("nostream", "", "hello", "tester")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Publish(t.Context(), e)
+	if !errors.Is(err, ErrNoStream) {
+		t.Fatalf("Publish with no stream = %v; want ErrNoStream", err)
+	}
+	if resent.Load() == 0 || heard.Load() != resent.Load() {
+		t.Errorf("the bus resent %d times, OnRetry heard of %d: want every resend heard, in one loop", resent.Load(), heard.Load())
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -103,81 +102,43 @@ var ErrNoStream = errors.New("no JetStream stream stores the subject")
 func Publish(ctx context.Context, b *bus.Client, subject string, e *event.Event, policy RetryPolicy) (*jetstream.PubAck, error) {
 	p := policy.withDefaults()
 	start := time.Now()
-	deadline := start.Add(p.Budget)
-	backoff := 100 * time.Millisecond
-	missing := false
-	for attempt := 1; ; attempt++ {
-		try := min(p.AttemptTimeout, time.Until(deadline))
-		actx, cancel := context.WithTimeout(ctx, try)
-		ack, err := b.Publish(actx, subject, e)
-		cancel()
-		if err == nil {
-			return ack, nil
-		}
-		unconfirmed := func(last error) error {
-			return &UnconfirmedError{EventID: e.ID(), Subject: subject, Attempts: attempt, Elapsed: time.Since(start), Err: last}
-		}
-		if ctx.Err() != nil {
-			return nil, unconfirmed(ctx.Err())
-		}
-		if !transient(err) {
-			return nil, err
-		}
-		// Ask once, and again before giving up, whether the subject has a
-		// stream at all: no stream (yet; the workers may be starting) is
-		// not an election. Keep trying, but say so.
-		wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
-		last := time.Until(deadline) <= wait
-		if attempt == 1 || last {
+	tries, missing := 1, false
+	noStream := func() error {
+		return fmt.Errorf("%w: %s (parley's workers create the streams: are they started, e.g. `parley dev`?)", ErrNoStream, subject)
+	}
+	onRetry := func(try int, err error) {
+		tries = try + 1
+		// Ask once whether the subject has a stream at all: no stream
+		// (yet; the workers may be starting) is not an election. Keep
+		// trying, but say so.
+		if try == 1 {
 			missing = streamMissing(ctx, b, subject)
 		}
 		if missing {
-			err = fmt.Errorf("%w: %s (parley's workers create the streams: are they started, e.g. `parley dev`?)", ErrNoStream, subject)
-		}
-		// Full jitter over an exponential step, capped at 2 s.
-		backoff = min(2*backoff, 2*time.Second)
-		if last || time.Until(deadline) <= wait {
-			if errors.Is(err, ErrNoStream) {
-				return nil, fmt.Errorf("publishing %s after %s: %w", e.Type(), p.Budget, err)
-			}
-			return nil, unconfirmed(err)
+			err = noStream()
 		}
 		if p.OnRetry != nil {
-			p.OnRetry(attempt, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, unconfirmed(ctx.Err())
-		case <-time.After(wait):
+			p.OnRetry(try, err)
 		}
 	}
-}
-
-// transient reports whether a failed JetStream publish may succeed when
-// tried again with the same message.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
+	// The one retry loop: the bus's, with this policy.
+	ack, err := b.PublishWith(ctx, subject, e, bus.PublishPolicy{Budget: p.Budget, AttemptTimeout: p.AttemptTimeout, OnRetry: onRetry})
+	if err == nil {
+		return ack, nil
+	}
+	var gaveUp *bus.RetryError
 	switch {
-	case noResponders(err),
-		errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, nats.ErrStaleConnection),
-		errors.Is(err, jetstream.ErrInvalidJSAck):
-		return true
-	case errors.As(err, &apiErr):
-		// 503: JetStream temporarily unavailable. 10158: "duplicate
-		// message id is in process": an earlier try of this event is
-		// still being stored (its leader was elected meanwhile); the next
-		// try gets its PubAck (Duplicate).
-		return apiErr.Code == 503 || apiErr.ErrorCode == errCodeDuplicateInProcess
+	case ctx.Err() != nil:
+		return nil, &UnconfirmedError{EventID: e.ID(), Subject: subject, Attempts: tries, Elapsed: time.Since(start), Err: ctx.Err()}
+	case errors.As(err, &gaveUp):
+		// Ask again before giving up.
+		if streamMissing(ctx, b, subject) {
+			return nil, fmt.Errorf("publishing %s after %s: %w", e.Type(), p.Budget, noStream())
+		}
+		return nil, &UnconfirmedError{EventID: e.ID(), Subject: subject, Attempts: gaveUp.Tries, Elapsed: gaveUp.Elapsed, Err: gaveUp.Last}
 	}
-	return false
+	return nil, err
 }
-
-// errCodeDuplicateInProcess is nats-server's JSStreamDuplicateMessageConflict.
-const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
 
 func noResponders(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -247,28 +246,23 @@ func (o *ownership) scanEpoch(ctx context.Context, thread string, r rec, last ui
 // errNotOwner returned.
 func (o *ownership) checkedTo(ctx context.Context, thread string, r rec, seq uint64, at time.Time) (rec, error) {
 	owner, from := r.Owner, r.FromSeq
-	for range maxVerdictWrites {
-		if r.Owner != owner || r.FromSeq != from || r.Verdict != VerdictAccepted {
-			return rec{}, errNotOwner
+	t, rev, err := o.claims.MutateFrom(ctx, claimKey(thread), &r.ThreadOwner, r.rev, false, func(t *ThreadOwner) error {
+		if t.Owner != owner || t.FromSeq != from || t.Verdict != VerdictAccepted {
+			return errNotOwner
 		}
-		if r.EpochSeq >= seq {
-			return r, nil
+		if t.EpochSeq >= seq {
+			return kvstate.ErrNoChange
 		}
-		t := r.ThreadOwner
 		t.EpochSeq, t.EpochAt = seq, at
-		val, _ := json.Marshal(t)
-		rev, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
-		if err == nil {
-			return rec{t, rev}, nil
-		}
-		if !kvstate.IsConflict(err) {
-			return rec{}, fmt.Errorf("recording the checked events of %s: %w", thread, err)
-		}
-		if r, err = o.get(ctx, thread); err != nil {
-			return rec{}, err
-		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNotOwner) || errors.Is(err, kvstate.ErrNotFound):
+		return rec{}, errNotOwner
+	case err != nil:
+		return rec{}, fmt.Errorf("recording the checked events of %s: %w", thread, err)
 	}
-	return rec{}, fmt.Errorf("recording the checked events of %s: the record kept changing (%d attempts)", thread, maxVerdictWrites)
+	return rec{*t, rev}, nil
 }
 
 // settle is called by a read whose rule refused the thread's event at seq:
@@ -332,7 +326,7 @@ func (e *epochReader) shows(ctx context.Context, seq uint64, at time.Time, ev *e
 // changed meanwhile (a share, recorded progress) is deleted too as long as
 // it is the same confirmation (owner and FromSeq); a newer claim is left.
 func (o *ownership) void(ctx context.Context, thread string, r rec) error {
-	same := func(c rec) bool {
+	same := func(c ThreadOwner) bool {
 		return c.Owner == r.Owner && c.FromSeq == r.FromSeq && c.Verdict == VerdictAccepted
 	}
 	if err := o.deleteClaim(ctx, thread, r, same, "voiding"); err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -147,7 +146,10 @@ func threadTitle(text string) string {
 var errNotOwner = errors.New("thread not found")
 
 type ownership struct {
-	kv jetstream.KeyValue
+	// kv holds the index ("u.<user>.<thread>"); claims the claim records
+	// ("t.<thread>", claimKey) of the same bucket.
+	kv     jetstream.KeyValue
+	claims *kvstate.Store[ThreadOwner]
 	// verdicts reads the processor's verdicts on claims (verify.go).
 	verdicts *verdicts
 	// idle is the gap between a thread's events that ends a claim's
@@ -164,8 +166,12 @@ func openOwnership(ctx context.Context, js jetstream.JetStream, storage jetstrea
 		return nil, fmt.Errorf("opening bucket %s: %w", BucketThreads, err)
 	}
 	// Every single-request KV operation is bounded by bus.RequestTimeout.
-	return &ownership{kv: bus.BoundedKV(b.KV())}, nil
+	return &ownership{kv: bus.BoundedKV(b.KV()),
+		claims: kvstate.NewStore(b, kvstate.StoreOptions[ThreadOwner]{Name: "owner of"})}, nil
 }
+
+// claimKey is the key of thread's claim record.
+func claimKey(thread string) string { return "t." + thread }
 
 func userKey(user string) string { return base64.RawURLEncoding.EncodeToString([]byte(user)) }
 
@@ -193,11 +199,6 @@ var (
 	errTooManyShares  = fmt.Errorf("a thread is shared with at most %d users, revoked ones included", events.MaxShares)
 )
 
-// maxShareAttempts bounds share's compare-and-set retries when requests
-// on several replicas change the same record at once; retry n waits n
-// times a random 0.25-2.5 ms (at most about 1.3 s in all).
-const maxShareAttempts = 32
-
 // share grants (grant) or revokes thread to other on behalf of owner,
 // making a pending claim for owner first when nobody has claimed the
 // thread, and returns the record as written. A share of a pending claim is
@@ -220,54 +221,41 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			return ThreadOwner{}, err
 		}
 		if !used {
-			if _, err := o.createClaim(ctx, thread, owner, "", ""); err != nil && !kvstate.IsConflict(err) {
+			if _, err := o.createClaim(ctx, thread, owner, "", ""); err != nil && !errors.Is(err, errClaimed) {
 				return ThreadOwner{}, err
 			}
 		}
 	}
-	resolved := false
-	for attempt := range maxShareAttempts {
-		if attempt > 0 {
-			select {
-			case <-time.After(time.Duration(attempt) * time.Duration(1+rand.IntN(10)) * time.Millisecond / 4):
-			case <-ctx.Done():
-				return ThreadOwner{}, ctx.Err()
-			}
-		}
-		r, err := o.get(ctx, thread)
-		if err != nil {
-			return ThreadOwner{}, err
-		}
-		if r, err = o.current(ctx, thread, r); err != nil {
-			return ThreadOwner{}, err // errNotOwner: its epoch ended (epoch.go)
-		}
-		t, rev := r.ThreadOwner, r.rev
-		if t.Owner == owner && t.Verdict != VerdictAccepted && !resolved {
-			// Maybe the processor already decided on owner's claim.
-			resolved = true
-			out, _, err := o.resolve(ctx, thread, owner, r, "", 0)
-			switch {
-			case err != nil:
-				return ThreadOwner{}, err
-			case out == outcomeRejected:
-				return ThreadOwner{}, errNotOwner // released: the thread is someone else's
-			case out == outcomeAccepted:
-				continue // confirmed: read the record again
-			}
-		}
+	r, err := o.get(ctx, thread)
+	if err != nil {
+		return ThreadOwner{}, err
+	}
+	if r, err = o.current(ctx, thread, r); err != nil {
+		return ThreadOwner{}, err // errNotOwner: its epoch ended (epoch.go)
+	}
+	if r.Owner == owner && r.Verdict != VerdictAccepted {
+		// Maybe the processor already decided on owner's claim.
+		out, _, err := o.resolve(ctx, thread, owner, r, "", 0)
 		switch {
-		case !t.member(owner):
-			return ThreadOwner{}, errNotOwner
-		case t.Owner != owner && t.Verdict != VerdictAccepted:
-			return ThreadOwner{}, errNotOwner // a pending claim shows nothing to those it is shared with
-		case t.Owner != owner && t.ProcessorShared:
-			return ThreadOwner{}, errNotOwner // those it is shared with have no access either
-		case t.Owner != owner:
-			return ThreadOwner{}, errNotThreadOwner
-		case grant && t.ProcessorShared:
-			return ThreadOwner{}, errSharedToOwner
-		case other == owner:
-			return ThreadOwner{}, errShareOwner
+		case err != nil:
+			return ThreadOwner{}, err
+		case out == outcomeRejected:
+			return ThreadOwner{}, errNotOwner // released: the thread is someone else's
+		case out == outcomeAccepted:
+			// Confirmed: read the record again.
+			if r, err = o.get(ctx, thread); err != nil {
+				return ThreadOwner{}, err
+			}
+			if r, err = o.current(ctx, thread, r); err != nil {
+				return ThreadOwner{}, err
+			}
+		}
+	}
+	// refused is the error of a share the record does not allow.
+	var refused error
+	t, _, err := o.claims.MutateFrom(ctx, claimKey(thread), &r.ThreadOwner, r.rev, false, func(t *ThreadOwner) error {
+		if refused = mayShare(*t, owner, other, grant); refused != nil {
+			return refused
 		}
 		has := slices.Contains(t.Shared, other)
 		for _, s := range t.Shared { // records written before Granted
@@ -278,7 +266,8 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 		known := slices.Contains(t.Granted, other)
 		switch {
 		case grant && !has && !known && len(t.Granted) >= events.MaxShares:
-			return ThreadOwner{}, errTooManyShares
+			refused = errTooManyShares
+			return refused
 		case grant && !has:
 			t.Shared = append(t.Shared, other)
 			if !known {
@@ -286,32 +275,52 @@ func (o *ownership) share(ctx context.Context, thread, owner, other string, gran
 			}
 		case !grant && has:
 			t.Shared = slices.DeleteFunc(t.Shared, func(s string) bool { return s == other })
+		default:
+			return kvstate.ErrNoChange
 		}
-		if grant != has {
-			val, _ := json.Marshal(t)
-			_, err = o.kv.Update(ctx, "t."+thread, val, rev)
-			if kvstate.IsConflict(err) {
-				continue // another replica changed it: read again
-			}
-			if err != nil {
-				return ThreadOwner{}, fmt.Errorf("sharing %s: %w", thread, err)
-			}
-		}
-		// The record decides access; the index only lists. It is written
-		// after the record (and again on a repeated PUT or DELETE), so a
-		// crash between the two heals on the next call; a pending claim's
-		// shares are indexed when it is confirmed (confirm).
-		switch {
-		case grant && t.Verdict == VerdictAccepted:
-			err = o.index(ctx, thread, other, time.Now().UTC())
-		case !grant:
-			if err = o.kv.Delete(ctx, "u."+userKey(other)+"."+thread); err != nil {
-				err = fmt.Errorf("unindexing %s: %w", thread, err)
-			}
-		}
-		return t, err
+		return nil
+	})
+	switch {
+	case refused != nil && errors.Is(err, refused):
+		return ThreadOwner{}, refused
+	case errors.Is(err, kvstate.ErrNotFound):
+		return ThreadOwner{}, errNotOwner
+	case err != nil:
+		return ThreadOwner{}, fmt.Errorf("sharing %s: %w", thread, err)
 	}
-	return ThreadOwner{}, fmt.Errorf("sharing %s: the record kept changing (%d attempts)", thread, maxShareAttempts)
+	// The record decides access; the index only lists. It is written
+	// after the record (and again on a repeated PUT or DELETE), so a
+	// crash between the two heals on the next call; a pending claim's
+	// shares are indexed when it is confirmed (confirm).
+	switch {
+	case grant && t.Verdict == VerdictAccepted:
+		err = o.index(ctx, thread, other, time.Now().UTC())
+	case !grant:
+		if err = o.kv.Delete(ctx, "u."+userKey(other)+"."+thread); err != nil {
+			err = fmt.Errorf("unindexing %s: %w", thread, err)
+		}
+	}
+	return *t, err
+}
+
+// mayShare returns nil when owner may grant (grant) or revoke other's
+// share of the claim t, else the error share answers.
+func mayShare(t ThreadOwner, owner, other string, grant bool) error {
+	switch {
+	case !t.member(owner):
+		return errNotOwner
+	case t.Owner != owner && t.Verdict != VerdictAccepted:
+		return errNotOwner // a pending claim shows nothing to those it is shared with
+	case t.Owner != owner && t.ProcessorShared:
+		return errNotOwner // those it is shared with have no access either
+	case t.Owner != owner:
+		return errNotThreadOwner
+	case grant && t.ProcessorShared:
+		return errSharedToOwner
+	case other == owner:
+		return errShareOwner
+	}
+	return nil
 }
 
 // list returns at most MaxThreadsListed of user's threads (the first in

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -175,18 +174,14 @@ type rec struct {
 
 // get reads thread's claim record; errNotOwner when there is none.
 func (o *ownership) get(ctx context.Context, thread string) (rec, error) {
-	e, err := o.kv.Get(ctx, "t."+thread)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	t, rev, err := o.claims.Get(ctx, claimKey(thread))
+	if errors.Is(err, kvstate.ErrNotFound) {
 		return rec{}, errNotOwner
 	}
 	if err != nil {
 		return rec{}, fmt.Errorf("reading owner of %s: %w", thread, err)
 	}
-	var t ThreadOwner
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return rec{}, fmt.Errorf("decoding owner of %s: %w", thread, err)
-	}
-	return rec{t, e.Revision()}, nil
+	return rec{*t, rev}, nil
 }
 
 // access returns thread's record when user may use it: the processor
@@ -254,9 +249,9 @@ func (o *ownership) resolve(ctx context.Context, thread, owner string, r rec, al
 	return out, rej, err
 }
 
-// maxVerdictWrites bounds confirm's and release's compare-and-set retries
-// when the record changes under them (a share made meanwhile).
-const maxVerdictWrites = 8
+// errClaimChanged: the claim record is no longer the one a write was
+// meant for (another owner's, or confirmed meanwhile).
+var errClaimChanged = errors.New("the claim changed")
 
 // confirm records the processor's acceptance of owner's claim r, shown by
 // echo (owner's accepted message, the first point of the claim's epoch:
@@ -268,32 +263,27 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 	if err != nil {
 		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
 	}
-	for range maxVerdictWrites {
-		if r.Owner != owner {
-			return fmt.Errorf("confirming the claim on %s: it is no longer %s's", thread, owner)
+	t, _, err := o.claims.MutateFrom(ctx, claimKey(thread), &r.ThreadOwner, r.rev, false, func(t *ThreadOwner) error {
+		if t.Owner != owner {
+			return errClaimChanged
 		}
-		if r.Verdict == VerdictAccepted {
-			break
+		if t.Verdict == VerdictAccepted {
+			return kvstate.ErrNoChange // another replica confirmed it
 		}
-		t := r.ThreadOwner
 		t.Verdict, t.ProcessorShared = VerdictAccepted, !own
 		t.EpochSeq, t.EpochAt, t.StartSeq = echo.seq, echo.time.UTC(), start
-		val, _ := json.Marshal(t)
-		_, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
-		if err == nil {
-			r.ThreadOwner = t
-			break
-		}
-		if !kvstate.IsConflict(err) {
-			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
-		}
-		if r, err = o.get(ctx, thread); err != nil {
-			return fmt.Errorf("confirming the claim on %s: %w", thread, err)
-		}
+		return nil
+	})
+	if errors.Is(err, errClaimChanged) {
+		return fmt.Errorf("confirming the claim on %s: it is no longer %s's", thread, owner)
 	}
-	if r.Verdict != VerdictAccepted {
-		return fmt.Errorf("confirming the claim on %s: the record kept changing (%d attempts)", thread, maxVerdictWrites)
+	if errors.Is(err, kvstate.ErrNotFound) {
+		err = errNotOwner
 	}
+	if err != nil {
+		return fmt.Errorf("confirming the claim on %s: %w", thread, err)
+	}
+	r.ThreadOwner = *t
 	for _, u := range append([]string{owner}, r.sharedWith()...) {
 		if err := o.index(ctx, thread, u, r.CreatedAt); err != nil {
 			return err
@@ -309,42 +299,36 @@ func (o *ownership) confirm(ctx context.Context, thread, owner string, r rec, ec
 func (o *ownership) release(ctx context.Context, thread, owner string, r rec) error {
 	// Not when another claim took its place, or another replica saw it
 	// accepted.
-	pending := func(c rec) bool { return c.Owner == owner && c.Verdict != VerdictAccepted }
+	pending := func(c ThreadOwner) bool { return c.Owner == owner && c.Verdict != VerdictAccepted }
 	return o.deleteClaim(ctx, thread, r, pending, "releasing")
 }
 
-// deleteClaim deletes the claim r on thread with its revision while keep
-// holds for it (read again after another replica's write: a share, a
-// verdict), then the index entries of its owner and of the users it was
-// shared with; what ("voiding", "releasing") names the action in errors.
-// A claim for which keep does not hold is left as it is (nil); one
-// deleted meanwhile counts as deleted.
-func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep func(rec) bool, what string) error {
-	owner, shared := r.Owner, r.Shared
-	for range maxVerdictWrites {
-		if !keep(r) {
-			return nil
-		}
-		owner, shared = r.Owner, r.Shared
-		err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev))
-		if err == nil {
-			break
-		}
-		if !kvstate.IsConflict(err) {
-			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
-		}
-		if r, err = o.get(ctx, thread); errors.Is(err, errNotOwner) {
-			break
-		} else if err != nil {
-			return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
-		}
+// deleteClaim deletes the claim r on thread while keep holds for it
+// (read again after another replica's write: a share, a verdict), then
+// the index entries of its owner and of the users it was shared with;
+// what ("voiding", "releasing") names the action in errors. A claim for
+// which keep does not hold is left as it is (nil); one deleted meanwhile
+// counts as deleted.
+func (o *ownership) deleteClaim(ctx context.Context, thread string, r rec, keep func(ThreadOwner) bool, what string) error {
+	del, err := o.claims.DeleteIf(ctx, claimKey(thread), &r.ThreadOwner, r.rev, func(t *ThreadOwner) bool { return keep(*t) })
+	if err != nil {
+		return fmt.Errorf("%s the claim on %s: %w", what, thread, err)
 	}
-	for _, u := range slices.Concat([]string{owner}, shared) {
+	if del == nil {
+		return nil
+	}
+	for _, u := range slices.Concat([]string{del.Owner}, del.Shared) {
 		if err := o.kv.Delete(ctx, "u."+userKey(u)+"."+thread); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return fmt.Errorf("%s the index of %s: %w", what, thread, err)
 		}
 	}
 	return nil
+}
+
+// unusedShareClaim reports whether t is a claim another user than user
+// made by a share, never followed by a message for ShareClaimTTL.
+func unusedShareClaim(t ThreadOwner, user string) bool {
+	return !t.member(user) && t.EventID == "" && t.Verdict != VerdictAccepted && time.Since(t.CreatedAt) > ShareClaimTTL
 }
 
 // nextItem returns the next item of items, or ok false when items is
@@ -357,20 +341,21 @@ func nextItem(ctx context.Context, items <-chan item) (it item, ok bool) {
 	return it, ok
 }
 
+// errClaimed: the thread has a claim record already (createClaim).
+var errClaimed = errors.New("the thread is claimed already")
+
 // createClaim creates user's pending claim on thread for the message
-// eventID titled title ("" and "" for a claim made by a share); an
-// error for which kvstate.IsConflict holds when the thread is claimed
-// already.
+// eventID titled title ("" and "" for a claim made by a share);
+// errClaimed when the thread is claimed already.
 func (o *ownership) createClaim(ctx context.Context, thread, user, eventID, title string) (rec, error) {
 	from, err := o.nextChatSeq(ctx)
 	if err != nil {
 		return rec{}, err
 	}
 	t := ThreadOwner{Owner: user, CreatedAt: time.Now().UTC(), Verdict: VerdictPending, EventID: eventID, FromSeq: from, Title: title}
-	val, _ := json.Marshal(t)
-	rev, err := o.kv.Create(ctx, "t."+thread, val)
-	if kvstate.IsConflict(err) {
-		return rec{}, err
+	rev, err := o.claims.Create(ctx, claimKey(thread), &t)
+	if errors.Is(err, kvstate.ErrConflict) {
+		return rec{}, errClaimed
 	}
 	if err != nil {
 		return rec{}, fmt.Errorf("claiming %s: %w", thread, err)
@@ -397,7 +382,7 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title s
 				return rec{}, false, errNotOwner
 			}
 			r, err := o.createClaim(ctx, thread, user, eventID, title)
-			if kvstate.IsConflict(err) {
+			if errors.Is(err, errClaimed) {
 				continue // another request claimed it first: read its claim
 			}
 			if err != nil {
@@ -406,11 +391,12 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title s
 			return r, true, nil
 		case err != nil:
 			return rec{}, false, err
-		case !r.member(user) && r.EventID == "" && r.Verdict != VerdictAccepted && time.Since(r.CreatedAt) > ShareClaimTTL:
+		case unusedShareClaim(r.ThreadOwner, user):
 			// Another user's claim made by a share and never followed by
 			// a message: void after ShareClaimTTL, so a name cannot be
 			// squatted by sharing it.
-			if err := o.kv.Delete(ctx, "t."+thread, jetstream.LastRevision(r.rev)); err != nil && !kvstate.IsConflict(err) {
+			unused := func(t *ThreadOwner) bool { return unusedShareClaim(*t, user) }
+			if _, err := o.claims.DeleteIf(ctx, claimKey(thread), &r.ThreadOwner, r.rev, unused); err != nil {
 				return rec{}, false, fmt.Errorf("releasing an unused claim of %s: %w", thread, err)
 			}
 			continue
@@ -459,17 +445,21 @@ func (o *ownership) claimFor(ctx context.Context, thread, user, eventID, title s
 				}
 				return rec{}, false, errNotOwner
 			}
-			t := r.ThreadOwner
-			t.EventID, t.Title = eventID, title
-			val, _ := json.Marshal(t)
-			rev, err := o.kv.Update(ctx, "t."+thread, val, r.rev)
-			if kvstate.IsConflict(err) {
-				continue // changed meanwhile: read it again
+			owner := r.Owner
+			t, rev, err := o.claims.MutateFrom(ctx, claimKey(thread), &r.ThreadOwner, r.rev, false, func(t *ThreadOwner) error {
+				if t.Owner != owner || t.Verdict == VerdictAccepted || t.EventID != "" {
+					return errClaimChanged
+				}
+				t.EventID, t.Title = eventID, title
+				return nil
+			})
+			if errors.Is(err, errClaimChanged) || errors.Is(err, kvstate.ErrNotFound) {
+				continue // another message's claim, or settled, meanwhile: read it again
 			}
 			if err != nil {
 				return rec{}, false, fmt.Errorf("claiming %s: %w", thread, err)
 			}
-			return rec{t, rev}, true, nil
+			return rec{*t, rev}, true, nil
 		case out == outcomePending:
 			return r, true, nil
 		case r.Owner != user:

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/internal/health"
+	"github.com/parley-dev/parley/internal/retry"
 )
 
 // BucketOptions configures a bucket.
@@ -51,8 +51,8 @@ type BucketOptions struct {
 	// stores values under. Optional. Default: key + ".expired".
 	ExpiryKey func(key string) string
 	// StartupTimeout bounds how long OpenBucket retries (a context
-	// carrying bus.WithStartupPolicy overrides it). Optional. Default:
-	// bus.DefaultStartupTimeout; negative: one try.
+	// carrying retry.WithStartupPolicy overrides it). Optional. Default:
+	// retry.DefaultStartupTimeout; negative: one try.
 	StartupTimeout time.Duration
 }
 
@@ -75,7 +75,7 @@ const markerTTL = time.Minute
 // is safe for every replica at once on a fresh cluster: it creates first
 // (an existing bucket with the same configuration counts as created) and
 // retries with backoff and jitter until the start-up policy's deadline
-// (bus.StartupPolicy of ctx, else opts.StartupTimeout), every try logged to
+// (retry.StartupPolicy of ctx, else opts.StartupTimeout), every try logged to
 // the policy's logger. A storage difference, which JetStream cannot change
 // in place, fails at once with an error naming the bucket and the field.
 func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string, opts BucketOptions) (*Bucket[T], error) {
@@ -89,23 +89,23 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	if opts.PerKeyTTL {
 		cfg.LimitMarkerTTL = markerTTL
 	}
-	p := bus.StartupPolicy(ctx, bus.RetryPolicy{Timeout: opts.StartupTimeout})
+	p := retry.StartupPolicy(ctx, retry.Policy{Timeout: opts.StartupTimeout})
 	health.RequireStream(js, "KV_"+name)
 	var kv jetstream.KeyValue
 	scheduled := false
-	err := bus.Retry(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
+	err := retry.Do(ctx, "ensuring bucket "+name, p, func(ctx context.Context) error {
 		var err error
 		if kv, err = js.CreateKeyValue(ctx, cfg); err == nil {
 			// A new replicated bucket answers reads once its stream has
 			// a leader: wait for that here, so the first Get of the
 			// caller does not meet "no responders".
 			if _, err = kv.Status(ctx); err != nil {
-				return bus.NotVisibleYet(err)
+				return retry.NotVisibleYet(err)
 			}
 		} else if !errors.Is(err, jetstream.ErrBucketExists) {
 			return err
 		} else if kv, err = js.KeyValue(ctx, name); err != nil {
-			return bus.NotVisibleYet(err)
+			return retry.NotVisibleYet(err)
 		} else if err = updateBucket(ctx, js, kv, cfg, p.Logger); err != nil {
 			return err
 		}
@@ -125,6 +125,12 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 	return &Bucket[T]{kv: kv, js: js, name: name, perKey: opts.PerKeyTTL, scheduled: scheduled, expiryKey: expiryKey}, nil
 }
 
+// BucketOf returns the Bucket over kv, a bucket its owner opened itself
+// (with a configuration OpenBucket does not make), on js.
+func BucketOf[T any](js jetstream.JetStream, kv jetstream.KeyValue) *Bucket[T] {
+	return &Bucket[T]{kv: kv, js: js, name: kv.Bucket(), expiryKey: func(key string) string { return key + ".expired" }}
+}
+
 // updateBucket brings the existing bucket kv to cfg where they differ
 // (BucketConfigChanges). A stream with message schedules on is updated
 // from its own configuration: jetstream.UpdateKeyValue would turn them
@@ -132,7 +138,7 @@ func OpenBucket[T any](ctx context.Context, js jetstream.JetStream, name string,
 func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cfg jetstream.KeyValueConfig, log *slog.Logger) error {
 	st, err := kv.Status(ctx)
 	if err != nil {
-		return bus.NotVisibleYet(err)
+		return retry.NotVisibleYet(err)
 	}
 	changes, err := BucketConfigChanges(st.Config(), cfg)
 	if err != nil || len(changes) == 0 {
@@ -143,12 +149,12 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	}
 	s, err := js.Stream(ctx, "KV_"+cfg.Bucket)
 	if err != nil {
-		return bus.NotVisibleYet(err)
+		return retry.NotVisibleYet(err)
 	}
 	sc := s.CachedInfo().Config
 	if !sc.AllowMsgSchedules {
 		_, err = js.UpdateKeyValue(ctx, cfg)
-		return bus.RefusedUpdate(err)
+		return retry.RefusedUpdate(err)
 	}
 	// The fields BucketConfigChanges compares, mapped as
 	// jetstream.UpdateKeyValue maps them.
@@ -166,7 +172,7 @@ func updateBucket(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyV
 	sc.SubjectDeleteMarkerTTL = cfg.LimitMarkerTTL
 	sc.Description = cfg.Description
 	_, err = js.UpdateStream(ctx, sc)
-	return bus.RefusedUpdate(err)
+	return retry.RefusedUpdate(err)
 }
 
 // minScheduleAPILevel is the JetStream API level of message schedules
@@ -181,7 +187,7 @@ func enableSchedules(ctx context.Context, js jetstream.JetStream, bucket string,
 	stream := "KV_" + bucket
 	ai, err := js.AccountInfo(ctx)
 	if err != nil {
-		return false, bus.NotVisibleYet(err)
+		return false, retry.NotVisibleYet(err)
 	}
 	if ai.API.Level < minScheduleAPILevel {
 		if log != nil {
@@ -193,7 +199,7 @@ func enableSchedules(ctx context.Context, js jetstream.JetStream, bucket string,
 	}
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
-		return false, bus.NotVisibleYet(err)
+		return false, retry.NotVisibleYet(err)
 	}
 	sc := s.CachedInfo().Config
 	if !sc.AllowMsgSchedules {
@@ -203,7 +209,7 @@ func enableSchedules(ctx context.Context, js jetstream.JetStream, bucket string,
 		sc.AllowMsgSchedules, sc.Discard = true, jetstream.DiscardOld
 		info, err := js.UpdateStream(ctx, sc)
 		if err != nil {
-			return false, bus.RefusedUpdate(err)
+			return false, retry.RefusedUpdate(err)
 		}
 		if !info.CachedInfo().Config.AllowMsgSchedules {
 			return false, nil
@@ -289,7 +295,7 @@ func ScheduleOpts(bucket, expiryKey string, expiresAt time.Time) []jetstream.Pub
 // in place) is a permanent error naming the bucket and the field.
 func BucketConfigChanges(have, want jetstream.KeyValueConfig) ([]string, error) {
 	if have.Storage != want.Storage {
-		return nil, bus.Permanent(fmt.Errorf("bucket %s: storage is %s on the server but %s is configured (--storage): "+
+		return nil, retry.Permanent(fmt.Errorf("bucket %s: storage is %s on the server but %s is configured (--storage): "+
 			"JetStream cannot change a bucket's storage; use --storage %s, or back up and delete the bucket",
 			want.Bucket, have.Storage, want.Storage, have.Storage))
 	}
@@ -321,7 +327,7 @@ func (b *Bucket[T]) KV() jetstream.KeyValue { return b.kv }
 
 // Get returns the value under key and its revision, or ErrNotFound.
 func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	ctx, cancel := retry.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	var v T
 	e, err := b.kv.Get(ctx, key)
@@ -342,7 +348,7 @@ func (b *Bucket[T]) Get(ctx context.Context, key string) (T, uint64, error) {
 // otherwise). ttl > 0 sets a per-key TTL (whole seconds, at least 1s;
 // the bucket must have PerKeyTTL).
 func (b *Bucket[T]) Create(ctx context.Context, key string, v T, ttl time.Duration) (uint64, error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	ctx, cancel := retry.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -372,7 +378,7 @@ func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64, ttl
 	if ttl > 0 {
 		return b.publish(ctx, "updating", key, v, rev, jetstream.WithMsgTTL(roundTTL(ttl)))
 	}
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	ctx, cancel := retry.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -435,6 +441,14 @@ func (b *Bucket[T]) CreateNewUntil(ctx context.Context, key string, v T, expires
 	return b.writeUntil(ctx, "creating", key, v, 0, expiresAt)
 }
 
+// CreateNew stores v under key, without a TTL, if the key never held a
+// value: ErrConflict when it has any entry, a live value or a delete,
+// purge or expiry marker (unlike Create, which writes over a marker), so
+// a value deleted since is not brought back.
+func (b *Bucket[T]) CreateNew(ctx context.Context, key string, v T) (uint64, error) {
+	return b.publish(ctx, "creating", key, v, 0)
+}
+
 // writeUntil stores v under key if the key's last entry is at rev (0:
 // none), expiring at expiresAt (expiryOpts).
 func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key string, v T, rev uint64, expiresAt time.Time) (uint64, error) {
@@ -449,7 +463,7 @@ func (b *Bucket[T]) writeUntil(ctx context.Context, verb, key string, v T, rev u
 // publish options opts, if the key's last entry is at rev (0: none):
 // ErrConflict otherwise. verb names the write in errors.
 func (b *Bucket[T]) publish(ctx context.Context, verb, key string, v T, rev uint64, opts ...jetstream.PublishOpt) (uint64, error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	ctx, cancel := retry.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -468,7 +482,7 @@ func (b *Bucket[T]) publish(ctx context.Context, verb, key string, v T, rev uint
 
 // Put stores v under key unconditionally.
 func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	ctx, cancel := retry.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -483,7 +497,7 @@ func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
 
 // Delete removes key if its revision is still rev (rev 0: unconditionally).
 func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
-	ctx, cancel := bus.WithRequestTimeout(ctx) // a lost reply fails, not hangs
+	ctx, cancel := retry.WithRequestTimeout(ctx) // a lost reply fails, not hangs
 	defer cancel()
 	var opts []jetstream.KVDeleteOpt
 	if rev > 0 {

@@ -10,9 +10,25 @@
 // (parley_runs, key = run ID), tool results (parley_tool_results, key =
 // run and call) and decision records (parley_decisions, key =
 // <run>.<call>.<round>, see CallDecision). Buckets are created idempotently.
-// Every read-modify-write goes through Mutate, the one compare-and-swap
-// loop (retries on conflict, ErrNoChange skips the write, the record's
-// TTL kept by its Save).
+// A record kind is read and written through a Store[T]: Get, Create,
+// CreateNew, Put, DeleteIf and Mutate(key, fn), the one compare-and-swap
+// loop (a write that lost a race reads again and reapplies fn; ErrNoChange
+// skips the write), with TTL-preserving writes (StoreOptions.ExpiresAt),
+// an optional revision-checked cache and one Decode hook per kind where
+// records of older formats are read. Every read-modify-write of the
+// processor's threads, the gateway's claims and the built-in tools'
+// ledger and entities goes through a Store. What still writes a Bucket
+// directly: the processor's pause records (written once; an extension
+// gives way to another's), the tool-executor's call claims (a lease: a
+// lost create or takeover gives way) and the agent's run checkpoints,
+// whose model step and dispatch run between the read and the
+// revision-checked write, so a lost race re-reads and redoes the step
+// (workers/agent onToolResult) instead of reapplying a pure function.
+// Each of them sees a lost race only as ErrConflict: it is recognised
+// here alone (IsConflict), on single and replicated buckets alike.
+//
+// kvstate imports events, schema, internal/retry (the start-up retry
+// policy shared with bus) and internal/health; never bus, nor a worker.
 //
 // Library errors are translated at this boundary: ErrNotFound, ErrConflict
 // (a revision-checked write lost a race) and ErrIncompatible (a stored

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/bus/bustest"
+	"github.com/parley-dev/parley/internal/retry"
 )
 
 // A request whose reply is lost (here: the server is gone; in production
 // a NATS node killed between receiving a request and answering it) fails
-// each operation within bus.RequestTimeout, even under a handler's long
+// each operation within retry.RequestTimeout, even under a handler's long
 // deadline, instead of holding the handler (and its heartbeated message)
 // until that deadline.
 func TestOperationsFailWhenTheReplyIsLost(t *testing.T) {
@@ -49,8 +49,8 @@ func TestOperationsFailWhenTheReplyIsLost(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("%s with the reply lost: error %v, want one wrapping context.DeadlineExceeded", name, err)
 			}
-			if took > bus.RequestTimeout+3*time.Second {
-				t.Errorf("%s with the reply lost returned after %v, want within bus.RequestTimeout (%v)", name, took.Round(time.Millisecond), bus.RequestTimeout)
+			if took > retry.RequestTimeout+3*time.Second {
+				t.Errorf("%s with the reply lost returned after %v, want within retry.RequestTimeout (%v)", name, took.Round(time.Millisecond), retry.RequestTimeout)
 			}
 		})
 	}

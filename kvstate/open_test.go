@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/bus"
 	"github.com/parley-dev/parley/bus/bustest"
+	"github.com/parley-dev/parley/internal/retry"
 )
 
 // Replicas of several roles opening the same R3 buckets at the same moment
@@ -53,7 +53,7 @@ func TestOpenBucketConfigDifferences(t *testing.T) {
 	}
 	start := time.Now()
 	_, err := OpenBucket[rec](t.Context(), js, "mem", BucketOptions{Storage: jetstream.FileStorage})
-	if err == nil || !strings.Contains(err.Error(), "bucket mem") || !strings.Contains(err.Error(), "storage") || !bus.IsPermanent(err) {
+	if err == nil || !strings.Contains(err.Error(), "bucket mem") || !strings.Contains(err.Error(), "storage") || !retry.IsPermanent(err) {
 		t.Fatalf("OpenBucket(other storage) = %v, want a permanent error naming the bucket and storage", err)
 	}
 	if el := time.Since(start); el > 5*time.Second {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/parley-dev/parley/bus"
+	"github.com/parley-dev/parley/internal/retry"
 	"github.com/parley-dev/parley/schema"
 )
 
@@ -82,7 +82,7 @@ func (r *ToolRegistry) Register(ctx context.Context, t schema.Tool) error {
 // confirmation. A definition unreadable even so is an error wrapping
 // ErrIncompatible.
 func (r *ToolRegistry) Get(ctx context.Context, name string) (*schema.Tool, error) {
-	gctx, cancel := bus.WithRequestTimeout(ctx)
+	gctx, cancel := retry.WithRequestTimeout(ctx)
 	defer cancel()
 	e, err := r.b.kv.Get(gctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -160,7 +160,7 @@ func (r *ToolRegistry) list(ctx context.Context) ([]schema.Tool, error) {
 	// The key listing is one ordered consumer: bounded like any request
 	// (a lost reply fails it), and a listing cut short by the bound is
 	// an error, never a shorter list.
-	lctx, cancel := bus.WithRequestTimeout(ctx)
+	lctx, cancel := retry.WithRequestTimeout(ctx)
 	defer cancel()
 	lister, err := r.b.kv.ListKeys(lctx)
 	if err != nil {

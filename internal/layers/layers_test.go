@@ -33,12 +33,13 @@ var allowed = map[string][]string{
 	// reasons.
 	"internal/metrics": {"events", "model"},
 	"internal/health":  {"internal/metrics"},
+	// retry is the one retry policy, below both transport and storage.
+	"internal/retry": {},
 
-	"bus":         {"events", "internal/health", "internal/metrics"},
+	"bus":         {"events", "internal/health", "internal/metrics", "internal/retry"},
 	"bus/bustest": {},
-	// kvstate uses bus's retry policy and permanent-error type; they
-	// belong in a package below both.
-	"kvstate": {"bus", "events", "internal/health", "schema"},
+	// Storage never imports transport (bus) nor a worker.
+	"kvstate": {"events", "internal/health", "internal/retry", "schema"},
 
 	"client": {"bus", "client/threadstate", "events", "internal/natsauth", "schema"},
 

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -266,7 +267,7 @@ func TestCrashIncompatibleRecordOfSettledPause(t *testing.T) {
 	h.pauses.mu.Lock()
 	h.pauses.recs[key] = []byte(`{"format":3,"thread":"t"}`)
 	h.pauses.mu.Unlock()
-	h.p.pauses.cache.drop(key)
+	h.p.pauses.cache.Drop(key)
 	if err := h.answerErr("a1-again", "q1"); err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func (s *ttlPauses) passTime(h *harness, d time.Duration) {
 	for key, until := range s.until {
 		if until.Before(time.Now().Add(d)) {
 			s.memPauses.expire(key)
-			h.p.pauses.cache.drop(key)
+			h.p.pauses.cache.Drop(key)
 			delete(s.until, key)
 		}
 	}
@@ -415,7 +416,7 @@ func TestCrashResumePublishedThenRecordExpired(t *testing.T) {
 		t.Fatalf("%d run.resumed, want 1", n)
 	}
 	store.passTime(h, bus.DefaultAckWait+time.Second) // the redelivery comes AckWait later
-	h.p.threads.forget("t")
+	h.p.threads.Forget("t")
 	if err := h.answerErr("a1", "q1"); err != nil { // the redelivery
 		t.Fatal(err)
 	}
@@ -517,16 +518,16 @@ func TestCrashDeadLetteredMessageDoesNotSkipEarlierOne(t *testing.T) {
 // flakyThreads fails the next Load once with a transient error (a KV read
 // that timed out).
 type flakyThreads struct {
-	threadRecords
+	kvstate.Records
 	fail bool
 }
 
-func (f *flakyThreads) Load(ctx context.Context, id string) (*Thread, uint64, error) {
+func (f *flakyThreads) Get(ctx context.Context, id string) (json.RawMessage, uint64, error) {
 	if f.fail {
 		f.fail = false
 		return nil, 0, errors.New("reading parley_threads/t: context deadline exceeded")
 	}
-	return f.threadRecords.Load(ctx, id)
+	return f.Records.Get(ctx, id)
 }
 
 // FIFO: m3 arrives while m2, before it, is still unrecorded; the read of
@@ -535,9 +536,8 @@ func (f *flakyThreads) Load(ctx context.Context, id string) (*Thread, uint64, er
 func TestCrashFIFOWhenPredecessorCheckFails(t *testing.T) {
 	h := newHarness(t)
 	q := withWorkQueue(h)
-	flaky := &flakyThreads{threadRecords: h.threads}
-	h.p.threads = newThreads(flaky, false)
-	h.p.threads.adopt = h.p.adoptLegacy
+	flaky := &flakyThreads{Records: h.threads}
+	h.p.threads = h.p.threadStore(flaky, false)
 	q.add(2, 3)
 	flaky.fail = true
 	if err := h.deliver("m3", 3, "third"); err == nil {
@@ -573,7 +573,7 @@ func TestCrashAnswerEchoedAfterThreadPausedAgain(t *testing.T) {
 		t.Fatal("answer a1 handled although its echo failed")
 	}
 	h.pub.fail = nil
-	h.p.threads.forget("t") // another replica
+	h.p.threads.Forget("t") // another replica
 	h.answer("a2", "q2")
 	if n := len(h.pub.of(events.TypeRunResumed)); n != 1 {
 		t.Fatalf("%d run.resumed, want 1", n)
@@ -645,7 +645,7 @@ func TestCrashMessageEchoedAfterItsIDAgedOut(t *testing.T) {
 		t.Fatal("message m2 handled although its echo failed")
 	}
 	h.pub.fail = nil
-	h.p.threads.forget("t")
+	h.p.threads.Forget("t")
 	h.run(events.TypeRunCompleted, "c1", 10, events.RunCompleted{RunID: turnOf("m1"), TurnID: turnOf("m1"),
 		Message: schema.ChatMessage{Role: schema.RoleAssistant, Text: "done"}})
 	h.run(events.TypeRunCompleted, "c2", 11, events.RunCompleted{RunID: turnOf("m2"), TurnID: turnOf("m2"),

@@ -136,7 +136,7 @@ func TestCrashEditedAnswerRedelivered(t *testing.T) {
 		t.Fatal("answer a1 handled although its resume was lost")
 	}
 	h.pub.fail = nil
-	h.p.threads.forget("t") // another replica takes the next deliveries
+	h.p.threads.Forget("t") // another replica takes the next deliveries
 	if err := h.editedAnswer("a2", "q1", `{"ids":["article-4"]}`); err != nil {
 		t.Fatal(err)
 	}

@@ -2,27 +2,30 @@ package processor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 
 	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
 
 // frozen returns, once, a snapshot of the thread taken earlier: the
 // processor loaded the thread, froze (SIGSTOP) past AckWait, and continues.
 type frozen struct {
-	threadRecords
+	kvstate.Records
 	snap *Thread
 }
 
-func (f *frozen) Load(ctx context.Context, id string) (*Thread, uint64, error) {
+func (f *frozen) Get(ctx context.Context, id string) (json.RawMessage, uint64, error) {
 	if f.snap != nil {
 		s := f.snap
 		f.snap = nil
-		return s, 1, nil
+		data, err := json.Marshal(s)
+		return data, 1, err
 	}
-	return f.threadRecords.Load(ctx, id)
+	return f.Records.Get(ctx, id)
 }
 
 // frozenReplay drives turn 1 (paused as q1, answered, completed) and turn 2,
@@ -36,7 +39,7 @@ func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
 	}
-	snap, snapRev, _ := h.p.threads.Load(h.ctx, "t") // turn 1 running: what the frozen processor saw
+	snap, snapRev, _ := h.p.threads.Get(h.ctx, "t") // turn 1 running: what the frozen processor saw
 	turn := events.DerivedID("turn", "m1")
 	h.pause("m1", "p1", 10, "q1") // handled by another replica
 	h.answer("a1", "q1")
@@ -50,16 +53,15 @@ func frozenReplay(t *testing.T, pauseT2, lose, fromCache bool) *harness {
 	}
 	if lose {
 		h.pauses.expire(pauseKey("t", 10))
-		h.p.pauses.cache.drop(pauseKey("t", 10)) // as another replica sees it
+		h.p.pauses.cache.Drop(pauseKey("t", 10)) // as another replica sees it
 	}
 	if fromCache {
 		// The frozen replica's cache holds the record it saw.
-		h.p.threads = newThreads(h.threads, true)
-		h.p.threads.remember(snap, snapRev)
+		h.p.threads = h.p.threadStore(h.threads, true)
+		h.p.threads.Remember("t", snap, snapRev)
 	} else {
-		h.p.threads = newThreads(&frozen{threadRecords: h.threads, snap: snap}, false)
+		h.p.threads = h.p.threadStore(&frozen{Records: h.threads, snap: snap}, false)
 	}
-	h.p.threads.adopt = h.p.adoptLegacy
 	h.pause("m1", "p1", 10, "q1") // the frozen replica continues with p1
 	return h
 }

@@ -53,7 +53,7 @@ func TestOversizedBlocksRejected(t *testing.T) {
 			t.Errorf("%s: rejection %q, want message_too_large", id, r)
 		}
 	}
-	th, _, _ := h.p.threads.Load(h.ctx, "t")
+	th, _, _ := h.p.threads.Get(h.ctx, "t")
 	if len(th.Queue) != 0 || len(th.History) != 0 || th.State != ThreadIdle || len(h.runsStarted()) != 0 {
 		t.Fatalf("thread after oversized messages: %+v", th)
 	}

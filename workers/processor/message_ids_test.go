@@ -176,7 +176,7 @@ func TestShareDoesNotOpenAdoptedLegacyPause(t *testing.T) {
 		h.threads.rev++
 		h.threads.recs["t"] = memRecord{data, h.threads.rev}
 	}()
-	h.p.threads.forget("t")
+	h.p.threads.Forget("t")
 	if err := h.messageAs(events.PrincipalGateway, "m2", 2, events.TurnRequested{User: "alice", Share: []events.Identity{bob}}); err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func TestSelfDeclaredAnsweredByNotRecorded(t *testing.T) {
 	if r := turnRejectedFor(h, "m0"); r != events.RejectForbidden {
 		t.Fatalf("turn naming alice from the integrator: rejection %q, want forbidden", r)
 	}
-	if th, _, _ := h.p.threads.Load(h.ctx, "t"); th.Owner != nil || len(h.runsStarted()) != 0 {
+	if th, _, _ := h.p.threads.Get(h.ctx, "t"); th.Owner != nil || len(h.runsStarted()) != 0 {
 		t.Fatalf("after the refused message: owner %v, runs %v; want none", th.Owner, h.runsStarted())
 	}
 	if err := h.message("m1", 2); err != nil { // integrator's thread
@@ -146,7 +146,7 @@ func TestMessageFromNonOwnerForbiddenAndShares(t *testing.T) {
 	if r := turnRejectedFor(h, "m2"); r != events.RejectForbidden {
 		t.Fatalf("message from another principal: rejection %q, want forbidden", r)
 	}
-	th, _, _ := h.p.threads.Load(h.ctx, "t")
+	th, _, _ := h.p.threads.Get(h.ctx, "t")
 	if len(th.Queue) != 0 || th.State != ThreadPaused || len(h.pub.of(events.TypeElicitationCancelled)) != 0 {
 		t.Fatalf("after the refused message: state %s, queue %d, cancelled %d; want paused, nothing queued or withdrawn",
 			th.State, len(th.Queue), len(h.pub.of(events.TypeElicitationCancelled)))
@@ -166,7 +166,7 @@ func TestMessageFromNonOwnerForbiddenAndShares(t *testing.T) {
 	if r := rejectedFor(h, "a1"); r != "" {
 		t.Fatalf("bob's answer rejected %q", r)
 	}
-	th, _, _ = h.p.threads.Load(h.ctx, "t")
+	th, _, _ = h.p.threads.Get(h.ctx, "t")
 	if th.Owner == nil || *th.Owner != (events.Identity{Principal: events.PrincipalGateway, OnBehalfOf: "alice"}) ||
 		!slices.Equal(th.Shared, []events.Identity{bob}) {
 		t.Fatalf("owner %v, shared %v; want alice's, shared with bob only", th.Owner, th.Shared)
@@ -183,12 +183,12 @@ func TestLegacyChatSequencesIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.pause("m1", "p1", 10, "q1")
-	th, rev, _ := h.threads.Load(h.ctx, "t")
+	th, rev := h.threads.load("t")
 	th.InputSeqs, th.LastTurnSeq, th.PauseMark = false, 500, 500 // as the old format wrote it
-	if _, err := h.threads.Save(h.ctx, th, rev); err != nil {
+	if err := h.threads.save(th, rev); err != nil {
 		t.Fatal(err)
 	}
-	h.p.threads = newThreads(h.threads, true) // a replica that has not read it yet
+	h.p.threads = h.p.threadStore(h.threads, true) // a replica that has not read it yet
 	if err := h.message("m2", 2); err != nil {
 		t.Fatal(err)
 	}

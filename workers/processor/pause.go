@@ -34,13 +34,13 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	// (a cached record may be behind). An apply decided on a record that
 	// turns out behind is caught by the thread's revision-checked write
 	// below, as one decided on a fresh read that another replica changed.
-	t, trev, cached, err := p.threads.view(ctx, thread)
+	t, trev, cached, err := p.threads.View(ctx, thread)
 	if err != nil {
 		return err
 	}
 	act := classifyPause(t, in.TurnID, e.ID(), d.StreamSeq)
 	if act != outcomeApply && cached {
-		if t, trev, err = p.threads.Load(ctx, thread); err != nil {
+		if t, trev, err = p.threads.Get(ctx, thread); err != nil {
 			return err
 		}
 		act, cached = classifyPause(t, in.TurnID, e.ID(), d.StreamSeq), false
@@ -98,7 +98,7 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 			return fmt.Errorf("storing the pause record: %w", err)
 		}
 		p.fault(faultAfterPauseRecord)
-		if t, err = p.threads.MutateAt(ctx, t, trev, cached, func(t *Thread) error {
+		if t, _, err = p.threads.MutateFrom(ctx, t.ID, t, trev, cached, func(t *Thread) error {
 			return applyPause(t, pt, e.ID(), mark)
 		}); err != nil {
 			return err
@@ -159,48 +159,6 @@ func (p *Processor) expireUnmarked(ctx context.Context, t *Thread, runSeq uint64
 // reasonRunTooLarge is the turn.failed reason of a pause too large to
 // record (the agent's own limit has the same name, agent.RejectRunTooLarge).
 const reasonRunTooLarge = "run_too_large"
-
-// adoptLegacy completes a thread an earlier version paused: its paused
-// turn was a record of its own in kvstate.BucketPaused under the thread
-// ID, which becomes t.Paused (written with t's next write). A paused
-// thread whose record is gone keeps no paused turn (it expired).
-func (p *Processor) adoptLegacy(ctx context.Context, t *Thread) error {
-	if t.State != ThreadPaused || t.Paused != nil && t.Paused.TurnID == t.TurnID {
-		return nil
-	}
-	raw, err := p.pauses.store.Load(ctx, t.ID)
-	if err != nil && !errors.Is(err, kvstate.ErrNotFound) {
-		return fmt.Errorf("reading the paused turn of %s stored by an earlier version: %w", t.ID, err)
-	}
-	var legacy *legacyPause
-	if err == nil {
-		_, legacy, _ = decodePause(t.ID, raw)
-	}
-	if legacy != nil && legacy.TurnID == t.TurnID {
-		t.Paused = legacy.pausedTurn()
-	} else {
-		// The record expired (or is another turn's): the questions the
-		// thread named are past their expiry.
-		t.Paused = &PausedTurn{TurnID: t.TurnID, RunID: t.RunID, Agent: t.Agent, Record: t.ID}
-		for _, id := range t.LegacyPending {
-			t.Paused.Elicitations = append(t.Paused.Elicitations,
-				Elicitation{PendingElicitation: events.PendingElicitation{ID: id}, Status: StatusPending})
-		}
-	}
-	// The grants its turn's message was sent under (Grants), when the
-	// thread still has them; an earlier version's writes drop them, and
-	// then those made before the adoption stand for them: a share the
-	// thread records after it (in the same write, or later) covers only
-	// later messages' questions, never this turn's.
-	grants := t.TurnGrants
-	if grants == nil {
-		n := len(t.Shared)
-		grants = &n
-	}
-	t.Paused.Grants, t.TurnGrants = grants, grants
-	t.LegacyPending = nil
-	return nil
-}
 
 // lastTurnRequested returns the stream sequence of the thread's last
 // turn.requested still in PARLEY_INPUT, from any principal (0 if none;
@@ -331,14 +289,14 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	var t *Thread
 	if err == nil {
 		var cached bool
-		if t, _, cached, err = p.threads.view(ctx, thread); err != nil {
+		if t, _, cached, err = p.threads.View(ctx, thread); err != nil {
 			return p.failIncompatible(ctx, thread, err)
 		}
 		if err = mayUse(t, who); cached && (err != nil || t.Owner == nil) {
 			// A cached record is trusted only to allow, and only once it
 			// has an owner (set once; grants only grow): it may be
 			// behind the message that claimed the thread, or a share.
-			if t, _, err = p.threads.Load(ctx, thread); err != nil {
+			if t, _, err = p.threads.Get(ctx, thread); err != nil {
 				return p.failIncompatible(ctx, thread, err)
 			}
 			err = mayUse(t, who)
@@ -352,7 +310,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 	// Sizes, before anything reaches the paused turn.
 	if vs := answerSize(len(e.Data()), in); len(vs) > 0 {
 		state := "the question's state is unknown (the thread could not be read)"
-		if cur, _, err := p.threads.Load(ctx, thread); err == nil {
+		if cur, _, err := p.threads.Get(ctx, thread); err == nil {
 			state = questionState(cur, in.ElicitationID, time.Now())
 		}
 		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidContent,
@@ -388,7 +346,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 				// the record fails; a settled pause's (the turn went on,
 				// or ended) only has no snapshot to resume with.
 				cause := err
-				if t, _, err = p.threads.Load(ctx, thread); err != nil {
+				if t, _, err = p.threads.Get(ctx, thread); err != nil {
 					return p.failIncompatible(ctx, thread, err)
 				}
 				if t.Paused == nil || t.Paused.Record != key {
@@ -407,7 +365,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 				return fmt.Errorf("reading the pause record of %s: %w", thread, err)
 			}
 		}
-		t, err = p.threads.Mutate(ctx, thread, func(t *Thread) error {
+		t, _, err = p.threads.Mutate(ctx, thread, func(t *Thread) error {
 			if t.Paused != nil && t.Paused.Record != key {
 				return errPauseChanged
 			}
@@ -434,7 +392,7 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 			return nil
 		})
 		if errors.Is(err, errPauseChanged) && attempt < 10 {
-			if t, _, err = p.threads.Load(ctx, thread); err != nil {
+			if t, _, err = p.threads.Get(ctx, thread); err != nil {
 				return p.failIncompatible(ctx, thread, err)
 			}
 			continue
@@ -563,16 +521,9 @@ func (p *Processor) publishResume(ctx context.Context, t *Thread, rec *pauseReco
 	if err != nil {
 		return err
 	}
-	e.SetExtension(events.ExtTurnID, pt.TurnID)
-	e.SetExtension(events.ExtRunID, pt.RunID)
-	if pt.TraceParent != "" {
-		e.SetExtension(events.ExtTraceParent, pt.TraceParent)
-	}
 	// The resume joins the trace the turn started in (stored with the
 	// paused turn), linked to the answer's own trace.
-	ctx, end := bus.WithTraceParent(ctx, pt.TraceParent, "resume turn")
-	defer end()
-	return p.publish(ctx, events.StreamAgent, e)
+	return p.publishRun(ctx, e, pt.TurnID, pt.RunID, pt.TraceParent, "resume turn")
 }
 
 // failResume ends the running turn turnID of thread, which cannot resume
@@ -591,7 +542,7 @@ func (p *Processor) failResume(ctx context.Context, thread, turnID, detail strin
 func (p *Processor) abandonTurn(ctx context.Context, thread, turnID, state, kind, reason, detail string) error {
 	// What the turn's run executed before it paused: turn.failed names
 	// it, and the history keeps it (applyAbandon).
-	cur, _, err := p.threads.Load(ctx, thread)
+	cur, _, err := p.threads.Get(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -602,7 +553,7 @@ func (p *Processor) abandonTurn(ctx context.Context, thread, turnID, state, kind
 			ToolCalls: events.RanOf(ran.effects), ToolCallsOmitted: ran.omitted}); err != nil {
 		return err
 	}
-	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+	t, _, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		return applyAbandon(t, turnID, state, reason)
 	})
 	if err != nil {
@@ -653,7 +604,7 @@ func (p *Processor) onExpired(ctx context.Context, key string) error {
 	if events.ValidToken("thread", thread) != nil {
 		return nil
 	}
-	t, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+	t, _, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		// Messages that queued behind the paused turn go on now.
 		return applyExpiry(t, key, time.Now().UTC())
 	})

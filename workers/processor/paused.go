@@ -211,26 +211,6 @@ type pauseRecord struct {
 	Snapshot  json.RawMessage `json:"snapshot"`
 }
 
-// legacyPause is a pause record of legacyPauseFormat: the whole paused
-// turn, its questions' state included.
-type legacyPause struct {
-	pauseRecord
-	Elicitations []Elicitation `json:"elicitations"`
-	CreatedAt    time.Time     `json:"createdAt"`
-	Agent        string        `json:"agent"`
-	TraceParent  string        `json:"traceparent,omitempty"`
-	Resumed      bool          `json:"resumed,omitempty"`
-	WithdrawnBy  string        `json:"withdrawnBy,omitempty"`
-	Withdrawn    []string      `json:"withdrawn,omitempty"`
-}
-
-// pausedTurn is the paused turn a legacy record stores.
-func (l *legacyPause) pausedTurn() *PausedTurn {
-	return &PausedTurn{TurnID: l.TurnID, RunID: l.RunID, Agent: l.Agent, CreatedAt: l.CreatedAt, ExpiresAt: l.ExpiresAt,
-		Elicitations: l.Elicitations, TraceParent: l.TraceParent, Resumed: l.Resumed, RunSeq: l.RunSeq,
-		WithdrawnBy: l.WithdrawnBy, Withdrawn: l.Withdrawn, Record: l.Thread}
-}
-
 // pauseBucket keeps pause records in kvstate.BucketPaused.
 type pauseBucket struct {
 	b *kvstate.Bucket[json.RawMessage]
@@ -318,22 +298,6 @@ func (s *pauseBucket) Load(ctx context.Context, key string) (json.RawMessage, er
 	return v, err
 }
 
-// decodePause reads a pause record of either format; kvstate.ErrIncompatible
-// for any other. legacy is set for legacyPauseFormat.
-func decodePause(key string, raw json.RawMessage) (*pauseRecord, *legacyPause, error) {
-	var l legacyPause
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return nil, nil, fmt.Errorf("decoding the pause record %s: %w (%w)", key, err, kvstate.ErrIncompatible)
-	}
-	switch l.Format {
-	case pauseFormat:
-		return &l.pauseRecord, nil, nil
-	case legacyPauseFormat:
-		return &l.pauseRecord, &l, nil
-	}
-	return nil, nil, fmt.Errorf("the pause record %s has format %d, want %d: %w", key, l.Format, pauseFormat, kvstate.ErrIncompatible)
-}
-
 // resumeGrace is how long a pause record outlives its pause's expiresAt
 // (at most the pause's TTL): an answer accepted in the pause's last
 // moments, whose resume a crash delayed until the redelivery (after
@@ -355,7 +319,7 @@ func recordUntil(expiresAt time.Time, ttl time.Duration) time.Time {
 // current while it lives.
 type pauseRecords struct {
 	store pauseStore
-	cache *revCache[pauseRecord] // nil: caching off
+	cache *kvstate.RevCache[pauseRecord] // nil: caching off
 	// scheduled: the store's records expire by message schedules.
 	scheduled bool
 }
@@ -364,7 +328,7 @@ type pauseRecords struct {
 // with a Scheduled method reporting true gets scheduledPauseKey keys.
 func newPauseRecords(store pauseStore, cache bool) *pauseRecords {
 	s, ok := store.(interface{ Scheduled() bool })
-	return &pauseRecords{store: store, cache: newRevCache[pauseRecord](cache), scheduled: ok && s.Scheduled()}
+	return &pauseRecords{store: store, cache: kvstate.NewRevCache[pauseRecord](cache), scheduled: ok && s.Scheduled()}
 }
 
 // key is the key of the record of thread's pause by the run.paused at
@@ -382,7 +346,7 @@ func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord, u
 	if err := r.store.Create(ctx, key, rec, until); err != nil {
 		return err
 	}
-	r.cache.put(key, rec, 1)
+	r.cache.Put(key, rec, 1)
 	return nil
 }
 
@@ -391,18 +355,18 @@ func (r *pauseRecords) save(ctx context.Context, key string, rec *pauseRecord, u
 // does not read. A cached record past its ExpiresAt is read again, so an
 // expiry is seen as the server decides it.
 func (r *pauseRecords) load(ctx context.Context, key string) (*pauseRecord, *legacyPause, error) {
-	if rec, _, ok := r.cache.get(key); ok && time.Now().Before(rec.ExpiresAt) {
+	if rec, _, ok := r.cache.Get(key); ok && time.Now().Before(rec.ExpiresAt) {
 		return rec, nil, nil
 	}
 	raw, err := r.store.Load(ctx, key)
 	if err != nil {
-		r.cache.drop(key)
+		r.cache.Drop(key)
 		return nil, nil, err
 	}
 	rec, legacy, err := decodePause(key, raw)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.cache.put(key, rec, 1)
+	r.cache.Put(key, rec, 1)
 	return rec, legacy, nil
 }

@@ -71,7 +71,8 @@ type Processor struct {
 	runs     *bus.Router
 	bus      *bus.Client // consumes (Run)
 	pub      publisher
-	threads  *threads
+	threads  *kvstate.Store[Thread]
+	writes   writeWaiters
 	pauses   *pauseRecords
 	input    inputReader
 	opts     Options
@@ -129,11 +130,10 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 
 // newProcessor wires a Processor to its dependencies (New: on NATS; the
 // package tests: in-memory fakes). b may be nil when Run is not called.
-func newProcessor(o Options, b *bus.Client, pub publisher, threads threadRecords, pauses pauseStore, input inputReader) *Processor {
+func newProcessor(o Options, b *bus.Client, pub publisher, threads kvstate.Records, pauses pauseStore, input inputReader) *Processor {
 	p := &Processor{bus: b, pub: pub, input: input, opts: o, log: o.Logger, faults: faultsFromEnv(),
 		pauses: newPauseRecords(pauses, !o.NoThreadCache)}
-	p.threads = newThreads(threads, !o.NoThreadCache)
-	p.threads.adopt = p.adoptLegacy
+	p.threads = p.threadStore(threads, !o.NoThreadCache)
 	return p
 }
 
@@ -355,7 +355,7 @@ func (p *Processor) compensate(ctx context.Context, d *bus.Delivery, reason erro
 		// is a forged or stale outcome. A retried compensation finds the
 		// turn ended by its first try (outcomeRepeat): only the next
 		// turn's start may be missing.
-		t, _, err := p.threads.Load(ctx, thread)
+		t, _, err := p.threads.Get(ctx, thread)
 		if err != nil {
 			if errors.Is(err, kvstate.ErrIncompatible) {
 				return bus.Permanent(err)
@@ -519,12 +519,12 @@ func (p *Processor) partyOf(ctx context.Context, thread string, who events.Ident
 		return true, nil
 	}
 	party := func(t *Thread) bool { return t.Owner != nil && mayUse(t, who) == nil }
-	t, _, cached, err := p.threads.view(ctx, thread)
+	t, _, cached, err := p.threads.View(ctx, thread)
 	if err == nil && party(t) {
 		return true, nil
 	}
 	if err == nil && cached {
-		t, _, err = p.threads.Load(ctx, thread)
+		t, _, err = p.threads.Get(ctx, thread)
 	}
 	switch {
 	case errors.Is(err, kvstate.ErrIncompatible):
@@ -533,6 +533,21 @@ func (p *Processor) partyOf(ctx context.Context, thread string, who events.Ident
 		return false, fmt.Errorf("reading thread %s to place a refusal: %w", thread, err)
 	}
 	return party(t), nil
+}
+
+// publishRun stores e, an event that starts or resumes run runID of turn
+// turnID, in PARLEY_AGENT: with the turn's and the run's IDs as
+// extensions, and in the trace traceParent (W3C traceparent, "" for none)
+// under a span named span.
+func (p *Processor) publishRun(ctx context.Context, e *event.Event, turnID, runID, traceParent, span string) error {
+	e.SetExtension(events.ExtTurnID, turnID)
+	e.SetExtension(events.ExtRunID, runID)
+	if traceParent != "" {
+		e.SetExtension(events.ExtTraceParent, traceParent)
+	}
+	ctx, end := bus.WithTraceParent(ctx, traceParent, span)
+	defer end()
+	return p.publish(ctx, events.StreamAgent, e)
 }
 
 // publish publishes e on its type's subject in stream (bus.PublishTo).

@@ -28,13 +28,17 @@ type memRecord struct {
 	rev  uint64
 }
 
+// memThreads is a kvstate.Records of thread records in memory, with the
+// bucket's revision checks.
 type memThreads struct {
 	mu   sync.Mutex
 	recs map[string]memRecord
 	rev  uint64
-	// loads counts Load calls (reads of the bucket).
+	// loads counts Get calls (reads of the bucket).
 	loads int
 }
+
+var _ kvstate.Records = (*memThreads)(nil)
 
 func (m *memThreads) load(id string) (*Thread, uint64) {
 	r, ok := m.recs[id]
@@ -48,31 +52,70 @@ func (m *memThreads) load(id string) (*Thread, uint64) {
 	return &t, r.rev
 }
 
-func (m *memThreads) Load(_ context.Context, id string) (*Thread, uint64, error) {
+// save stores t as it is (no stamps) if the record is still at rev.
+func (m *memThreads) save(t *Thread, rev uint64) error {
+	data, _ := json.Marshal(t)
+	_, err := m.Update(context.Background(), t.ID, data, rev, 0)
+	return err
+}
+
+func (m *memThreads) Get(_ context.Context, id string) (json.RawMessage, uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.loads++
-	t, rev := m.load(id)
-	return t, rev, nil
+	r, ok := m.recs[id]
+	if !ok {
+		return nil, 0, kvstate.ErrNotFound
+	}
+	return r.data, r.rev, nil
 }
 
-// Save follows threadBucket.Save: revision-checked (0: must not exist).
-func (m *memThreads) Save(_ context.Context, t *Thread, rev uint64) (uint64, error) {
+// write stores data under id if its revision is rev (0: absent).
+func (m *memThreads) write(id string, data []byte, rev uint64) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, cur := m.load(t.ID); cur != rev {
+	if cur, ok := m.recs[id]; cur.rev != rev || (rev == 0 && ok) {
 		return 0, kvstate.ErrConflict
 	}
-	t.Format = ThreadFormat
-	data, _ := json.Marshal(t)
 	m.rev++
-	m.recs[t.ID] = memRecord{data, m.rev}
+	m.recs[id] = memRecord{data, m.rev}
 	return m.rev, nil
 }
 
-func (m *memThreads) Reset(_ context.Context, id string) error {
+func (m *memThreads) Create(_ context.Context, id string, v json.RawMessage, _ time.Duration) (uint64, error) {
+	return m.write(id, v, 0)
+}
+
+func (m *memThreads) CreateNew(_ context.Context, id string, v json.RawMessage) (uint64, error) {
+	return m.write(id, v, 0)
+}
+
+func (m *memThreads) Update(_ context.Context, id string, v json.RawMessage, rev uint64, _ time.Duration) (uint64, error) {
+	return m.write(id, v, rev)
+}
+
+func (m *memThreads) CreateUntil(_ context.Context, id string, v json.RawMessage, _ time.Time) (uint64, error) {
+	return m.write(id, v, 0)
+}
+
+func (m *memThreads) UpdateUntil(_ context.Context, id string, v json.RawMessage, rev uint64, _ time.Time) (uint64, error) {
+	return m.write(id, v, rev)
+}
+
+func (m *memThreads) Put(_ context.Context, id string, v json.RawMessage) (uint64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.rev++
+	m.recs[id] = memRecord{v, m.rev}
+	return m.rev, nil
+}
+
+func (m *memThreads) Delete(_ context.Context, id string, rev uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, ok := m.recs[id]; rev != 0 && (!ok || cur.rev != rev) {
+		return kvstate.ErrConflict
+	}
 	delete(m.recs, id)
 	return nil
 }
@@ -235,8 +278,8 @@ func (h *harness) legacy(change func(l *legacyPause)) {
 	data, _ = json.Marshal(th)
 	h.threads.rev++
 	h.threads.recs["t"] = memRecord{data, h.threads.rev}
-	h.p.threads.forget("t")
-	h.p.pauses.cache.drop(pt.Record)
+	h.p.threads.Forget("t")
+	h.p.pauses.cache.Drop(pt.Record)
 }
 
 // paused returns thread t's paused turn as stored (nil if none).
@@ -506,7 +549,7 @@ func TestLegacyPauseAdopted(t *testing.T) {
 		t.Fatal("the expiry of a record the thread is not paused on ended the pause")
 	}
 	h.pauses.expire("t")
-	h.p.threads.forget("t") // a replica that did not adopt it before the expiry
+	h.p.threads.Forget("t") // a replica that did not adopt it before the expiry
 	if err := h.p.onExpired(h.ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -577,8 +620,8 @@ func TestWinnerRedeliveredAfterExpiry(t *testing.T) {
 				h.threads.recs["t"] = memRecord{data, h.threads.rev}
 			}()
 			key := h.paused().Record
-			h.p.threads.forget("t")
-			h.p.pauses.cache.drop(key)
+			h.p.threads.Forget("t")
+			h.p.pauses.cache.Drop(key)
 			if recordGone {
 				h.pauses.expire(key)
 			}

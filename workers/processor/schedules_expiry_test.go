@@ -123,7 +123,7 @@ func TestScheduledRecordWrittenOnce(t *testing.T) {
 			if err := h.p.pauses.save(h.ctx, key, rec, recordUntil(rec.ExpiresAt, time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			h.p.pauses.cache.drop(key) // another replica's
+			h.p.pauses.cache.Drop(key) // another replica's
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 				if _, err := b.Load(t.Context(), key); errors.Is(err, kvstate.ErrNotFound) {
 					break

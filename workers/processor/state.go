@@ -59,7 +59,7 @@ func (p *Processor) threadState(ctx context.Context, principal, thread string, r
 		out.Forbidden = true
 		return out, nil
 	}
-	t, _, err := p.threads.Load(ctx, thread)
+	t, _, err := p.threads.Get(ctx, thread)
 	switch {
 	case errors.Is(err, kvstate.ErrIncompatible):
 		return out, fmt.Errorf("thread %s: its record cannot be read by this version: %w", thread, err)

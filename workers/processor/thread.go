@@ -3,10 +3,10 @@ package processor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -385,58 +385,74 @@ func (t *Thread) Seen(id string) bool {
 	return false
 }
 
-// threadBucket keeps thread records in kvstate.BucketThreads.
-type threadBucket struct {
-	b *kvstate.Bucket[Thread]
-}
-
 // openThreads creates or updates the threads bucket; ttl bounds how long an
 // untouched thread is kept (0: forever).
-func openThreads(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, ttl time.Duration) (*threadBucket, error) {
-	b, err := kvstate.OpenBucket[Thread](ctx, js, kvstate.BucketThreads, kvstate.BucketOptions{Storage: storage, Replicas: replicas, TTL: ttl})
-	if err != nil {
-		return nil, err
-	}
-	return &threadBucket{b: b}, nil
+func openThreads(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, ttl time.Duration) (*kvstate.Bucket[json.RawMessage], error) {
+	return kvstate.OpenBucket[json.RawMessage](ctx, js, kvstate.BucketThreads, kvstate.BucketOptions{Storage: storage, Replicas: replicas, TTL: ttl})
 }
 
-// newThread is the record of a thread never seen.
+// newThread is the record of a thread never seen (its sequences are
+// PARLEY_INPUT's from the start).
 func newThread(id string) *Thread {
-	return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle}
+	return &Thread{Format: ThreadFormat, ID: id, State: ThreadIdle, InputSeqs: true}
 }
 
-// Load returns the thread (a new idle one, revision 0, if absent);
-// kvstate.ErrIncompatible when its format is not ThreadFormat.
-func (s *threadBucket) Load(ctx context.Context, id string) (*Thread, uint64, error) {
-	t, rev, err := s.b.Get(ctx, id)
-	if errors.Is(err, kvstate.ErrNotFound) {
-		return newThread(id), 0, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if t.Format != ThreadFormat {
-		return nil, 0, fmt.Errorf("thread %s has format %d, want %d: %w", id, t.Format, ThreadFormat, kvstate.ErrIncompatible)
-	}
-	return &t, rev, nil
+// threadStore returns the store of the thread records in recs (the
+// threads bucket, or a fake in the package tests), caching them when
+// cache is set. A thread never written reads as a new idle one at
+// revision 0; a record is read by readThread (older formats included) and
+// stamped with ThreadFormat, PARLEY_INPUT sequences and its update time on
+// every write, which wakes this replica's waiters (p.writes).
+//
+// The cache is correct under several replicas because it is never trusted
+// on its own (kvstate.StoreOptions.Cache), and the handlers (turns.go,
+// pause.go) read afresh before any decision a cached record would make
+// differently from the current one: waiting, refusing, withdrawing a
+// pause, or ignoring an outcome as stale.
+func (p *Processor) threadStore(recs kvstate.Records, cache bool) *kvstate.Store[Thread] {
+	return kvstate.NewStore(recs, kvstate.StoreOptions[Thread]{
+		Name:   "thread",
+		New:    newThread,
+		Decode: p.readThread,
+		BeforeWrite: func(t *Thread) {
+			inputSeqs(t)
+			t.Format, t.UpdatedAt = ThreadFormat, time.Now().UTC()
+		},
+		AfterWrite: p.writes.wrote,
+		Cache:      cache,
+	})
 }
 
-// Save writes t if it is still at rev (0: must not exist) and returns the
-// new revision; kvstate.ErrConflict otherwise.
-func (s *threadBucket) Save(ctx context.Context, t *Thread, rev uint64) (uint64, error) {
-	t.Format = ThreadFormat
-	t.UpdatedAt = time.Now().UTC()
-	if rev == 0 {
-		return s.b.Create(ctx, t.ID, *t, 0)
-	}
-	return s.b.Update(ctx, t.ID, *t, rev, 0)
+// writeWaiters wakes the handlers of this replica that wait for a thread's
+// record to change (changed): closed and dropped on each write.
+type writeWaiters struct {
+	mu     sync.Mutex
+	writes map[string]chan struct{}
 }
 
-// Reset replaces the thread with a new idle one, whatever is stored (used
-// when the stored record is incompatible, so the thread stays usable).
-func (s *threadBucket) Reset(ctx context.Context, id string) error {
-	t := newThread(id)
-	t.UpdatedAt = time.Now().UTC()
-	_, err := s.b.Put(ctx, id, *t)
-	return err
+// changed returns a channel closed at this replica's next write of
+// thread id's record (another replica's writes are seen only by
+// reading).
+func (w *writeWaiters) changed(id string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.writes == nil {
+		w.writes = map[string]chan struct{}{}
+	}
+	ch, ok := w.writes[id]
+	if !ok {
+		ch = make(chan struct{})
+		w.writes[id] = ch
+	}
+	return ch
+}
+
+// wrote wakes the waiters of changed(id).
+func (w *writeWaiters) wrote(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.writes[id]; ok {
+		close(ch)
+		delete(w.writes, id)
+	}
 }

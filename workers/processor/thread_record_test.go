@@ -82,7 +82,7 @@ func TestWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
 			key := h.paused().Record
 			if how == "record expired" {
 				h.pauses.expire(key)
-				h.p.pauses.cache.drop(key) // redelivered to another replica, or after a restart
+				h.p.pauses.cache.Drop(key) // redelivered to another replica, or after a restart
 				if err := h.p.onExpired(h.ctx, key); err != nil {
 					t.Fatal(err)
 				}
@@ -95,7 +95,7 @@ func TestWinningAnswerRedeliveredAfterExpiry(t *testing.T) {
 				data, _ := json.Marshal(th)
 				h.threads.recs["t"] = memRecord{data, rev}
 				h.threads.mu.Unlock()
-				h.p.threads.forget("t")
+				h.p.threads.Forget("t")
 			}
 			if err := h.respond("a1", "q1", nil); err != nil { // the redelivery
 				t.Fatal(err)
@@ -328,7 +328,7 @@ func TestExpiryAnnouncedOnLateRedelivery(t *testing.T) {
 	data, _ := json.Marshal(th)
 	h.threads.recs["t"] = memRecord{data, rev}
 	h.threads.mu.Unlock()
-	h.p.threads.forget("t")
+	h.p.threads.Forget("t")
 	if err := h.p.onExpired(h.ctx, key); err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func TestRedeliveredPauseKeepsRecordExpiry(t *testing.T) {
 		Snapshot: json.RawMessage(`{}`)}, recordUntil(first, h.p.opts.PauseTTL)); err != nil {
 		t.Fatal(err)
 	}
-	h.p.pauses.cache.drop(key) // the replica that stored it died
+	h.p.pauses.cache.Drop(key) // the replica that stored it died
 	h.pause("m1", "p1", 10, "q1")
 	pt := h.paused()
 	if pt == nil || !pt.ExpiresAt.Equal(first) {

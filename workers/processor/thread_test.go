@@ -20,68 +20,65 @@ import (
 // The thread record and its store on a real server (moved here from
 // kvstate with the record).
 
-func openThreadBucket(t *testing.T) *threadBucket {
+func openThreadBucket(t *testing.T) *kvstate.Bucket[json.RawMessage] {
 	t.Helper()
 	_, js := bustest.NewServer(t).JetStream(t)
-	s, err := openThreads(t.Context(), js, jetstream.MemoryStorage, 1, 0)
+	b, err := openThreads(t.Context(), js, jetstream.MemoryStorage, 1, 0)
 	if err != nil {
 		t.Fatalf("openThreads: %v", err)
 	}
-	return s
+	return b
 }
 
-// openThreads on a real server, cached.
-func openThreadsNATS(t *testing.T) *threads {
-	return newThreads(openThreadBucket(t), true)
+// openThreadsNATS is the thread store on a real server, cached.
+func openThreadsNATS(t *testing.T) *kvstate.Store[Thread] {
+	return (&Processor{}).threadStore(openThreadBucket(t), true)
 }
 
 func userMsg(text string) schema.ChatMessage {
 	return schema.ChatMessage{Role: schema.RoleUser, Text: text}
 }
 
-func TestThreadBucketLoadSave(t *testing.T) {
+func TestThreadStoreReadWrite(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := openThreadBucket(t)
-	s := newThreads(b, true)
-	th, rev, err := s.Load(ctx, "t1")
+	s := (&Processor{}).threadStore(b, true)
+	th, rev, err := s.Get(ctx, "t1")
 	if err != nil || rev != 0 || th.ID != "t1" || th.State != ThreadIdle || th.Format != ThreadFormat {
-		t.Fatalf("Load(missing) = %+v @%d, %v, want a new idle thread @0", th, rev, err)
+		t.Fatalf("Get(missing) = %+v @%d, %v, want a new idle thread @0", th, rev, err)
 	}
 	th.State = ThreadRunning
-	rev1, err := b.Save(ctx, th, 0)
+	rev1, err := s.Create(ctx, "t1", th)
 	if err != nil {
-		t.Fatalf("Save(new): %v", err)
+		t.Fatalf("Create(new): %v", err)
 	}
 	if th.UpdatedAt.IsZero() {
-		t.Error("Save did not set UpdatedAt")
+		t.Error("Create did not set UpdatedAt")
 	}
-	if _, err := b.Save(ctx, th, 0); !errors.Is(err, kvstate.ErrConflict) {
-		t.Errorf("Save(rev 0 over existing) error = %v, want ErrConflict", err)
+	if _, err := s.Create(ctx, "t1", th); !errors.Is(err, kvstate.ErrConflict) {
+		t.Errorf("Create(over existing) error = %v, want ErrConflict", err)
 	}
-	if _, err := b.Save(ctx, th, rev1+7); !errors.Is(err, kvstate.ErrConflict) {
-		t.Errorf("Save(wrong rev) error = %v, want ErrConflict", err)
-	}
-	got, rev, err := s.Load(ctx, "t1")
+	got, rev, err := s.Get(ctx, "t1")
 	if err != nil || rev != rev1 || got.State != ThreadRunning {
-		t.Errorf("Load = %+v @%d, %v, want running @%d", got, rev, err, rev1)
+		t.Errorf("Get = %+v @%d, %v, want running @%d", got, rev, err, rev1)
 	}
 
 	bad, _ := json.Marshal(Thread{Format: ThreadFormat + 1, ID: "t2"})
-	if _, err := b.b.KV().Put(ctx, "t2", bad); err != nil {
+	if _, err := b.Put(ctx, "t2", bad); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
-	if _, _, err := s.Load(ctx, "t2"); !errors.Is(err, kvstate.ErrIncompatible) {
-		t.Errorf("Load(other format) error = %v, want kvstate.ErrIncompatible", err)
+	if _, _, err := s.Get(ctx, "t2"); !errors.Is(err, kvstate.ErrIncompatible) {
+		t.Errorf("Get(other format) error = %v, want kvstate.ErrIncompatible", err)
 	}
-	if _, err := s.Mutate(ctx, "t2", func(*Thread) error { return nil }); !errors.Is(err, kvstate.ErrIncompatible) {
+	if _, _, err := s.Mutate(ctx, "t2", func(*Thread) error { return nil }); !errors.Is(err, kvstate.ErrIncompatible) {
 		t.Errorf("Mutate(other format) error = %v, want kvstate.ErrIncompatible", err)
 	}
-	if err := s.Reset(ctx, "t2"); err != nil {
-		t.Fatalf("Reset: %v", err)
+	if _, err := s.Put(ctx, "t2", newThread("t2")); err != nil {
+		t.Fatalf("Put(new thread): %v", err)
 	}
-	if th, _, err := s.Load(ctx, "t2"); err != nil || th.State != ThreadIdle {
-		t.Errorf("Load after Reset = %+v, %v, want idle", th, err)
+	if th, _, err := s.Get(ctx, "t2"); err != nil || th.State != ThreadIdle {
+		t.Errorf("Get after the reset = %+v, %v, want idle", th, err)
 	}
 }
 
@@ -97,7 +94,7 @@ func TestThreadsMutateConcurrent(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			_, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+			_, _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
 				calls.Add(1)
 				th.Append(userMsg(fmt.Sprintf("m%02d", i)))
 				th.MarkHandled(fmt.Sprintf("ev%02d", i))
@@ -114,7 +111,7 @@ func TestThreadsMutateConcurrent(t *testing.T) {
 			t.Errorf("Mutate: %v", err)
 		}
 	}
-	th, _, err := s.Load(ctx, "t1")
+	th, _, err := s.Get(ctx, "t1")
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -142,7 +139,7 @@ func TestThreadsMutateNoChangeAndErrors(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	s := openThreadsNATS(t)
-	th, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+	th, _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
 		th.State = ThreadPaused
 		th.Paused = &PausedTurn{Record: "t1.1"}
 		return nil
@@ -150,28 +147,28 @@ func TestThreadsMutateNoChangeAndErrors(t *testing.T) {
 	if err != nil || th.State != ThreadPaused {
 		t.Fatalf("Mutate = %+v, %v", th, err)
 	}
-	_, rev, _ := s.Load(ctx, "t1")
+	_, rev, _ := s.Get(ctx, "t1")
 
-	got, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+	got, _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
 		th.State = ThreadIdle // discarded
 		return kvstate.ErrNoChange
 	})
 	if err != nil || got == nil {
 		t.Fatalf("Mutate(kvstate.ErrNoChange) = %v, %v, want the thread and nil", got, err)
 	}
-	after, rev2, _ := s.Load(ctx, "t1")
+	after, rev2, _ := s.Get(ctx, "t1")
 	if rev2 != rev || after.State != ThreadPaused {
 		t.Errorf("Mutate(kvstate.ErrNoChange) wrote: %s @%d, want %s @%d", after.State, rev2, ThreadPaused, rev)
 	}
 
 	boom := errors.New("boom")
-	if _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
+	if _, _, err := s.Mutate(ctx, "t1", func(th *Thread) error {
 		th.State = ThreadIdle
 		return fmt.Errorf("applying: %w", boom)
 	}); !errors.Is(err, boom) {
 		t.Errorf("Mutate(fn error) = %v, want boom", err)
 	}
-	if _, rev3, _ := s.Load(ctx, "t1"); rev3 != rev {
+	if _, rev3, _ := s.Get(ctx, "t1"); rev3 != rev {
 		t.Errorf("Mutate(fn error) wrote revision %d (was %d)", rev3, rev)
 	}
 }
@@ -216,32 +213,32 @@ func TestThreadMarkHandledBounded(t *testing.T) {
 // moved past (its caller checked the new pause is the active turn's) does
 // not block the new pause: the thread would otherwise refuse every
 // question until the old record's TTL.
-// MutateAt applies fn to the thread the caller loaded when its revision is
+// MutateFrom applies fn to the thread the caller loaded when its revision is
 // still current, and reloads (fn sees the other writer's change) when it
 // is not.
-func TestThreadsMutateAt(t *testing.T) {
+func TestThreadsMutateFrom(t *testing.T) {
 	s := openThreadsNATS(t)
 	ctx := t.Context()
-	if _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.State = ThreadRunning; return nil }); err != nil {
+	if _, _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.State = ThreadRunning; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	th, rev, err := s.Load(ctx, "th")
+	th, rev, err := s.Get(ctx, "th")
 	if err != nil {
 		t.Fatal(err)
 	}
 	calls := 0
-	got, err := s.MutateAt(ctx, th, rev, false, func(th *Thread) error { calls++; th.TurnID = "t1"; return nil })
+	got, _, err := s.MutateFrom(ctx, th.ID, th, rev, false, func(th *Thread) error { calls++; th.TurnID = "t1"; return nil })
 	if err != nil || calls != 1 || got.TurnID != "t1" {
-		t.Fatalf("MutateAt at the current revision: %v, %d calls, turn %q; want nil, 1, t1", err, calls, got.TurnID)
+		t.Fatalf("MutateFrom at the current revision: %v, %d calls, turn %q; want nil, 1, t1", err, calls, got.TurnID)
 	}
 	stale := *th
-	if _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.StartedBy = "other"; return nil }); err != nil {
+	if _, _, err := s.Mutate(ctx, "th", func(th *Thread) error { th.StartedBy = "other"; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	calls = 0
-	got, err = s.MutateAt(ctx, &stale, rev, false, func(th *Thread) error { calls++; th.TurnID = "t2"; return nil })
+	got, _, err = s.MutateFrom(ctx, stale.ID, &stale, rev, false, func(th *Thread) error { calls++; th.TurnID = "t2"; return nil })
 	if err != nil || calls != 2 || got.TurnID != "t2" || got.StartedBy != "other" {
-		t.Fatalf("MutateAt at a stale revision: %v, %d calls, %+v; want a reload keeping the other write", err, calls, got)
+		t.Fatalf("MutateFrom at a stale revision: %v, %d calls, %+v; want a reload keeping the other write", err, calls, got)
 	}
 }
 
@@ -262,5 +259,19 @@ func TestHistoryBoundCountsContent(t *testing.T) {
 	}
 	if len(th.History[len(th.History)-1].Content) != 1 {
 		t.Error("the newest message lost its content")
+	}
+}
+
+// A thread's first message records its PARLEY_INPUT sequence: a new
+// thread's record counts in PARLEY_INPUT sequences from its first write,
+// so a later message of the thread sees the first one recorded and does
+// not wait for it.
+func TestFirstMessageRecordsItsSequence(t *testing.T) {
+	h := newHarness(t)
+	if err := h.message("m1", 1); err != nil {
+		t.Fatal(err)
+	}
+	if th := h.stored(); th.LastTurnSeq != 1 || !th.InputSeqs {
+		t.Fatalf("thread after its first message: LastTurnSeq %d, InputSeqs %v; want 1, true", th.LastTurnSeq, th.InputSeqs)
 	}
 }

@@ -2,7 +2,6 @@ package processor
 
 import (
 	"encoding/json"
-	"fmt"
 	"testing"
 
 	"github.com/parley-dev/parley/events"
@@ -51,7 +50,7 @@ func TestThreadCacheSavesReads(t *testing.T) {
 // cache conflicts and is redone on a fresh read).
 func TestThreadCacheStaleEntry(t *testing.T) {
 	h := newHarness(t)
-	other := newThreads(h.threads, true) // a second replica
+	other := h.p.threadStore(h.threads, true) // a second replica
 	if err := h.message("m1", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +67,7 @@ func TestThreadCacheStaleEntry(t *testing.T) {
 	if err := h.message("m3", 3); err != nil {
 		t.Fatal(err)
 	}
-	th, _, _ := h.threads.Load(h.ctx, "t")
+	th, _, _ := h.p.threads.Get(h.ctx, "t")
 	if th.StartedBy != "m2" || len(th.Queue) != 1 || th.Queue[0].EventID != "m3" {
 		t.Fatalf("thread after a stale cache: started by %q, queue %+v; want m2 running, m3 queued", th.StartedBy, th.Queue)
 	}
@@ -132,31 +131,5 @@ func TestPauseAndAnswerFromCaches(t *testing.T) {
 	if h.threads.loads != 1 || rejectedFor(h, "a4") != events.RejectAlreadyConsumed {
 		t.Errorf("an answer the cached thread would refuse: %d thread Load, rejected %q; want 1 (decided again on a fresh read), already_consumed",
 			h.threads.loads, rejectedFor(h, "a4"))
-	}
-}
-
-// The record caches are bounded (maxCached), keep the newest revision,
-// and hand out copies.
-func TestRevCacheBounded(t *testing.T) {
-	c := newRevCache[Thread](true)
-	for i := range maxCached + 100 {
-		id := fmt.Sprint("t", i)
-		c.put(id, &Thread{ID: id}, 1)
-	}
-	if n := len(c.m); n != maxCached {
-		t.Errorf("%d entries, want the bound %d", n, maxCached)
-	}
-	c.put("x", &Thread{ID: "x", TurnID: "new"}, 5)
-	c.put("x", &Thread{ID: "x", TurnID: "old"}, 4)
-	got, rev, ok := c.get("x")
-	if !ok || rev != 5 || got.TurnID != "new" {
-		t.Fatalf("get = %+v @%d %v, want the newer revision 5", got, rev, ok)
-	}
-	got.TurnID = "changed"
-	if again, _, _ := c.get("x"); again.TurnID != "new" {
-		t.Error("a caller's change reached the cache")
-	}
-	if _, _, ok := newRevCache[Thread](false).get("x"); ok {
-		t.Error("a cache that is off returned a record")
 	}
 }

@@ -121,9 +121,9 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 	}
 	var t *Thread
 	if loaded != nil {
-		t, err = p.threads.MutateAt(ctx, loaded, loadedRev, loadedCached, apply)
+		t, _, err = p.threads.MutateFrom(ctx, thread, loaded, loadedRev, loadedCached, apply)
 	} else {
-		t, err = p.threads.Mutate(ctx, thread, apply)
+		t, _, err = p.threads.Mutate(ctx, thread, apply)
 	}
 	if _, ok := isForbidden(err); ok || errors.Is(err, errTooManyShares) {
 		return p.refuseTurn(ctx, thread, who, e.ID(), d.StreamSeq, err)
@@ -205,8 +205,8 @@ func (p *Processor) announceRefusal(ctx context.Context, thread, id string, t *T
 		var err error
 		if t == nil {
 			var cached bool
-			if t, _, cached, err = p.threads.view(ctx, thread); err == nil && cached && !tookID(t, id) {
-				t, _, err = p.threads.Load(ctx, thread)
+			if t, _, cached, err = p.threads.View(ctx, thread); err == nil && cached && !tookID(t, id) {
+				t, _, err = p.threads.Get(ctx, thread)
 			}
 		}
 		if err == nil && tookID(t, id) {
@@ -247,7 +247,7 @@ func tookID(t *Thread, id string) bool {
 // let the messages between them overtake the earlier one, and drop its
 // redelivery as a repeat.
 func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) error {
-	_, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
+	_, _, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		if t.LastTurnSeq >= seq {
 			return kvstate.ErrNoChange
 		}
@@ -266,7 +266,7 @@ func (p *Processor) recordSeq(ctx context.Context, thread string, seq uint64) er
 // recorded: once the dead letter is terminated it leaves the stream, and
 // later messages wait for the earlier one only.
 func (p *Processor) recordSeqIfNext(ctx context.Context, thread string, seq uint64) error {
-	t, _, err := p.threads.Load(ctx, thread)
+	t, _, err := p.threads.Get(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 	for fresh := false; ; {
 		if changed == nil {
 			// Taken before the read: a write after the read wakes the wait.
-			changed = p.threads.changed(thread)
+			changed = p.writes.changed(thread)
 		}
 		var (
 			t      *Thread
@@ -354,9 +354,9 @@ func (p *Processor) awaitPredecessors(ctx context.Context, thread string, d *bus
 			err    error
 		)
 		if fresh {
-			t, rev, err = p.threads.Load(ctx, thread)
+			t, rev, err = p.threads.Get(ctx, thread)
 		} else {
-			t, rev, cached, err = p.threads.view(ctx, thread)
+			t, rev, cached, err = p.threads.View(ctx, thread)
 		}
 		if errors.Is(err, kvstate.ErrIncompatible) {
 			return nil, 0, false, nil // handled (and reported) by the caller
@@ -541,15 +541,8 @@ func (p *Processor) requestRun(ctx context.Context, t *Thread, startedBy string)
 	if err != nil {
 		return err
 	}
-	e.SetExtension(events.ExtTurnID, t.TurnID)
-	e.SetExtension(events.ExtRunID, t.RunID)
-	if t.TraceParent != "" {
-		e.SetExtension(events.ExtTraceParent, t.TraceParent)
-	}
 	// A turn taken from the queue continues the trace its message came in.
-	ctx, end := bus.WithTraceParent(ctx, t.TraceParent, "start turn")
-	defer end()
-	if err := p.publish(ctx, events.StreamAgent, e); err != nil {
+	if err := p.publishRun(ctx, e, t.TurnID, t.RunID, t.TraceParent, "start turn"); err != nil {
 		return err
 	}
 	p.log.InfoContext(ctx, "turn started", "subject", t.ID, "turn_id", t.TurnID, "event_id", t.StartedBy,
@@ -582,17 +575,19 @@ func (p *Processor) announceEnd(ctx context.Context, thread string, sup *Superse
 // history the tool calls the turn ran (with note, how it ended, when
 // there is no reply) and reply, and starts the next queued message.
 func (p *Processor) finishTurn(ctx context.Context, thread, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage, ran ranTools, note string) (*Thread, error) {
-	return p.threads.Mutate(ctx, thread, func(t *Thread) error {
+	t, _, err := p.threads.Mutate(ctx, thread, func(t *Thread) error {
 		return applyEnd(t, turnID, eventID, runSeq, reply, ran, note)
 	})
+	return t, err
 }
 
 // finishTurnAt is finishTurn from the thread t just loaded at rev (one
 // read fewer); t is changed.
 func (p *Processor) finishTurnAt(ctx context.Context, t *Thread, rev uint64, turnID, eventID string, runSeq uint64, reply *schema.ChatMessage, ran ranTools) (*Thread, error) {
-	return p.threads.MutateAt(ctx, t, rev, false, func(t *Thread) error {
+	t, _, err := p.threads.MutateFrom(ctx, t.ID, t, rev, false, func(t *Thread) error {
 		return applyEnd(t, turnID, eventID, runSeq, reply, ran, "")
 	})
+	return t, err
 }
 
 func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in events.RunCompleted) error {
@@ -604,7 +599,7 @@ func (p *Processor) onRunCompleted(ctx context.Context, d *bus.Delivery, in even
 	// A fresh read, not the cache: turn.completed is published before
 	// the thread records the end (so no later turn of the thread can end
 	// before it is announced), which needs a current record to decide on.
-	t, rev, err := p.threads.Load(ctx, thread)
+	t, rev, err := p.threads.Get(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -660,7 +655,7 @@ func (p *Processor) onRunFailed(ctx context.Context, d *bus.Delivery, in events.
 // pause recorded.
 func (p *Processor) endTurn(ctx context.Context, d *bus.Delivery, thread, turnID, reason, detail string, ran ranTools) error {
 	e := d.Event
-	t, _, err := p.threads.Load(ctx, thread)
+	t, _, err := p.threads.Get(ctx, thread)
 	if err != nil {
 		return err
 	}
@@ -692,7 +687,8 @@ func (p *Processor) failIncompatible(ctx context.Context, thread string, err err
 		return err
 	}
 	p.log.ErrorContext(ctx, "thread state incompatible; resetting thread", "subject", thread, "error", err)
-	if derr := p.threads.Reset(ctx, thread); derr != nil {
+	// Whatever is stored: a new idle thread replaces the record.
+	if _, derr := p.threads.Put(ctx, thread, newThread(thread)); derr != nil {
 		return derr
 	}
 	if perr := publishChat(ctx, p, thread, events.KindTurnFailed,

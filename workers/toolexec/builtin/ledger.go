@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/parley-dev/parley/kvstate"
 	"github.com/parley-dev/parley/schema"
 )
@@ -84,7 +83,7 @@ type planFunc func(ctx context.Context) (*ledgerRecord, *Result, error)
 type applyFunc func(ctx context.Context, rec *ledgerRecord) error
 
 // once runs a mutating tool call exactly once per call identity. The first
-// execution plans the effect and records it with kv.Create (first writer
+// execution plans the effect and records it with Store.Create (first writer
 // wins), then applies it and marks the record applied. Any later execution,
 // or a concurrent one that lost the Create, finds the record, re-applies it
 // idempotently if it was not marked applied, and returns the stored result.
@@ -95,11 +94,11 @@ func (s *Site) once(ctx context.Context, tool string, req Request, plan planFunc
 	key := callKey(req)
 	fp := fingerprint(tool, req)
 	for attempt := 0; ; attempt++ {
-		kve, err := s.kv.Get(ctx, key)
+		cur, rev, err := s.ledger.Get(ctx, key)
 		if err == nil {
-			return s.replay(ctx, tool, fp, kve, apply)
+			return s.replay(ctx, tool, fp, key, cur, rev, apply)
 		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if !errors.Is(err, kvstate.ErrNotFound) {
 			return Result{}, fmt.Errorf("reading ledger %s: %w", key, err)
 		}
 		rec, fail, err := plan(ctx)
@@ -110,8 +109,8 @@ func (s *Site) once(ctx context.Context, tool string, req Request, plan planFunc
 			// wins, and this execution replays it instead of reporting the
 			// effect it could not plan. A record is created before its
 			// effect is applied, so a plan that saw the effect finds it.
-			if kve, gerr := s.kv.Get(ctx, key); gerr == nil {
-				return s.replay(ctx, tool, fp, kve, apply)
+			if cur, rev, gerr := s.ledger.Get(ctx, key); gerr == nil {
+				return s.replay(ctx, tool, fp, key, cur, rev, apply)
 			}
 			if err != nil {
 				return Result{}, err
@@ -123,12 +122,8 @@ func (s *Site) once(ctx context.Context, tool string, req Request, plan planFunc
 		if rec.Result, err = normalize(rec.Result); err != nil {
 			return Result{}, err
 		}
-		data, err := json.Marshal(rec)
-		if err != nil {
-			return Result{}, fmt.Errorf("encoding ledger %s: %w", key, err)
-		}
-		rev, err := s.kv.Create(ctx, key, data)
-		if kvstate.IsConflict(err) && attempt < 3 {
+		rev, err = s.ledger.Create(ctx, key, rec)
+		if errors.Is(err, kvstate.ErrConflict) && attempt < 3 {
 			continue // a concurrent execution recorded first: replay its record
 		}
 		if err != nil {
@@ -141,38 +136,39 @@ func (s *Site) once(ctx context.Context, tool string, req Request, plan planFunc
 	}
 }
 
-func (s *Site) replay(ctx context.Context, tool, fp string, kve jetstream.KeyValueEntry, apply applyFunc) (Result, error) {
-	var rec ledgerRecord
-	if err := json.Unmarshal(kve.Value(), &rec); err != nil {
-		return Result{}, fmt.Errorf("decoding ledger %s: %w", kve.Key(), err)
-	}
+// replay returns the result recorded in rec (at rev under key), applying
+// its effect first when no execution marked it applied.
+func (s *Site) replay(ctx context.Context, tool, fp, key string, rec *ledgerRecord, rev uint64, apply applyFunc) (Result, error) {
 	if rec.Tool != tool || rec.Fingerprint != fp {
 		return errorResult("tool call ID %q was already used for a different %s call; nothing was done",
 			rec.CallID, rec.Tool), nil
 	}
 	if !rec.Applied {
-		if err := s.applyAndMark(ctx, kve.Key(), &rec, kve.Revision(), apply); err != nil {
+		if err := s.applyAndMark(ctx, key, rec, rev, apply); err != nil {
 			return Result{}, err
 		}
 	}
 	if rec.Result == nil {
-		return Result{}, fmt.Errorf("ledger %s has no result", kve.Key())
+		return Result{}, fmt.Errorf("ledger %s has no result", key)
 	}
 	return callResult(rec.Result), nil
 }
 
+// applyAndMark applies rec's effect and marks the record (at rev under
+// key) applied; a concurrent execution marking it first changes nothing.
 func (s *Site) applyAndMark(ctx context.Context, key string, rec *ledgerRecord, rev uint64, apply applyFunc) error {
 	if err := apply(ctx, rec); err != nil {
 		return fmt.Errorf("applying %s of call %s: %w", rec.Tool, rec.CallID, err)
 	}
 	done := *rec
-	done.Applied = true
-	data, err := json.Marshal(done)
+	_, _, err := s.ledger.MutateFrom(ctx, key, &done, rev, false, func(r *ledgerRecord) error {
+		if r.Applied {
+			return kvstate.ErrNoChange
+		}
+		r.Applied = true
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("encoding ledger %s: %w", key, err)
-	}
-	// A revision mismatch means a concurrent execution marked it first.
-	if _, err := s.kv.Update(ctx, key, data, rev); err != nil && !kvstate.IsConflict(err) {
 		return fmt.Errorf("marking ledger %s applied: %w", key, err)
 	}
 	return nil

@@ -35,12 +35,12 @@ func (kv *staleLedgerKV) Get(ctx context.Context, key string) (jetstream.KeyValu
 // planned after that execution deleted the drafts, returns the recorded
 // result ("Deleted 10 entities"), not "no entity has the ID ...".
 func TestLateExecutionReplaysLedger(t *testing.T) {
-	s, _ := newSite(t)
+	s, js := newSite(t)
 	drafts := draftIDs(t, s)
 	req := Request{CallID: "call_race", Arguments: args(map[string]any{"ids": drafts})}
 
 	stale := &staleLedgerKV{KeyValue: s.kv, read: make(chan struct{}), release: make(chan struct{})}
-	late := &Site{kv: stale, baseURL: s.baseURL, now: s.now}
+	late := siteOver(js, stale, s.baseURL)
 	type outcome struct {
 		r   Result
 		err error

@@ -90,9 +90,15 @@ type SiteOptions struct {
 // Site is the content store: a KV bucket seeded with the embedded fixture.
 // It is safe for concurrent use, also by many processes sharing the bucket.
 type Site struct {
-	kv      jetstream.KeyValue
-	baseURL string
-	now     func() time.Time
+	kv jetstream.KeyValue
+	// raw, entities and ledger are the same bucket: entities
+	// ("entity.<id>") and ledger records ("ledger.<call>") go through
+	// their kvstate.Store.
+	raw      *kvstate.Bucket[json.RawMessage]
+	entities *kvstate.Store[Entity]
+	ledger   *kvstate.Store[ledgerRecord]
+	baseURL  string
+	now      func() time.Time
 }
 
 //go:embed fixture/site.json
@@ -166,13 +172,22 @@ func OpenSite(ctx context.Context, js jetstream.JetStream, opts *SiteOptions) (*
 		if err != nil {
 			return err
 		}
-		s = &Site{kv: bus.BoundedKV(kv), baseURL: strings.TrimRight(o.BaseURL, "/"), now: func() time.Time { return time.Now().UTC() }}
+		s = siteOver(js, kv, strings.TrimRight(o.BaseURL, "/"))
 		return s.seed(ctx)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// siteOver returns the Site over the content bucket kv of js.
+func siteOver(js jetstream.JetStream, kv jetstream.KeyValue, baseURL string) *Site {
+	raw := kvstate.BucketOf[json.RawMessage](js, kv)
+	return &Site{kv: bus.BoundedKV(kv), raw: raw,
+		entities: kvstate.NewStore(raw, kvstate.StoreOptions[Entity]{Name: "entity"}),
+		ledger:   kvstate.NewStore(raw, kvstate.StoreOptions[ledgerRecord]{Name: "ledger"}),
+		baseURL:  baseURL, now: func() time.Time { return time.Now().UTC() }}
 }
 
 func (s *Site) seed(ctx context.Context) error {
@@ -186,18 +201,14 @@ func (s *Site) seed(ctx context.Context) error {
 		return fmt.Errorf("decoding fixture: %w", err)
 	}
 	for _, e := range fixture {
-		data, err := json.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("encoding fixture entity %s: %w", e.ID, err)
-		}
-		// Update with revision 0 succeeds only if the key never held a
-		// message, unlike Create, which also succeeds over a delete marker.
-		if _, err := s.kv.Update(ctx, entityKey(e.ID), data, 0); err != nil && !kvstate.IsConflict(err) {
+		// Only if the key never held a value: an entity deleted since is
+		// not brought back.
+		if _, err := s.entities.CreateNew(ctx, entityKey(e.ID), &e); err != nil && !errors.Is(err, kvstate.ErrConflict) {
 			return fmt.Errorf("seeding entity %s: %w", e.ID, err)
 		}
 	}
 	marker, _ := json.Marshal(map[string]any{"at": s.now(), "entities": len(fixture)})
-	if _, err := s.kv.Create(ctx, seededKey, marker); err != nil && !kvstate.IsConflict(err) {
+	if _, err := s.raw.Create(ctx, seededKey, marker, 0); err != nil && !errors.Is(err, kvstate.ErrConflict) {
 		return fmt.Errorf("writing %s: %w", seededKey, err)
 	}
 	return nil
@@ -216,18 +227,14 @@ func (s *Site) get(ctx context.Context, id string) (Entity, uint64, error) {
 	if !validID.MatchString(id) {
 		return Entity{}, 0, ErrNotFound
 	}
-	kve, err := s.kv.Get(ctx, entityKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	e, rev, err := s.entities.Get(ctx, entityKey(id))
+	if errors.Is(err, kvstate.ErrNotFound) {
 		return Entity{}, 0, ErrNotFound
 	}
 	if err != nil {
 		return Entity{}, 0, fmt.Errorf("reading entity %s: %w", id, err)
 	}
-	var e Entity
-	if err := json.Unmarshal(kve.Value(), &e); err != nil {
-		return Entity{}, 0, fmt.Errorf("decoding entity %s: %w", id, err)
-	}
-	return e, kve.Revision(), nil
+	return *e, rev, nil
 }
 
 // Entities returns all live entities, sorted by ID (byte order, so

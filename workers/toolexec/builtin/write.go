@@ -135,14 +135,10 @@ func (t createEvent) Call(ctx context.Context, req Request) (Result, error) {
 		if rec.Event == nil {
 			return errors.New("ledger record has no event")
 		}
-		data, err := json.Marshal(rec.Event)
-		if err != nil {
-			return err
-		}
-		// Revision 0: only if the key never held a value, so an event
-		// created and deleted since is not brought back.
-		_, err = t.s.kv.Update(ctx, entityKey(rec.Event.ID), data, 0)
-		if kvstate.IsConflict(err) {
+		// Only if the key never held a value, so an event created and
+		// deleted since is not brought back.
+		_, err := t.s.entities.CreateNew(ctx, entityKey(rec.Event.ID), rec.Event)
+		if errors.Is(err, kvstate.ErrConflict) {
 			return nil
 		}
 		return err
@@ -277,28 +273,23 @@ func (t publishEntities) Call(ctx context.Context, req Request) (Result, error) 
 // setStatus sets an entity's status with revision-checked updates, retrying
 // on conflicts. A deleted entity is left alone.
 func (s *Site) setStatus(ctx context.Context, id, status string) error {
-	for {
-		e, rev, err := s.get(ctx, id)
-		if errors.Is(err, ErrNotFound) || (err == nil && e.Status == status) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		e.Status = status
-		data, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		_, err = s.kv.Update(ctx, entityKey(id), data, rev)
-		if kvstate.IsConflict(err) {
-			continue // changed meanwhile: re-read
-		}
-		if err != nil {
-			return fmt.Errorf("updating entity %s: %w", id, err)
-		}
+	if !validID.MatchString(id) {
 		return nil
 	}
+	_, _, err := s.entities.Mutate(ctx, entityKey(id), func(e *Entity) error {
+		if e.Status == status {
+			return kvstate.ErrNoChange
+		}
+		e.Status = status
+		return nil
+	})
+	if errors.Is(err, kvstate.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("updating entity %s: %w", id, err)
+	}
+	return nil
 }
 
 type deleteEntities struct{ s *Site }
