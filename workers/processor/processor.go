@@ -71,6 +71,9 @@ type Processor struct {
 	runs     *bus.Router
 	bus      *bus.Client // consumes (Run)
 	pub      publisher
+	// resolver resolves context references (references.go); nil when
+	// there is no bus (package tests): references are then refused.
+	resolver requester
 	threads  *threads
 	pauses   *pauseRecords
 	input    inputReader
@@ -132,6 +135,9 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 func newProcessor(o Options, b *bus.Client, pub publisher, threads threadRecords, pauses pauseStore, input inputReader) *Processor {
 	p := &Processor{bus: b, pub: pub, input: input, opts: o, log: o.Logger, faults: faultsFromEnv(),
 		pauses: newPauseRecords(pauses, !o.NoThreadCache)}
+	if b != nil {
+		p.resolver = b
+	}
 	p.threads = newThreads(threads, !o.NoThreadCache)
 	p.threads.adopt = p.adoptLegacy
 	return p
