@@ -217,3 +217,38 @@ func TestReferencesBounds(t *testing.T) {
 		t.Errorf("%d model requests; want none", n)
 	}
 }
+
+// The gateway's message body takes references in content: in bounds they
+// reach the processor (which resolves them as the signed-in user), out of
+// bounds they are a problem naming the field; a reference the user may
+// not see is refused with the processor's verdict.
+func TestGatewayReferences(t *testing.T) {
+	s, _, _ := refSystem(t)
+	x := s.startGateway(nil)
+	link := func(id string) map[string]any {
+		return map[string]any{"type": "resource_link", "uri": "entity:page/" + id, "name": id,
+			"_meta": map[string]any{schema.MetaEntity: map[string]any{"entity_type": "page", "id": id}}}
+	}
+	path := "/v1/threads/gw-refs/messages"
+	resp, body := x.do("POST", path, aliceToken, map[string]any{"text": "summarise this", "content": []any{link("page-1")}})
+	if resp.StatusCode != 202 {
+		t.Fatalf("POST with a reference: %d %s", resp.StatusCode, body)
+	}
+	if txt := s.completed("gw-refs", 1); !strings.Contains(txt, "The about us page of the demo site.") {
+		t.Errorf("answer %q", txt)
+	}
+
+	var many []any
+	for range events.MaxReferences + 1 {
+		many = append(many, link("page-1"))
+	}
+	resp, body = x.do("POST", "/v1/threads/gw-refs2/messages", aliceToken, map[string]any{"text": "summarise these", "content": many})
+	if resp.StatusCode != 400 || !strings.Contains(string(body), `"path":"content"`) || !strings.Contains(string(body), "at most 8 context references") {
+		t.Errorf("nine references: %d %s; want 400 naming content", resp.StatusCode, body)
+	}
+
+	resp, body = x.do("POST", "/v1/threads/gw-refs3/messages", aliceToken, map[string]any{"text": "summarise this", "content": []any{link("page-ann")}})
+	if resp.StatusCode == 202 || !strings.Contains(string(body), events.RejectReferenceUnavailable) || strings.Contains(string(body), "Launch notes") {
+		t.Errorf("another user's private page: %d %s; want the processor's reference_unavailable", resp.StatusCode, body)
+	}
+}

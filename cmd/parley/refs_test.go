@@ -63,3 +63,24 @@ func TestSendReferenceUsage(t *testing.T) {
 		}
 	}
 }
+
+// parley chat: /ref makes the next message refer to an entity; a bad one
+// is named and nothing is sent.
+func TestChatReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs every worker")
+	}
+	url, ctx := startDev(t)
+	h := startChat(t, url, ctx, "chat-refs")
+	h.typeLine("/ref page")
+	h.waitFor("! /ref: \"page\" is not <entity_type>:<id>")
+	h.typeLine("/ref page:page-1")
+	h.waitFor("the next message refers to page:page-1")
+	h.typeLine("summarise this")
+	h.waitFor("The about us page of the demo site.")
+	h.waitFor("About us <https://site.example/node/page-1>")
+	// The reference went with that message only.
+	h.typeLine("summarise this")
+	h.waitFor("Reference a page to summarise")
+	h.quit()
+}
