@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/parley-dev/parley/events"
+	"github.com/parley-dev/parley/internal/natsauth"
 )
 
 // send --ref sends a context reference: the turn completes with what the
@@ -83,4 +88,41 @@ func TestChatReference(t *testing.T) {
 	h.typeLine("summarise this")
 	h.waitFor("Reference a page to summarise")
 	h.quit()
+}
+
+// Under parley dev's NATS authorization the processor resolves references
+// as the sender (its principal may ask the lookup service), and an
+// integrator may not ask for a resolution itself: the request names the
+// person, which only the processor may do.
+func TestSendReferenceUnderDevAuth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs parley dev")
+	}
+	dir := t.TempDir()
+	url := startDevCmd(t, dir)
+	t.Setenv("PARLEY_DATA_DIR", dir)
+	waitToolsRegistered(t, adminJS(t, url, dir))
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"send", "--nats", url, "-t", "t1", "--wait", "30s", "--ref", "page:page-1", "summarise this"}, strings.NewReader(""), &stdout, &stderr)
+	if code != 0 || !strings.Contains(stdout.String(), "The about us page of the demo site.") {
+		t.Fatalf("send --ref: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+
+	var f natsAuthFlags
+	logs := &syncBuffer{}
+	nc, err := natsauth.Connect(url, "test", f.integratorCredentials(), slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Request(events.SubjectResolveReferences, []byte(`{}`), 2*time.Second); err == nil {
+		t.Fatal("an integrator's resolve request was answered")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(strings.ToLower(logs.String()), "permissions violation") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no permissions violation for an integrator's resolve request; log:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
