@@ -145,7 +145,8 @@ func TestCatalogRoutes(t *testing.T) {
 		for _, r := range e.Routes {
 			where := string(e.Type) + " " + r.Subject
 			if r.Subject == "" {
-				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered && e.Type != TypeThreadStateAnswered {
+				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered && e.Type != TypeResolveReferencesAnswered &&
+					e.Type != TypeThreadStateAnswered {
 					t.Errorf("%s: no subject (only a reply travels on the requester's inbox)", where)
 				}
 				continue

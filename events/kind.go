@@ -118,7 +118,11 @@ var (
 	KindPreExecuteDecided       = Kind[PolicyDecision]{TypePreExecuteDecided}
 	KindLookupEntitiesRequested = Kind[LookupEntitiesRequest]{TypeLookupEntitiesRequested}
 	KindLookupEntitiesAnswered  = Kind[LookupEntitiesReply]{TypeLookupEntitiesAnswered}
-	KindThreadStateRequested    = Kind[ThreadStateRequest]{TypeThreadStateRequested}
-	KindThreadStateAnswered     = Kind[ThreadStateReply]{TypeThreadStateAnswered}
-	KindDeadLettered            = Kind[DeadLetter]{TypeDeadLettered}
+	// KindResolveReferencesRequested is dev.parley.lookup.resolve.requested.
+	KindResolveReferencesRequested = Kind[ResolveReferencesRequest]{TypeResolveReferencesRequested}
+	// KindResolveReferencesAnswered is dev.parley.lookup.resolve.answered.
+	KindResolveReferencesAnswered = Kind[ResolveReferencesReply]{TypeResolveReferencesAnswered}
+	KindThreadStateRequested      = Kind[ThreadStateRequest]{TypeThreadStateRequested}
+	KindThreadStateAnswered       = Kind[ThreadStateReply]{TypeThreadStateAnswered}
+	KindDeadLettered              = Kind[DeadLetter]{TypeDeadLettered}
 )

@@ -593,6 +593,10 @@ func (g *Gateway) sendMessage(w http.ResponseWriter, r *http.Request, thread, us
 			vs = append(vs, schema.Violation{Path: "", Rule: err.Error()})
 		}
 	}
+	// Context references: their bounds here, their resolution as the
+	// user by the processor (turn.rejected reference_unavailable).
+	_, rvs := events.MessageReferences("", msg)
+	vs = append(vs, rvs...)
 	if len(vs) > 0 {
 		writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "the message is not valid", Errors: vs})
 		return sentMessage{}, false

@@ -38,6 +38,10 @@ type Message struct {
 	// Content are the MCP content blocks of a user message (context such
 	// as resource_link blocks with _meta["drupal.org/ai.entity"]).
 	Content schema.ContentList `json:"content,omitempty"`
+	// References are the context references of a user message as parley
+	// resolved them for the person who sent it (the agent bounds their
+	// summaries); providers show them after the text (ReferencesText).
+	References []schema.ResolvedReference `json:"references,omitempty"`
 }
 
 // Request is one model call.

@@ -69,6 +69,10 @@ type TemplateData struct {
 	Results []ResultData
 	// Last is the latest result (zero if none).
 	Last ResultData
+	// References are the context references of the latest user message
+	// as parley resolved them for its sender (Entity.Label, URI,
+	// Summary).
+	References []schema.ResolvedReference
 }
 
 // ResultData is one tool result as templates see it.
@@ -172,7 +176,7 @@ func (s *Scripted) Complete(_ context.Context, req Request) (Response, error) {
 	if userIdx < 0 {
 		return Response{}, errors.New("scripted model: no user message")
 	}
-	data := TemplateData{User: req.Messages[userIdx].Text}
+	data := TemplateData{User: req.Messages[userIdx].Text, References: req.Messages[userIdx].References}
 	step := 0
 	for _, m := range req.Messages[userIdx+1:] {
 		switch m.Role {

@@ -28,7 +28,7 @@ const (
 	// MetaSuggestedReplies carries a list of reply strings a UI may offer.
 	MetaSuggestedReplies = "drupal.org/ai.suggested_replies"
 	// MetaEntity identifies a site entity a block points to:
-	// {"entity_type", "id", "bundle", "status"} (see Entity).
+	// {"entity_type", "id", "bundle", "status", "label"} (see Entity).
 	MetaEntity = "drupal.org/ai.entity"
 	// MetaToolCall identifies the tool call a confirmation elicitation is
 	// about: {"name", "toolId", "arguments", "annotations"} (see ToolCallMeta).
@@ -430,15 +430,22 @@ func ValidateAnchors(cs []Citation, textLen int) error {
 
 // Entity identifies a site entity in _meta["drupal.org/ai.entity"]:
 // {"entity_type": "node", "id": "42", "bundle": "article", "status":
-// "published"}. EntityType is a Drupal machine name and ID its identifier,
-// both required; Bundle and Status are optional. An ID sent as a JSON number
-// decodes to its decimal string.
+// "published", "label": "About us"}. EntityType is a Drupal machine name
+// and ID its identifier, both required; Bundle, Status and Label (the
+// entity's human-readable name, at most MaxEntityLabelBytes) are optional.
+// An ID sent as a JSON number decodes to its decimal string. On a user's
+// context reference the whole value is the sender's claim: parley resolves
+// it before a model sees it (ResolvedReference).
 type Entity struct {
 	EntityType string `json:"entity_type"`
 	ID         string `json:"id"`
 	Bundle     string `json:"bundle,omitempty"`
 	Status     string `json:"status,omitempty"`
+	Label      string `json:"label,omitempty"`
 }
+
+// MaxEntityLabelBytes bounds Entity.Label.
+const MaxEntityLabelBytes = 512
 
 // UnmarshalJSON accepts "id" as a string or a JSON integer.
 func (e *Entity) UnmarshalJSON(b []byte) error {
@@ -473,6 +480,9 @@ func (e Entity) Validate() error {
 	}
 	if e.ID == "" {
 		vs.add("id", "required")
+	}
+	if len(e.Label) > MaxEntityLabelBytes {
+		vs.addf("label", "must be at most %d bytes, got %d", MaxEntityLabelBytes, len(e.Label))
 	}
 	return vs.err()
 }

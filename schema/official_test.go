@@ -91,6 +91,14 @@ func emittedBlocks() []Content {
 		&ResourceLink{URI: "https://example.com/node/1", Name: "node-1", Title: "Node 1", Description: "d", MIMEType: "text/html", Size: ptr(int64(12)), Annotations: ann, Meta: meta},
 		&EmbeddedResource{Resource: ResourceContents{URI: "demo://r/1", MIMEType: "text/plain", Text: ptr("hello"), Meta: Meta{MetaStatusItem: "x"}}, Annotations: ann, Meta: meta},
 		&EmbeddedResource{Resource: ResourceContents{URI: "demo://r/2", MIMEType: "application/octet-stream", Blob: ptr("AAEC")}},
+		// Context references of a user message, as `parley send --ref`,
+		// the gateway and the web chat send them (events.ReferenceLink),
+		// and the links back on the answer.
+		&ResourceLink{URI: "entity:page/page-1", Name: "About us", Meta: Meta{MetaEntity: Entity{EntityType: "page", ID: "page-1", Label: "About us"}}},
+		&EmbeddedResource{Resource: ResourceContents{URI: "entity:page/page-1", MIMEType: "text/plain", Text: ptr("the part I mean")},
+			Meta: Meta{MetaEntity: Entity{EntityType: "page", ID: "page-1"}}},
+		&ResourceLink{URI: "https://site.example/node/page-1", Name: "About us", Description: "Referenced in your message",
+			Meta: Meta{MetaEntity: Entity{EntityType: "page", ID: "page-1", Bundle: "page", Status: "published", Label: "About us"}}},
 	}
 }
 

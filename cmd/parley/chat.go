@@ -108,7 +108,7 @@ func (c *chatCmd) Run(e *env) error {
 		agent = "default"
 	}
 	fmt.Fprintf(e.stdout, "parley chat: thread %s, agent %s, you are %s.\n", thread, agent, who)
-	fmt.Fprintln(e.stdout, "Type a message and press Enter; /quit or Ctrl-D ends the chat.")
+	fmt.Fprintln(e.stdout, "Type a message and press Enter; /ref <entity_type>:<id> makes the next message refer to a site entity; /quit or Ctrl-D ends the chat.")
 	// Joining a paused thread: ask what it is waiting for.
 	for _, q := range sess.Pending() {
 		s.enqueue(q.ID, false)
@@ -206,6 +206,36 @@ type chatSession struct {
 	prompt string
 	// progress drives the working indicator (chat_progress.go).
 	progress progressState
+	// refs are the context references the next message carries
+	// (/ref <entity_type>:<id>), at most events.MaxReferences.
+	refs []schema.Entity
+}
+
+// addRef adds the reference arg ("page:page-1") to the next message, or
+// says what is wrong; "" lists the pending references.
+func (s *chatSession) addRef(arg string) {
+	if arg == "" {
+		if len(s.refs) == 0 {
+			s.say("  usage: /ref <entity_type>:<id> (e.g. /ref page:page-1): the next message refers to that entity")
+			return
+		}
+		var names []string
+		for _, r := range s.refs {
+			names = append(names, r.EntityType+":"+r.ID)
+		}
+		s.say("  the next message refers to %s", strings.Join(names, ", "))
+		return
+	}
+	e, err := events.ParseReference(arg)
+	switch {
+	case err != nil:
+		s.say("! /ref: %v", err)
+	case len(s.refs) >= events.MaxReferences:
+		s.say("! /ref: a message refers to at most %d entities", events.MaxReferences)
+	default:
+		s.refs = append(s.refs, e)
+		s.say("  the next message refers to %s:%s (parley checks that you may see it)", e.EntityType, e.ID)
+	}
 }
 
 // loop runs the chat until input ends or the context is done.
@@ -232,6 +262,10 @@ func (s *chatSession) loop() error {
 		case "/quit", "/exit":
 			return nil
 		}
+		if arg, ok := strings.CutPrefix(text, "/ref"); ok && (arg == "" || arg[0] == ' ') {
+			s.addRef(strings.TrimSpace(arg))
+			continue
+		}
 		s.send(text)
 	}
 }
@@ -249,10 +283,14 @@ func (s *chatSession) send(text string) {
 		var err error
 		// No end user is named: the processor records the principal,
 		// and refuses a name from a principal it does not trust to give one.
-		if ev, err = s.sess.Message(text); err != nil {
+		if ev, err = s.sess.Message(text); err == nil && len(s.refs) > 0 {
+			err = withReferences(ev, s.refs)
+		}
+		if err != nil {
 			s.say("! %v", err)
 			return
 		}
+		s.refs = nil
 	}
 	// Once confirmed, the session counts the turn as running: its
 	// turn.requested may arrive after the end of input.

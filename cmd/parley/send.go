@@ -130,9 +130,12 @@ type sendCmd struct {
 	Thread string   `name:"thread" short:"t" required:"" help:"Thread ID (A-Z a-z 0-9 _ -)."`
 	AgentN string   `name:"agent" short:"a" help:"Agent to answer (default: the processor's default agent)."`
 	User   string   `name:"user" help:"The end user you send for (onBehalfOf). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the message is rejected forbidden. Default: none (recorded as your principal)."`
+	Refs   []string `name:"ref" help:"A site entity the message refers to, as <entity_type>:<id> (page:page-1); repeatable, at most 8. Sent as a resource_link block with _meta[\"drupal.org/ai.entity\"]; parley resolves it as you before the model sees it, and refuses the message (reference_unavailable) if it does not exist or you may not see it."`
 	Text   []string `arg:"" help:"The message."`
 	deliveryFlags
 	principalFlag
+
+	refs []schema.Entity // Refs, parsed by Validate
 }
 
 // Help is the long help of send (kong's HelpProvider).
@@ -154,6 +157,17 @@ func (c *sendCmd) Validate() error {
 	if strings.TrimSpace(strings.Join(c.Text, " ")) == "" {
 		return errors.New("message text: required")
 	}
+	if len(c.Refs) > events.MaxReferences {
+		return fmt.Errorf("--ref: at most %d references, got %d", events.MaxReferences, len(c.Refs))
+	}
+	c.refs = nil
+	for _, r := range c.Refs {
+		e, err := events.ParseReference(r)
+		if err != nil {
+			return fmt.Errorf("--ref: %w", err)
+		}
+		c.refs = append(c.refs, e)
+	}
 	if err := c.principalFlag.check(); err != nil {
 		return err
 	}
@@ -168,6 +182,9 @@ func (c *sendCmd) Run(e *env) error {
 	}
 	defer done()
 	ev, err := cl.TurnRequest(c.Thread, c.AgentN, strings.Join(c.Text, " "), c.User)
+	if err == nil && len(c.refs) > 0 {
+		err = withReferences(ev, c.refs)
+	}
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -175,6 +192,19 @@ func (c *sendCmd) Run(e *env) error {
 		ev.SetID(c.ID)
 	}
 	return deliver(e, cl, ev, &c.deliveryFlags)
+}
+
+// withReferences adds a context reference block (events.ReferenceLink) per
+// entity to the message of the turn.requested ev.
+func withReferences(ev *event.Event, refs []schema.Entity) error {
+	in, err := events.Data[events.TurnRequested](ev)
+	if err != nil {
+		return err
+	}
+	for _, r := range refs {
+		in.Message.Content = append(in.Message.Content, events.ReferenceLink(r, ""))
+	}
+	return ev.SetData(event.ApplicationJSON, in)
 }
 
 type answerCmd struct {

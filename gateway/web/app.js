@@ -264,12 +264,16 @@ function renderMessage(msg, cls) {
     cites = cs;
     try { li.append(markdown(marked)); } finally { cites = null; }
   } else li.append(markdown(msg.text));
+  const chips = el("div", { class: "ref-chips", role: "list", "aria-label": "Referenced entities" });
   for (const b of msg.content || []) {
     if (b.type === "text" && b.text === msg.text) continue;
     const aud = b.annotations && b.annotations.audience;
     if (aud && !aud.includes("user")) continue;
+    const ref = cls === "user" ? referenceOf(b) : null;
+    if (ref) { chips.append(refChip(ref)); continue; }
     li.append(renderBlock(b));
   }
+  if (chips.childElementCount) li.append(chips);
   if (cs.length) {
     const ol = el("ol", { class: "citations", "aria-label": "Sources" });
     for (const c of cs) ol.append(el("li", {}, link(c.url, String(c.title || c.url))));
@@ -1284,6 +1288,125 @@ async function followLoop(thread, ctl) {
   }
 }
 
+// ---- context references ("@" mentions) ---------------------------------------
+
+// A message may refer to site entities: typing "@" and a few letters in
+// the composer asks the entity lookup (GET /v1/lookup/entities, the one
+// behind the forms' entity_autocomplete) and offers the matches; choosing
+// one puts "@<label>" in the text (the text stays readable without the
+// blocks) and a chip in the composer. The chips go with the message as
+// resource_link blocks with _meta["drupal.org/ai.entity"]; parley resolves
+// each as the signed-in user before the model sees it.
+const MAX_REFS = 8; // events.MaxReferences
+let mentions = { refs: [], clear() {} };
+
+// referenceBlock is the resource_link block of a reference.
+function referenceBlock(r) {
+  const ent = { entity_type: r.entity_type, id: r.id };
+  if (r.label) ent.label = r.label;
+  return { type: "resource_link", uri: r.uri || "entity:" + r.entity_type + "/" + encodeURIComponent(r.id),
+    name: r.label || r.entity_type + ":" + r.id, _meta: { [META.entity]: ent } };
+}
+
+// referenceOf is the reference a user message's block makes, or null.
+function referenceOf(b) {
+  if (!b || (b.type !== "resource_link" && b.type !== "resource")) return null;
+  const e = b._meta && b._meta[META.entity];
+  if (!e || typeof e !== "object" || typeof e.id !== "string" || typeof e.entity_type !== "string") return null;
+  return { entity_type: e.entity_type, id: e.id, label: typeof e.label === "string" ? e.label : (b.name || "") };
+}
+
+// refChip shows a reference; remove, when given, adds a button that drops it.
+function refChip(r, remove) {
+  const label = r.label || r.entity_type + ":" + r.id;
+  const chip = el("span", { class: "ref-chip", role: "listitem", "data-entity-id": r.id, title: r.entity_type + " " + r.id },
+    el("span", { text: "@" + label }));
+  if (remove) chip.append(el("button", { type: "button", "aria-label": "Remove reference to " + label, text: "×", onclick: remove }));
+  return chip;
+}
+
+// setupMentions wires the "@" autocomplete to the composer's textarea and
+// returns the composer's references ({refs, clear}).
+function setupMentions(text) {
+  const refs = [];
+  const wrap = el("div", { class: "composer-main" });
+  text.replaceWith(wrap);
+  const chips = el("div", { id: "composer-refs", class: "ref-chips", role: "list", "aria-label": "Referenced entities" });
+  const list = el("ul", { id: "mention-list", class: "mention-list", role: "listbox", "aria-label": "Entities to refer to", hidden: true });
+  wrap.append(chips, text, list);
+  text.setAttribute("aria-controls", "mention-list");
+  let timer = 0, seq = 0, active = -1, found = [];
+  const showChips = () => chips.replaceChildren(...refs.map((r, i) => refChip(r, () => { refs.splice(i, 1); showChips(); text.focus(); })));
+  const close = () => { list.hidden = true; list.replaceChildren(); found = []; active = -1; text.removeAttribute("aria-activedescendant"); };
+  // at is the "@query" just before the caret, or null.
+  const at = () => {
+    const before = text.value.slice(0, text.selectionStart);
+    const m = /(?:^|\s)@([^\s@]{1,60})$/.exec(before);
+    return m ? { start: before.length - m[1].length - 1, end: before.length, q: m[1] } : null;
+  };
+  const mark = (i) => {
+    active = i;
+    [...list.children].forEach((n, k) => n.setAttribute("aria-selected", String(k === i)));
+    if (i >= 0) text.setAttribute("aria-activedescendant", list.children[i].id);
+  };
+  const choose = (i) => {
+    const e = found[i], m = at();
+    close();
+    if (!e || !m) return;
+    const label = String(e.label || e.id);
+    text.value = text.value.slice(0, m.start) + "@" + label + " " + text.value.slice(m.end);
+    const caret = m.start + label.length + 2;
+    text.setSelectionRange(caret, caret);
+    if (!refs.some((r) => r.entity_type === e.entity_type && r.id === e.id) && refs.length < MAX_REFS) {
+      refs.push({ entity_type: String(e.entity_type), id: String(e.id), label, uri: typeof e.uri === "string" ? e.uri : "" });
+      showChips();
+    }
+    text.focus();
+  };
+  text.addEventListener("input", () => {
+    clearTimeout(timer);
+    const m = at();
+    if (!m) { close(); return; }
+    timer = setTimeout(async () => {
+      const my = ++seq;
+      let resp;
+      try { resp = await api("GET", "/v1/lookup/entities?" + new URLSearchParams({ q: m.q.slice(0, 200), limit: "8" })); } catch (_) { resp = null; }
+      if (my !== seq) return;
+      if (!resp || resp.status !== 200) { close(); return; } // no lookup: "@" stays plain text
+      const { entities } = await resp.json().catch(() => ({ entities: [] }));
+      found = (entities || []).filter((e) => e && e.id !== undefined && typeof e.entity_type === "string");
+      if (!found.length) { close(); return; }
+      list.replaceChildren(...found.map((e, i) => el("li", { id: "mention-" + i, role: "option", "aria-selected": "false",
+        "data-entity-id": String(e.id), onmousedown: (ev) => { ev.preventDefault(); choose(i); } },
+        el("strong", { text: String(e.label || e.id) }), el("span", { text: " " + [e.bundle || e.entity_type, e.status].filter(Boolean).join(", ") }))));
+      list.hidden = false;
+      mark(0);
+    }, 150);
+  });
+  // While the list is open, arrows move, Enter or Tab chooses (it never
+  // sends), Escape closes.
+  let swallow = false; // the Enter that chose: its keypress inserts nothing
+  text.addEventListener("keypress", (ev) => { if (swallow && ev.key === "Enter") ev.preventDefault(); swallow = false; }, true);
+  text.addEventListener("keydown", (ev) => {
+    swallow = false;
+    if (list.hidden) return;
+    if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+      ev.preventDefault();
+      mark((active + (ev.key === "ArrowDown" ? 1 : found.length - 1)) % found.length);
+    } else if (ev.key === "Enter" || ev.key === "Tab") {
+      ev.preventDefault();
+      ev.stopImmediatePropagation();
+      swallow = ev.key === "Enter";
+      choose(active);
+    } else if (ev.key === "Escape") {
+      ev.preventDefault();
+      close();
+    }
+  }, true);
+  text.addEventListener("blur", () => setTimeout(close, 150));
+  return { refs, clear() { refs.length = 0; showChips(); close(); } };
+}
+
 // ---- API and UI ------------------------------------------------------------------
 
 async function api(method, path, body) {
@@ -1298,15 +1421,17 @@ async function api(method, path, body) {
 
 // sendMessage posts a user message to the open thread, for the agent
 // chosen in the composer's Agent field (none: the default agent).
-async function sendMessage(text) {
+async function sendMessage(text, refs) {
   if (!state.thread) openThread(newThreadID());
   const body = { text };
   const agent = document.getElementById("agent").value.trim();
   if (agent) body.agent = agent;
+  if (refs && refs.length) body.content = refs.map(referenceBlock);
   const resp = await api("POST", "/v1/threads/" + state.thread + "/messages", body);
   if (resp.status !== 202) {
     const p = await resp.json().catch(() => ({}));
-    addItem(el("li", { class: "msg error", role: "alert", text: "Not sent: " + (p.detail || resp.status) }));
+    const why = Array.isArray(p.errors) && p.errors.length ? p.errors.map((e) => e.path + ": " + e.rule).join("; ") : (p.detail || resp.status);
+    addItem(el("li", { class: "msg error", role: "alert", text: "Not sent: " + why }));
     return false;
   }
   if (!state.following) follow(state.thread);
@@ -1445,7 +1570,8 @@ document.addEventListener("DOMContentLoaded", () => {
     ev.preventDefault();
     const v = text.value.trim();
     if (!v) return;
-    if (await sendMessage(v)) text.value = "";
+    if (await sendMessage(v, mentions.refs)) { text.value = ""; mentions.clear(); }
   });
+  mentions = setupMentions(text);
   if (state.token) start(); else signOut();
 });

@@ -536,6 +536,7 @@ func TestNamesMatchCode(t *testing.T) {
 		natsauth.StreamDeadLetter:     events.StreamDeadLetter,
 		natsauth.InputPrefix + ">":    events.SubjectInputAll,
 		natsauth.SubjectLookup:        events.SubjectLookupEntities,
+		natsauth.SubjectResolve:       events.SubjectResolveReferences,
 		natsauth.Integrator:           events.PrincipalIntegrator,
 		natsauth.Gateway:              events.PrincipalGateway,
 		natsauth.BucketPaused:         kvstate.BucketPaused,

@@ -71,6 +71,11 @@ const (
 	// SubjectLookup is the entity lookup's request subject
 	// (events.SubjectLookupEntities).
 	SubjectLookup = "parley.lookup.entities"
+	// SubjectResolve is the subject on which the processor asks the
+	// lookup service to resolve a message's context references for the
+	// person who sent it (events.SubjectResolveReferences): it names the
+	// person, so only the processor may publish it.
+	SubjectResolve = "parley.lookup.resolve"
 )
 
 // Kind is what a principal is for; it selects its permissions.
@@ -232,6 +237,9 @@ func (p Principal) Permissions() Permissions {
 			// Refusals of a stranger's event go under the stranger's
 			// principal (events.RefusedSubject), not into the thread.
 			pub("parley.chat.>", "parley.refused.>", "parley.agent.run.requested", "parley.agent.run.resumed")
+			// A message's context references, resolved as its sender
+			// (request-reply to the lookup service).
+			pub(SubjectResolve)
 			pub(consumer(StreamInput, "processor")...)
 			pub(consumer(StreamRuns, "processor-runs")...)
 			// Expiries of pause records (processor.HandleExpiry, raw bus
@@ -275,7 +283,7 @@ func (p Principal) Permissions() Permissions {
 			// The read-only entity lookup (NATS micro, queue "lookup"):
 			// it answers through allow_responses, and micro answers
 			// discovery ($SRV.PING|INFO|STATS).
-			sub(SubjectLookup, "$SRV.>")
+			sub(SubjectLookup, SubjectResolve, "$SRV.>")
 			perm.AllowResponses = true
 		}
 	case KindPolicy:

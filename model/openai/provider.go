@@ -434,7 +434,7 @@ func message(m model.Message, k caps) oai.ChatCompletionMessageParamUnion {
 // point to) and other blocks described as text, images and audio as
 // content parts when the model takes them (k).
 func userMessage(m model.Message, k caps) oai.ChatCompletionMessageParamUnion {
-	if len(m.Content) == 0 {
+	if len(m.Content) == 0 && len(m.References) == 0 {
 		return oai.UserMessage(m.Text)
 	}
 	var described schema.ContentList
@@ -449,6 +449,9 @@ func userMessage(m model.Message, k caps) oai.ChatCompletionMessageParamUnion {
 	text := m.Text
 	if ctx := model.ContextText(described, true); ctx != "" {
 		text += "\n\nContext:\n" + ctx
+	}
+	if refs := model.ReferencesText(m.References); refs != "" {
+		text += "\n\n" + refs
 	}
 	if len(parts) == 0 {
 		return oai.UserMessage(text)

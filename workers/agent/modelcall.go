@@ -138,7 +138,7 @@ func (a *Agent) modelStep(ctx context.Context, run *Run) error {
 			}
 			final.Role = schema.RoleAssistant
 		}
-		text, blocks := boundUserBlocks(final.Text, userBlocks(run.Messages))
+		text, blocks := boundUserBlocks(final.Text, append(referenceLinks(run.Messages), userBlocks(run.Messages)...))
 		final.Text = text
 		final.Content = append(final.Content, resp.Content...)
 		final.Content = append(final.Content, blocks...)

@@ -233,7 +233,7 @@ func fromChat(msgs []schema.ChatMessage) []model.Message {
 	for i, m := range msgs {
 		effects := events.ToolEffectsOf(m)
 		if m.Role != schema.RoleAssistant || len(effects) == 0 {
-			out = append(out, model.Message{Role: string(m.Role), Text: m.Text, Content: m.Content})
+			out = append(out, withReferences(m, model.Message{Role: string(m.Role), Text: m.Text, Content: m.Content}))
 			continue
 		}
 		calls := make([]schema.ToolCall, len(effects))

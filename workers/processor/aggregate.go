@@ -155,8 +155,10 @@ func startTurn(t *Thread, m QueuedMessage) {
 	t.TraceParent = m.TraceParent
 	t.TurnGrants = m.Grants
 	t.PauseMark = 0
-	// The blocks go with the text: context references reach the model.
-	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content})
+	// The blocks go with the text, and what the processor resolved of
+	// the context references (references.go): they reach the model.
+	t.Append(schema.ChatMessage{Role: m.Message.Role, Text: m.Message.Text, Content: m.Message.Content,
+		Meta: historyMeta(m.Message.Meta)})
 }
 
 // startNext starts the head of the queue on an idle thread.

@@ -73,6 +73,9 @@ type Processor struct {
 	pub      publisher
 	threads  *kvstate.Store[Thread]
 	writes   writeWaiters
+	// resolver resolves context references (references.go); nil when
+	// there is no bus (package tests): references are then refused.
+	resolver requester
 	pauses   *pauseRecords
 	input    inputReader
 	opts     Options
@@ -134,6 +137,9 @@ func newProcessor(o Options, b *bus.Client, pub publisher, threads kvstate.Recor
 	p := &Processor{bus: b, pub: pub, input: input, opts: o, log: o.Logger, faults: faultsFromEnv(),
 		pauses: newPauseRecords(pauses, !o.NoThreadCache)}
 	p.threads = p.threadStore(threads, !o.NoThreadCache)
+	if b != nil {
+		p.resolver = b
+	}
 	return p
 }
 

@@ -30,6 +30,20 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 			verr = []schema.Violation{{Path: "extensions." + events.ExtOnBehalfOf, Rule: ierr.Error()}}
 		}
 	}
+	// Context references are resolved as the sender before the message
+	// is queued: one it may not use refuses the message (references.go).
+	refRefused := false
+	if verr == nil && ierr == nil {
+		in.Message, verr = p.resolveReferences(ctx, thread, who, in.Message)
+		refRefused = verr != nil
+		if refRefused && d.NumDelivered > 1 {
+			// A redelivery of a message the thread took already (its
+			// entity changed since): taken as the repeat it is below.
+			if t, _, _, err := p.threads.View(ctx, thread); err == nil && t != nil && tookID(t, e.ID()) {
+				verr, refRefused = nil, false
+			}
+		}
+	}
 	if verr != nil {
 		validThread := events.ValidToken("subject", thread) == nil
 		if validThread {
@@ -47,6 +61,9 @@ func (p *Processor) onTurnRequested(ctx context.Context, src input) error {
 			if !strings.Contains(v.Rule, "over the limit") {
 				reason = events.RejectInvalidEvent
 			}
+		}
+		if refRefused {
+			reason = events.RejectReferenceUnavailable
 		}
 		if err := p.announceRefusal(ctx, thread, e.ID(), nil, func() error {
 			return publishRefusal(ctx, p, thread, events.KindTurnRejected, who,
@@ -476,6 +493,8 @@ func (p *Processor) validateTurn(thread string, e *event.Event) (events.TurnRequ
 	if events.TypeOf(e) != events.TypeTurnRequested {
 		vs = append(vs, schema.Violation{Path: "type", Rule: fmt.Sprintf("must be %q on a turn.requested subject", events.TypeTurnRequested)})
 	}
+	_, rvs := events.MessageReferences("data.message.", in.Message)
+	vs = append(vs, rvs...)
 	return in, vs
 }
 

@@ -56,7 +56,18 @@ type Entity struct {
 	Date string `json:"date,omitempty"`
 	// Created is when the entity was created (UTC).
 	Created time.Time `json:"created"`
+	// Owner, when set, makes the entity private to that person (the
+	// onBehalfOf end user, or the principal when none): only they find it
+	// in the lookup and may reference it in a message
+	// (events.SubjectResolveReferences). The tools, which run for the
+	// agent and not for a person, see only entities without an owner.
+	// Optional; the fixture's entities have none.
+	Owner string `json:"owner,omitempty"`
 }
+
+// VisibleTo reports whether person may see e: e has no owner, or person
+// is its owner.
+func (e Entity) VisibleTo(person string) bool { return e.Owner == "" || e.Owner == person }
 
 // LedgerEntry is one recorded effect of a mutating tool call: exactly one
 // per CallID that changed (or was planned to change) the site.
@@ -215,15 +226,25 @@ func (s *Site) seed(ctx context.Context) error {
 }
 
 // Entity returns the live entity with the given ID. It returns ErrNotFound
-// when the entity is absent, deleted or id is not a valid entity ID, and a
-// wrapped KV error otherwise.
+// when the entity is absent, deleted, private (Entity.Owner) or id is not
+// a valid entity ID, and a wrapped KV error otherwise.
 func (s *Site) Entity(ctx context.Context, id string) (Entity, error) {
 	e, _, err := s.get(ctx, id)
 	return e, err
 }
 
-// get returns the entity and its KV revision.
+// get returns the public entity and its KV revision (a private one is
+// ErrNotFound: the tools' view).
 func (s *Site) get(ctx context.Context, id string) (Entity, uint64, error) {
+	e, rev, err := s.getAny(ctx, id)
+	if err == nil && e.Owner != "" {
+		return Entity{}, 0, ErrNotFound
+	}
+	return e, rev, err
+}
+
+// getAny returns the entity, private or not, and its KV revision.
+func (s *Site) getAny(ctx context.Context, id string) (Entity, uint64, error) {
 	if !validID.MatchString(id) {
 		return Entity{}, 0, ErrNotFound
 	}
@@ -237,10 +258,16 @@ func (s *Site) get(ctx context.Context, id string) (Entity, uint64, error) {
 	return *e, rev, nil
 }
 
-// Entities returns all live entities, sorted by ID (byte order, so
-// "article-10" sorts before "article-2"). It returns a wrapped KV or decode
-// error.
+// Entities returns all live public entities (those without an Owner),
+// sorted by ID (byte order, so "article-10" sorts before "article-2"). It
+// returns a wrapped KV or decode error.
 func (s *Site) Entities(ctx context.Context) ([]Entity, error) {
+	all, err := s.allEntities(ctx)
+	return slices.DeleteFunc(all, func(e Entity) bool { return e.Owner != "" }), err
+}
+
+// allEntities is Entities with the private entities.
+func (s *Site) allEntities(ctx context.Context) ([]Entity, error) {
 	var out []Entity
 	err := scanJSON(ctx, s, entityPrefix+">", func(e Entity) { out = append(out, e) })
 	if err != nil {
