@@ -140,4 +140,10 @@ func TestBrowserConfirmEdit(t *testing.T) {
 		`[...document.querySelectorAll("li.question.settled .state")].some(n => n.textContent.startsWith("Allowed with changes by you"))`,
 		nil, chromedp.WithPollingTimeout(10*time.Second)))
 	waitText(t, ctx, "changed the arguments")
+	// The folded card shows the arguments that ran, not only the model's
+	// (which it showed first), also to a page that reads the thread anew.
+	folded := `(() => { const n = document.querySelector("li.question.settled.collapsed > .edited-args"); return !!n && n.offsetParent !== null && n.textContent.includes('["article-2","article-4"]'); })()`
+	run(t, ctx, "the folded card shows the edit", chromedp.Poll(folded, nil, chromedp.WithPollingTimeout(10*time.Second)))
+	run(t, ctx, "reloading", chromedp.Reload())
+	run(t, ctx, "the folded card shows the edit after a reload", chromedp.Poll(folded, nil, chromedp.WithPollingTimeout(20*time.Second)))
 }

@@ -157,3 +157,42 @@ func TestGatewayEditedAnswer(t *testing.T) {
 		t.Errorf("deleted %v, want exactly the edit [article-5]", got)
 	}
 }
+
+// An edit under a key that only looks like _meta["dev.parley/arguments"]
+// (another case), over NATS and through the gateway's _meta, is refused
+// naming that key: read as a plain accept it deleted all ten drafts, the
+// model's call, when the person meant one.
+func TestEditMisspelledKeyRunsNothing(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	s.send("edk", deleteDrafts)
+	id, _ := s.question("edk", 1)
+	x.send(aliceToken, "edg", deleteDrafts)
+	gid, _ := s.question("edg", 1)
+	before := s.drafts()
+	res := schema.ElicitResult{Action: schema.ActionAccept, Meta: schema.Meta{"Dev.Parley/Arguments": json.RawMessage(`{"ids":["article-2"]}`)}}
+	if _, err := s.client.Answer(s.ctx, "edk", id, res, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.rec.await(t, 10*time.Second, "edk", events.TypeElicitationRejected, 1)
+	rej := s.rec.rejections("edk")
+	if len(rej) != 1 || rej[0].Reason != events.RejectInvalidContent || len(rej[0].Errors) == 0 || rej[0].Errors[0].Path != `_meta["Dev.Parley/Arguments"]` {
+		t.Fatalf("rejections %s, want invalid_content naming the look-alike key", mustJSON(rej))
+	}
+
+	resp, body := x.do("POST", "/v1/threads/edg/elicitations/"+gid, aliceToken, map[string]any{"action": "accept",
+		"_meta": map[string]any{"DEV.PARLEY/ARGUMENTS": map[string]any{"ids": []string{"article-2"}}}})
+	var p gateway.Problem
+	_ = json.Unmarshal(body, &p)
+	if resp.StatusCode != http.StatusUnprocessableEntity || len(p.Errors) == 0 || p.Errors[0].Path != `_meta["DEV.PARLEY/ARGUMENTS"]` {
+		t.Errorf("gateway: %d %s, want 422 naming the look-alike key", resp.StatusCode, body)
+	}
+	if n := s.drafts(); n != before {
+		t.Fatalf("drafts %d after look-alike edits, want all %d kept (the question stays open)", n, before)
+	}
+	s.editAnswer("edk", id, `{"ids":["article-2"]}`)
+	s.completed("edk", 1)
+	if got := s.deletedIDs(); !slices.Equal(got, []string{"article-2"}) {
+		t.Errorf("deleted %v, want exactly the edit [article-2]", got)
+	}
+}

@@ -407,10 +407,13 @@ type PolicyDecision struct {
 	// ConfigVersion identifies the policy's configuration.
 	ConfigVersion string `json:"configVersion,omitempty"`
 	// Reconfirm, with decision confirm on a call a person edited
-	// (PreExecuteRequest.Edited), asks that person to confirm the edited
-	// call again. Without it such a confirm is satisfied by the
-	// acceptance that carried the edit: nobody is asked to confirm their
-	// own edit. Ignored on other decisions and on calls not edited.
+	// (PreExecuteRequest.Edited), asks for the edited call to be
+	// confirmed again: a new confirmation on the thread, which anyone who
+	// may answer there may answer (in a shared thread, not necessarily
+	// the person who edited; the records name who did). Without it such
+	// a confirm is satisfied by the acceptance that carried the edit:
+	// nobody is asked to confirm their own edit. Ignored on other
+	// decisions and on calls not edited.
 	Reconfirm bool `json:"reconfirm,omitempty"`
 }
 

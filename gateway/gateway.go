@@ -428,22 +428,29 @@ func threadParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 // shape does not define (events.RuleUnknownMember), including one that
 // names a member only when case is ignored (exactMembers).
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	_, ok := decodeBodyRaw(w, r, v)
+	return ok
+}
+
+// decodeBodyRaw is decodeBody that also returns the body as received,
+// for a member whose exact JSON matters (numbers as written).
+func decodeBodyRaw(w http.ResponseWriter, r *http.Request, v any) ([]byte, bool) {
 	body, err := io.ReadAll(r.Body)
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		writeProblem(w, Problem{Status: http.StatusRequestEntityTooLarge, Reason: ReasonTooLarge,
 			Detail: fmt.Sprintf("request body is over %d bytes", mbe.Limit)})
-		return false
+		return nil, false
 	}
 	if err == nil {
 		if err = schema.CheckJSON(body); err != nil {
 			writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error(),
 				Errors: schema.Violations(err)})
-			return false
+			return nil, false
 		}
 		if vs := exactMembers(body, reflect.TypeOf(v)); len(vs) > 0 {
 			writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest,
 				Detail: "body: " + vs[0].Path + ": " + vs[0].Rule + " (member names are case-sensitive)", Errors: vs})
-			return false
+			return nil, false
 		}
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
@@ -453,14 +460,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 		}
 	}
 	if err == nil {
-		return true
+		return body, true
 	}
 	var vs []schema.Violation
 	if name, ok := unknownField(err); ok {
 		vs = []schema.Violation{{Path: name, Rule: events.RuleUnknownMember}}
 	}
 	writeProblem(w, Problem{Status: http.StatusBadRequest, Reason: ReasonBadRequest, Detail: "body: " + err.Error(), Errors: vs})
-	return false
+	return nil, false
 }
 
 // unknownField returns the member named by encoding/json's error for a
@@ -724,6 +731,24 @@ func (req *AnswerRequest) editedArguments() []schema.Violation {
 	return nil
 }
 
+// decodeAnswer decodes an answer body. Edited arguments sent as
+// _meta["dev.parley/arguments"] keep their JSON as sent (decoding _meta
+// generically would read 10000000000000001 as a float64 and publish
+// 10000000000000000): what runs is what the person wrote. ok false: the
+// problem is written.
+func decodeAnswer(w http.ResponseWriter, r *http.Request) (req AnswerRequest, ok bool) {
+	body, ok := decodeBodyRaw(w, r, &req)
+	if !ok {
+		return req, false
+	}
+	if _, edited := req.Meta[schema.MetaArguments]; edited {
+		if raw, found := events.EditedArguments(body); found {
+			req.Meta[schema.MetaArguments] = raw
+		}
+	}
+	return req, true
+}
+
 // editPaths names the processor's violations of edited arguments as the
 // body gave them: `_meta["dev.parley/arguments"].ids` becomes
 // "arguments.ids".
@@ -749,8 +774,8 @@ func (g *Gateway) postAnswer(w http.ResponseWriter, r *http.Request, user string
 			Errors: []schema.Violation{{Path: "id", Rule: err.Error()}}})
 		return
 	}
-	var req AnswerRequest
-	if !decodeBody(w, r, &req) {
+	req, ok := decodeAnswer(w, r)
+	if !ok {
 		return
 	}
 	switch req.Action {

@@ -173,7 +173,7 @@ func checkObjectSchema(vs *violations, path string, raw json.RawMessage) {
 	if json.Unmarshal(m["type"], &typ) != nil || typ != "object" {
 		vs.add(path+".type", `must be "object"`)
 	}
-	if _, err := jsonschema.NewCompiler().Compile(raw); err != nil {
+	if _, err := compileSchema(raw); err != nil {
 		vs.addf(path, "not a valid JSON Schema: %v", err)
 	}
 }
@@ -196,7 +196,7 @@ func (r *CallToolResult) Validate(tool *Tool) error {
 		vs.add("structuredContent", "required by the tool's outputSchema")
 		return vs.err()
 	}
-	s, err := jsonschema.NewCompiler().Compile(tool.OutputSchema)
+	s, err := compileSchema(tool.OutputSchema)
 	if err != nil {
 		vs.addf("outputSchema", "not a valid JSON Schema: %v", err)
 		return vs.err()
@@ -386,6 +386,29 @@ func (t *Tool) ValidateArguments(args json.RawMessage) error {
 	return vs.err()
 }
 
+// compileSchema compiles a JSON Schema that must stand alone: it
+// resolves no remote reference, and a reference it cannot resolve is an
+// error. kaptinlin/jsonschema fetches an http or https "$ref" by default,
+// and tool schemas come from MCP servers parley need not trust: a "$ref"
+// to a URL would have parley (the agent, the processor checking an edit)
+// send requests where a server says and validate against whatever that
+// URL answers, and a reference left unresolved accepts any value.
+// References inside the schema ("#/$defs/item") resolve as before.
+func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+	c := jsonschema.NewCompiler()
+	for scheme := range c.Loaders {
+		delete(c.Loaders, scheme)
+	}
+	s, err := c.Compile(raw)
+	if err != nil {
+		return nil, err
+	}
+	if refs := s.UnresolvedReferenceURIs(); len(refs) > 0 {
+		return nil, fmt.Errorf("$ref %q does not resolve inside the schema (parley fetches no remote schema)", refs[0])
+	}
+	return s, nil
+}
+
 // maxCompiledSchemas bounds the compiled input schemas
 // compileInputSchema keeps: one per distinct schema, which is one per
 // registered tool (and version). Past the bound a schema is compiled on
@@ -404,7 +427,7 @@ func compileInputSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	if s, ok := compiledSchemas.Load(string(raw)); ok {
 		return s.(*jsonschema.Schema), nil
 	}
-	s, err := jsonschema.NewCompiler().Compile(raw)
+	s, err := compileSchema(raw)
 	if err != nil {
 		return nil, err
 	}

@@ -664,6 +664,18 @@ async function checkDeleted(ids) {
 const EDIT_KEY = "dev.parley/arguments";
 const EDIT_PATH = '_meta["' + EDIT_KEY + '"]';
 
+// showEdit marks card as allowed with the edited arguments args and shows
+// them on the card, also when it is folded: the arguments the card
+// showed first are the model's, which did not run.
+function showEdit(card, args) {
+  card.dataset.edited = "true";
+  let json = JSON.stringify(args);
+  if (json.length > 400) json = json.slice(0, 399) + "…";
+  card.querySelector(":scope > .edited-args")?.remove();
+  const line = el("p", { class: "edited-args", text: "Runs with the changed arguments: " + json });
+  card.querySelector(".state").after(line);
+}
+
 // schemaType is a property's JSON type ("string", ...), the first one that
 // is not "null" of a type list; "" when it names none.
 function schemaType(p) {
@@ -913,7 +925,7 @@ function renderQuestion(q) {
     card.dataset.answering = action;
     const resp = await api("POST", "/v1/threads/" + state.thread + "/elicitations/" + encodeURIComponent(id), body);
     if (resp.status === 202) {
-      if (args) card.dataset.edited = "true";
+      if (args) showEdit(card, args);
       if (!card.classList.contains("settled")) answered(card, action, "you", null);
       if (action === "accept") setWorking("Working…");
       return;
@@ -1205,7 +1217,7 @@ function onEvent(ce) {
     case T.elicitCancelled: if (d.reason && /new user message/.test(d.reason)) endDraft(d.turnId, false); for (const id of d.elicitationIds || []) { const c = state.questions.get(id); if (c) settle(c, "Withdrawn: " + (d.reason || "no longer needed") + "."); } break;
     case T.elicitResponded: {
       const c = state.questions.get(d.elicitationId);
-      if (c && d._meta && Object.hasOwn(d._meta, EDIT_KEY)) c.dataset.edited = "true";
+      if (c && d._meta && Object.hasOwn(d._meta, EDIT_KEY) && d.action === "accept") showEdit(c, d._meta[EDIT_KEY]);
       if (c && !c.classList.contains("settled")) answered(c, d.action, answerer(c, d), ce.time);
       if (c && d.action === "accept") setWorking("Working…");
       break;

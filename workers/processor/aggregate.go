@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/parley-dev/parley/events"
@@ -404,6 +406,12 @@ func answerGrowth(el *Elicitation, result schema.ElicitResult, edited json.RawMe
 // field and rule when they are not valid. (normalizeAnswer already
 // dropped them from a decline or cancel.) The result keeps no copy.
 func takeEdit(r *schema.ElicitResult, req *schema.ElicitRequestParams) (edited json.RawMessage, vs []schema.Violation) {
+	if k, ok := misspelledEditKey(r.Meta); ok && r.Action == schema.ActionAccept {
+		// Read as a plain accept, this answer would run the model's call
+		// unedited, which is not what its sender meant to confirm.
+		return nil, []schema.Violation{{Path: `_meta[` + strconv.Quote(k) + `]`, Rule: fmt.Sprintf(
+			"edited arguments go in _meta[%q], spelled exactly (keys are case-sensitive); nothing was accepted", schema.MetaArguments)}}
+	}
 	v, ok := r.Meta[schema.MetaArguments]
 	if !ok {
 		return nil, nil
@@ -428,6 +436,20 @@ func takeEdit(r *schema.ElicitResult, req *schema.ElicitRequestParams) (edited j
 		return nil, nil
 	}
 	return canon, nil
+}
+
+// misspelledEditKey returns a key of an answer's _meta that looks like
+// the edited arguments' key (schema.MetaArguments) but is not it: the
+// same in another case or with spaces around it, or "dev.parley" (the
+// key's prefix, as if nested); ok false when there is none.
+func misspelledEditKey(m schema.Meta) (key string, ok bool) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		t := strings.TrimSpace(k)
+		if k != schema.MetaArguments && (strings.EqualFold(t, schema.MetaArguments) || strings.EqualFold(t, "dev.parley")) {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // normalizeAnswer applies the MCP action's rules before an answer is

@@ -162,3 +162,34 @@ func TestCrashEditedAnswerRedelivered(t *testing.T) {
 		t.Errorf("rejection %+v, want a2 already_consumed", d)
 	}
 }
+
+// An accept whose edit is under a key that only looks like
+// _meta["dev.parley/arguments"] (another case, spaces, or nested under
+// "dev.parley") is refused naming that key: read as a plain accept it
+// would run the model's call unedited, which its sender did not confirm.
+func TestAnswerEditMisspelledKeyRefused(t *testing.T) {
+	who := events.Identity{Principal: "integrator"}
+	for _, key := range []string{"Dev.Parley/Arguments", "DEV.PARLEY/ARGUMENTS", " dev.parley/arguments", "dev.parley"} {
+		th := deleteConfirmation()
+		value := json.RawMessage(`{"ids":["article-2"]}`)
+		if key == "dev.parley" {
+			value = json.RawMessage(`{"arguments":{"ids":["article-2"]}}`)
+		}
+		in := events.ElicitationResponded{ElicitationID: "q1", Action: schema.ActionAccept, Meta: schema.Meta{key: value}}
+		v := applyAnswer(th, "r1", in, who, time.Now())
+		want := `_meta["` + key + `"]`
+		if v.reason != events.RejectInvalidContent || len(v.errors) == 0 || v.errors[0].Path != want {
+			t.Errorf("key %q: verdict %+v, want invalid_content naming %s", key, v, want)
+		}
+		if el := th.Paused.Find("q1"); el.Status != StatusPending {
+			t.Errorf("key %q: question %s, want still pending", key, el.Status)
+		}
+	}
+	// A decline is honoured whatever it carries: it runs nothing.
+	th := deleteConfirmation()
+	in := events.ElicitationResponded{ElicitationID: "q1", Action: schema.ActionDecline,
+		Meta: schema.Meta{"Dev.Parley/Arguments": json.RawMessage(`{"ids":["article-2"]}`)}}
+	if v := applyAnswer(th, "r1", in, who, time.Now()); !v.consumed {
+		t.Errorf("decline with a look-alike key: verdict %+v, want honoured", v)
+	}
+}
