@@ -188,12 +188,11 @@ func switchPolicy(t *testing.T, s *system, decision *atomic.Value) {
 				if err != nil {
 					return nil, err
 				}
-				d := events.DecisionAllow
+				d := events.PolicyDecision{Policy: "switch", Decision: events.DecisionAllow, Reason: "switched"}
 				if in.Call.Name == "delete_entities" {
-					d = decision.Load().(string)
+					d = decision.Load().(events.PolicyDecision)
 				}
-				return events.KindPreExecuteDecided.New("/parley/test", events.DerivedID("switch", req.ID()), req.Subject(),
-					events.PolicyDecision{Policy: "switch", Decision: d, Reason: "switched"})
+				return events.KindPreExecuteDecided.New("/parley/test", events.DerivedID("switch", req.ID()), req.Subject(), d)
 			})
 	})
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -203,11 +202,11 @@ func switchPolicy(t *testing.T, s *system, decision *atomic.Value) {
 func TestStandingApprovalNeverPassesAVeto(t *testing.T) {
 	s := start(t, options{rules: standingRules})
 	var decision atomic.Value
-	decision.Store(events.DecisionAllow)
+	decision.Store(events.PolicyDecision{Policy: "switch", Decision: events.DecisionAllow})
 	switchPolicy(t, s, &decision)
 	time.Sleep(200 * time.Millisecond) // the service subscribes
 	s.grant("st4", 0)
-	decision.Store(events.DecisionVeto)
+	decision.Store(events.PolicyDecision{Policy: "switch", Decision: events.DecisionVeto, Reason: "switched"})
 	drafts := s.drafts()
 	s.send("st4", "delete one draft")
 	text := s.completed("st4", 2)
@@ -341,5 +340,26 @@ func TestStandingApprovalRevokeRacingACall(t *testing.T) {
 	}
 	if n := after.Load(); n != 0 {
 		t.Fatalf("%d uses asked after the revoke returned were approved", n)
+	}
+}
+
+// A policy that marks its confirm "ask every time" after an approval was
+// granted: the approval is there, yet the call asks (the agent does not
+// consult approvals for such a decision).
+func TestStandingApprovalAskEveryTimeAfterAGrant(t *testing.T) {
+	s := start(t, options{rules: standingRules})
+	var decision atomic.Value
+	decision.Store(events.PolicyDecision{Policy: "switch", Decision: events.DecisionAllow})
+	switchPolicy(t, s, &decision)
+	time.Sleep(200 * time.Millisecond) // the service subscribes
+	s.grant("st9", 0)
+	decision.Store(events.PolicyDecision{Policy: "switch", Decision: events.DecisionConfirm, AskEveryTime: true})
+	s.send("st9", "delete one draft")
+	s.question("st9", 2)
+	if n := len(s.rec.matching("st9", events.TypeApprovalUsed)); n != 0 {
+		t.Fatalf("an ask-every-time call used the approval %d times", n)
+	}
+	if l, err := s.client.Approvals(s.ctx, "st9", "", ""); err != nil || len(l.Approvals) != 1 {
+		t.Fatalf("Approvals = %+v, %v, want the approval still there", l, err)
 	}
 }
