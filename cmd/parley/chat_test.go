@@ -389,13 +389,13 @@ func TestChatJoinsPausedThread(t *testing.T) {
 	url, ctx := startDev(t)
 	first := startChat(t, url, ctx, "chat-test-join")
 	first.typeLine("delete the 10 draft articles")
-	first.waitFor("Allow? [y/n/c] ")
+	first.waitFor("Allow? [y/n/c")
 	first.quit() // leaves the question pending
 
 	h := startChat(t, url, ctx, "chat-test-join")
 	h.waitFor("The thread is waiting for 1 answer(s).")
 	h.waitFor("tool:        delete_entities")
-	h.waitFor("Allow? [y/n/c] ")
+	h.waitFor("Allow? [y/n/c")
 	h.typeLine("y") // an accept asks for no instructions
 	h.waitFor("→ accepted")
 	h.waitFor("Deleted 10 entities")
