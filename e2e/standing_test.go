@@ -327,6 +327,7 @@ func TestStandingApprovalRevokeRacingACall(t *testing.T) {
 			}
 		})
 	}
+	began := time.Now()
 	time.Sleep(100 * time.Millisecond)
 	if _, err := s.client.Approvals(s.ctx, "st8", "", "delete_entities"); err != nil {
 		t.Fatal(err)
@@ -335,6 +336,8 @@ func TestStandingApprovalRevokeRacingACall(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	wg.Wait()
+	t.Logf("%d uses approved (a revision-checked write and an approval.used event each) in %v before the revoke, 4 askers",
+		approved.Load(), time.Duration(revoked.Load()-began.UnixNano()))
 	if approved.Load() == 0 {
 		t.Fatal("no use was approved before the revoke: the race was not run")
 	}
