@@ -412,7 +412,7 @@ func TestChatEditArguments(t *testing.T) {
 	url, ctx := startDev(t)
 	h := startChat(t, url, ctx, "chat-test-edit")
 	h.typeLine("delete the 10 draft articles")
-	h.waitFor("Allow? [y/n/c] (or e to edit the arguments) ")
+	h.waitFor("or e: edit the arguments] ")
 	h.typeLine("e")
 	h.waitFor("arguments: ")
 	h.typeLine(`{"ids": []}`)
