@@ -320,7 +320,7 @@ func (p *Processor) answerApprovals(ctx context.Context, req *event.Event) (*eve
 		reply.Forbidden = true
 		return answer()
 	}
-	t, _, err := p.threads.Load(ctx, thread)
+	t, _, err := p.threads.Get(ctx, thread)
 	if err != nil {
 		return nil, fmt.Errorf("reading thread %s: %w", thread, err)
 	}
