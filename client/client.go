@@ -627,3 +627,40 @@ func (c *Client) FoldThread(ctx context.Context, thread string) (*threadstate.Fo
 	}
 	return f, nil
 }
+
+// ApprovalsTimeout bounds Approvals' wait for the processor's answer.
+const ApprovalsTimeout = 3 * time.Second
+
+// Approvals lists thread's standing approvals, as the processor keeps them
+// (the request-reply events.ApprovalsSubject under the client's
+// principal; onBehalfOf is the end user a trusted principal speaks for,
+// or ""). With revoke set it first revokes the approvals of that tool
+// ("*": all of them), which only the thread's owner may; the reply then
+// lists those revoked and those left. Errors: ErrNotAParty (for a revoke:
+// not the owner); a transport error (no processor answered within
+// ApprovalsTimeout; nats.ErrNoResponders when none runs); the processor's
+// error, naming the field, for a revoke that is not a tool name or "*".
+func (c *Client) Approvals(ctx context.Context, thread, onBehalfOf, revoke string) (*events.ApprovalsReply, error) {
+	if err := events.ValidToken("thread", thread); err != nil {
+		return nil, err
+	}
+	e, err := events.New(c.source, events.TypeApprovalsRequested, thread,
+		events.ApprovalsRequest{OnBehalfOf: onBehalfOf, Revoke: revoke})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, ApprovalsTimeout)
+	defer cancel()
+	reply, err := c.bus.Request(ctx, events.ApprovalsSubject(c.principal, thread), e)
+	if err != nil {
+		return nil, err
+	}
+	out, err := events.Data[events.ApprovalsReply](reply)
+	if err != nil || events.TypeOf(reply) != events.TypeApprovalsAnswered {
+		return nil, fmt.Errorf("approvals of %s: the processor answered %s: %v", thread, reply.Type(), err)
+	}
+	if out.Forbidden {
+		return nil, fmt.Errorf("approvals of %s: %w", thread, ErrNotAParty)
+	}
+	return &out, nil
+}

@@ -133,6 +133,8 @@ func TestCatalogRoutes(t *testing.T) {
 		TypePreExecuteRequested:  func(p []string) string { return PreExecuteSubject(p[0], p[1]) },
 		TypeDeadLettered:         func(p []string) string { return DeadLetterSubject(p[0], p[1]) },
 		TypeThreadStateRequested: func(p []string) string { return ThreadStateSubject(p[0], p[1]) },
+		TypeApprovalsRequested:   func(p []string) string { return ApprovalsSubject(p[0], p[1]) },
+		TypeApprovalUseRequested: func(p []string) string { return ApprovalUseSubject(p[0], p[1], p[2]) },
 	}
 	chatSuffix := map[Type]string{
 		TypeTurnRequested: ChatTurnRequested, TypeTurnPaused: ChatTurnPaused, TypeTurnCompleted: ChatTurnCompleted,
@@ -140,13 +142,14 @@ func TestCatalogRoutes(t *testing.T) {
 		TypeElicitationRequested: ChatElicitationRequested, TypeElicitationResponded: ChatElicitationResponded,
 		TypeElicitationRejected: ChatElicitationRejected, TypeElicitationExpired: ChatElicitationExpired,
 		TypeElicitationCancelled: ChatElicitationCancelled, TypeProgress: ChatProgress, TypeMessageDelta: ChatMessageDelta,
+		TypeApprovalGranted: ChatApprovalGranted, TypeApprovalUsed: ChatApprovalUsed, TypeApprovalRevoked: ChatApprovalRevoked,
 	}
 	for _, e := range Catalog() {
 		for _, r := range e.Routes {
 			where := string(e.Type) + " " + r.Subject
 			if r.Subject == "" {
 				if e.Type != TypePreExecuteDecided && e.Type != TypeLookupEntitiesAnswered && e.Type != TypeResolveReferencesAnswered &&
-					e.Type != TypeThreadStateAnswered {
+					e.Type != TypeThreadStateAnswered && e.Type != TypeApprovalsAnswered && e.Type != TypeApprovalUseAnswered {
 					t.Errorf("%s: no subject (only a reply travels on the requester's inbox)", where)
 				}
 				continue

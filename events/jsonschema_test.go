@@ -240,6 +240,9 @@ func payloadSamples(t *testing.T) map[Type][]any {
 	}, Meta: schema.Meta{"dev.parley/usage": map[string]any{"inputTokens": 3, "outputTokens": 4}}}
 	total := 4.0
 	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	approval := Approval{ID: "a1", Thread: "th", Agent: "default", Tool: "delete_entities", Scope: StandingScopeThread,
+		GrantedBy: Identity{Principal: "gateway", OnBehalfOf: "ann"}, GrantedAt: at, ExpiresAt: at.Add(time.Hour),
+		ElicitationID: "e1", Destructive: true, Uses: 2}
 	user := schema.ChatMessage{Role: schema.RoleUser, Text: "delete node 1",
 		Content: schema.ContentList{&schema.EmbeddedResource{Resource: schema.ResourceContents{URI: "file:///a.txt", Text: jsonschema.Ptr("a")}}}}
 	call := schema.ToolCall{ID: "call_0_0", Name: "delete_entities", Arguments: json.RawMessage(`{"ids":["1"]}`)}
@@ -278,10 +281,20 @@ func payloadSamples(t *testing.T) map[Type][]any {
 			Entity: schema.Entity{EntityType: "page", ID: "page-1", Label: "About us"}, URI: "https://example.com/node/page-1",
 			Summary: "About us: the about us page"}, {}}}},
 		TypeThreadStateRequested: {ThreadStateRequest{}, ThreadStateRequest{OnBehalfOf: "ann"}},
+		TypeApprovalGranted:      {ApprovalGranted{Approval: approval}},
+		TypeApprovalUsed:         {ApprovalUsed{Approval: approval, RunID: "r1", CallID: "call_1_0"}},
+		TypeApprovalRevoked:      {ApprovalRevoked{Approval: approval, RevokedBy: Identity{Principal: "gateway", OnBehalfOf: "ann"}}},
+		TypeApprovalsRequested:   {ApprovalsRequest{}, ApprovalsRequest{OnBehalfOf: "ann", Revoke: "delete_entities"}},
+		TypeApprovalsAnswered: {ApprovalsReply{Thread: "th", Approvals: []Approval{approval}},
+			ApprovalsReply{Thread: "th", Approvals: []Approval{}, Revoked: []Approval{approval}}, ApprovalsReply{Thread: "th", Forbidden: true}},
+		TypeApprovalUseRequested: {ApprovalUseRequest{RunID: "r1", CallID: "call_1_0", Round: 0}},
+		TypeApprovalUseAnswered:  {ApprovalUseReply{}, ApprovalUseReply{Approval: &approval}},
 		TypeThreadStateAnswered: {ThreadStateReply{Thread: "th", State: "paused", TurnID: "t1", Pending: []schema.ElicitRequestParams{confirm},
 			ExpiresAt: &at, Queued: 1}, ThreadStateReply{Thread: "th", Forbidden: true}},
 		TypeTurnCompleted: {TurnCompleted{TurnID: "t1", Message: msg, Decisions: []DecisionRecord{{CallID: "call_0_0",
-			Tool: "delete_entities", Decision: DecisionConfirm, ElicitationID: "e1", Action: schema.ActionAccept, AnsweredBy: Identity{Principal: "gateway", OnBehalfOf: "ann"}, AnsweredAt: at}}}},
+			Tool: "delete_entities", Decision: DecisionConfirm, ElicitationID: "e1", Action: schema.ActionAccept, AnsweredBy: Identity{Principal: "gateway", OnBehalfOf: "ann"}, AnsweredAt: at},
+			{CallID: "call_1_0", Tool: "delete_entities", Decision: DecisionConfirm, StandingApproval: &StandingUse{ApprovalID: approval.ID,
+				GrantedBy: approval.GrantedBy, GrantedAt: at, ExpiresAt: at.Add(time.Hour)}}}}},
 		TypeProgress: {
 			schema.Progress{ProgressToken: schema.StringToken("t1"), Progress: 1, Message: "Thinking…"},
 			schema.Progress{ProgressToken: schema.IntToken(7), Progress: 2, Total: &total},

@@ -125,4 +125,11 @@ var (
 	KindThreadStateRequested      = Kind[ThreadStateRequest]{TypeThreadStateRequested}
 	KindThreadStateAnswered       = Kind[ThreadStateReply]{TypeThreadStateAnswered}
 	KindDeadLettered              = Kind[DeadLetter]{TypeDeadLettered}
+	KindApprovalGranted           = Kind[ApprovalGranted]{TypeApprovalGranted}
+	KindApprovalUsed              = Kind[ApprovalUsed]{TypeApprovalUsed}
+	KindApprovalRevoked           = Kind[ApprovalRevoked]{TypeApprovalRevoked}
+	KindApprovalsRequested        = Kind[ApprovalsRequest]{TypeApprovalsRequested}
+	KindApprovalsAnswered         = Kind[ApprovalsReply]{TypeApprovalsAnswered}
+	KindApprovalUseRequested      = Kind[ApprovalUseRequest]{TypeApprovalUseRequested}
+	KindApprovalUseAnswered       = Kind[ApprovalUseReply]{TypeApprovalUseAnswered}
 )

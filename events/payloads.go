@@ -94,6 +94,11 @@ type DecisionRecord struct {
 	// the call's ToolRan.Arguments.
 	Edited            bool            `json:"edited,omitempty"`
 	OriginalArguments json.RawMessage `json:"originalArguments,omitempty"`
+	// StandingApproval is set when a policy asked to confirm the call
+	// and it ran without a question under a standing approval a person
+	// granted earlier in the thread (Action and AnsweredBy stay empty:
+	// nobody answered for this call).
+	StandingApproval *StandingUse `json:"standingApproval,omitempty"`
 }
 
 // TurnFailed is the data of dev.parley.turn.failed: Reason is a stable code
@@ -415,6 +420,11 @@ type PolicyDecision struct {
 	// nobody is asked to confirm their own edit. Ignored on other
 	// decisions and on calls not edited.
 	Reconfirm bool `json:"reconfirm,omitempty"`
+	// AskEveryTime, on a confirm, says that no standing approval may
+	// cover the call: the person is asked every time (docs/POLICY.md).
+	// An agent that predates the member counts the reply as malformed,
+	// a veto: failing closed. Optional.
+	AskEveryTime bool `json:"askEveryTime,omitempty"`
 }
 
 // Bounds of gathered policy answers.

@@ -191,6 +191,8 @@ var Routes = []Route{
 	RouteAISDKStream,
 	RouteAGUI,
 	RouteAGUICapabilities,
+	RouteListApprovals,
+	RouteRevokeApprovals,
 }
 
 // Health routes: GET /livez and GET /readyz (internal/health's probes, as
@@ -281,6 +283,8 @@ func New(ctx context.Context, b *bus.Client, auth Authenticator, opts *Options) 
 
 		RouteAGUI:             g.postAGUI,
 		RouteAGUICapabilities: g.getAGUICapabilities,
+		RouteListApprovals:    g.getApprovals,
+		RouteRevokeApprovals:  g.deleteApprovals,
 	}
 	for _, rt := range Routes {
 		mux.Handle(rt.Method+" "+rt.Path, g.authed(handlers[rt]))

@@ -147,6 +147,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	do("POST", "/v1/ag-ui", devTok, `{"threadId":"t1","runId":"r","messages":[],"tools":[{"name":"x","description":"d"}]}`)                                                                                                                           // 400
 	do("POST", "/v1/ag-ui", devTok, `{"threadId":"t9","runId":"r","messages":[],"resume":[{"interruptId":"e","status":"cancelled"}]}`)                                                                                                                // 404
 	do("GET", "/v1/ag-ui/capabilities", devTok, "")                                                                                                                                                                                                   // 200
+	do("GET", "/v1/threads/t1/approvals", devTok, "")                                                                                                                                                                                                 // 503: no processor
+	do("GET", "/v1/threads/t9/approvals", devTok, "")                                                                                                                                                                                                 // 404
+	do("DELETE", "/v1/threads/t1/approvals?tool=a*b", devTok, "")                                                                                                                                                                                     // 400
+	do("DELETE", "/v1/threads/t1/approvals", devTok, "")                                                                                                                                                                                              // 503: no processor
+	do("DELETE", "/v1/threads/t9/approvals?tool=x", devTok, "")                                                                                                                                                                                       // 404
 	do("GET", "/livez", "", "")
 	do("GET", "/readyz", "", "")
 	do("GET", "/schema/dev.parley.turn.requested.json", "", "")

@@ -60,6 +60,10 @@ type CallDecision struct {
 	// ConfirmedBy is who accepted the confirmation (Decision confirm; nil
 	// when the answer named nobody).
 	ConfirmedBy *Answerer `json:"confirmedBy,omitempty"`
+	// StandingApproval is the standing approval the call ran under (its
+	// ID), when ConfirmedBy granted it for the tool in the thread earlier
+	// rather than confirming this call. Optional.
+	StandingApproval string `json:"standingApproval,omitempty"`
 	// At is when the agent wrote the record.
 	At time.Time `json:"at"`
 }
@@ -69,7 +73,7 @@ type CallDecision struct {
 func (d CallDecision) Same(o CallDecision) bool {
 	if d.Format != o.Format || d.Run != o.Run || d.Call != o.Call || d.Round != o.Round || d.Tool != o.Tool ||
 		d.ArgumentsSHA256 != o.ArgumentsSHA256 || d.Decision != o.Decision || len(d.Policies) != len(o.Policies) ||
-		(d.ConfirmedBy == nil) != (o.ConfirmedBy == nil) {
+		(d.ConfirmedBy == nil) != (o.ConfirmedBy == nil) || d.StandingApproval != o.StandingApproval {
 		return false
 	}
 	if d.ConfirmedBy != nil && *d.ConfirmedBy != *o.ConfirmedBy {

@@ -262,7 +262,7 @@ func TestChatUnderDevAuth(t *testing.T) {
 	h.typeLine("delete the 10 draft articles")
 	h.waitFor("tool:        delete_entities")
 	h.waitMatch(regexp.MustCompile(`entities:    \S+ "[^"]+"\n`))
-	h.waitFor("Allow? [y/n/c] ")
+	h.waitFor("Allow? [y/n/c")
 	h.typeLine("n")
 	h.waitFor("Instructions for the agent (optional): ")
 	h.typeLine("not now")

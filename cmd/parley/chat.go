@@ -79,6 +79,9 @@ func (c *chatCmd) Run(e *env) error {
 		unconfirmed: map[string]*event.Event{},
 		titles:      entityTitles(ctx, cl), budget: c.PublishTimeout,
 	}
+	s.approvals = func(revoke string) (*events.ApprovalsReply, error) {
+		return cl.Approvals(ctx, thread, "", revoke)
+	}
 	budget := c.PublishTimeout
 	if budget <= 0 {
 		budget = client.DefaultPublishBudget
@@ -189,6 +192,9 @@ type chatSession struct {
 	// echo repeats input lines on out (when stdin is not a terminal).
 	echo         bool
 	thread, user string
+	// approvals lists the thread's standing approvals, revoking revoke's
+	// first when set (chat_approvals.go); nil in unit tests.
+	approvals func(revoke string) (*events.ApprovalsReply, error)
 
 	// answered holds the questions this chat answered whose settlement
 	// has not arrived yet: the turn goes on meanwhile (waiting).
@@ -264,6 +270,9 @@ func (s *chatSession) loop() error {
 		}
 		if arg, ok := strings.CutPrefix(text, "/ref"); ok && (arg == "" || arg[0] == ' ') {
 			s.addRef(strings.TrimSpace(arg))
+			continue
+		}
+		if s.approvalsCommand(text) {
 			continue
 		}
 		s.send(text)
@@ -691,7 +700,14 @@ func (s *chatSession) confirm(req *schema.ElicitRequestParams) (schema.ElicitRes
 			action schema.ElicitAction
 			err    error
 		)
-		if editable && tc != nil {
+		if standingOffered(req, tc) {
+			var res schema.ElicitResult
+			res, err = s.confirmStanding(tc, editable)
+			if err == nil && res.Action != schema.ActionDecline && res.Action != actionEdit {
+				return res, nil
+			}
+			action = res.Action
+		} else if editable && tc != nil {
 			action, err = s.askActionOrEdit("  Allow? [y/n/c] (or e to edit the arguments) ")
 		} else {
 			action, err = s.askAction("  Allow? [y/n/c] ", "allow")

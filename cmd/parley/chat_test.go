@@ -52,6 +52,12 @@ type chatHarness struct {
 // registered its tools.
 func startDev(t *testing.T) (url string, ctx context.Context) {
 	t.Helper()
+	return startDevWith(t, agentFlags{PreExecuteTimeout: 2 * time.Second})
+}
+
+// startDevWith is startDev with the agent's flags af.
+func startDevWith(t *testing.T, af agentFlags) (url string, ctx context.Context) {
+	t.Helper()
 	srv, err := natsserver.Start(natsserver.Options{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +66,7 @@ func startDev(t *testing.T) (url string, ctx context.Context) {
 	ctx, cancel := context.WithCancel(t.Context())
 	logs := &syncBuffer{} // the workers' warnings, shown when a test fails
 	wait, err := startWorkers(ctx, srv.ClientURL(), []string{"gate", "toolexec", "agent", "processor"},
-		roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4}, agent: agentFlags{PreExecuteTimeout: 2 * time.Second},
+		roleConfig{processor: processorFlags{PauseTTL: time.Minute, Concurrency: 4}, agent: af,
 			gate: gateFlags{devPolicy: true}},
 		&env{Globals: &Globals{LogLevel: "warn", LogFormat: "text"}, ctx: ctx, stderr: logs})
 	if err != nil {
@@ -221,9 +227,9 @@ func TestChatChoiceAndConfirmation(t *testing.T) {
 	// The entities are named by their titles, looked up on the site.
 	h.waitMatch(regexp.MustCompile(`entities:    \S+ "[^"]+"\n`))
 	h.waitFor("annotations: writes, destructive")
-	h.waitFor("Allow? [y/n/c] ")
+	h.waitFor("Allow? [y/n/c, or t: allow delete_entities for this thread without asking")
 	h.typeLine("maybe")
-	h.waitFor("please answer y (allow), n (decline) or c (cancel)")
+	h.waitFor("please answer y (allow once), t (allow for this thread), n (decline) or c (cancel)")
 	h.typeLine("n")
 	h.waitFor("Instructions for the agent (optional): ")
 	h.typeLine("not now")
@@ -383,13 +389,13 @@ func TestChatJoinsPausedThread(t *testing.T) {
 	url, ctx := startDev(t)
 	first := startChat(t, url, ctx, "chat-test-join")
 	first.typeLine("delete the 10 draft articles")
-	first.waitFor("Allow? [y/n/c] ")
+	first.waitFor("Allow? [y/n/c")
 	first.quit() // leaves the question pending
 
 	h := startChat(t, url, ctx, "chat-test-join")
 	h.waitFor("The thread is waiting for 1 answer(s).")
 	h.waitFor("tool:        delete_entities")
-	h.waitFor("Allow? [y/n/c] ")
+	h.waitFor("Allow? [y/n/c")
 	h.typeLine("y") // an accept asks for no instructions
 	h.waitFor("→ accepted")
 	h.waitFor("Deleted 10 entities")
@@ -406,7 +412,7 @@ func TestChatEditArguments(t *testing.T) {
 	url, ctx := startDev(t)
 	h := startChat(t, url, ctx, "chat-test-edit")
 	h.typeLine("delete the 10 draft articles")
-	h.waitFor("Allow? [y/n/c] (or e to edit the arguments) ")
+	h.waitFor("or e: edit the arguments] ")
 	h.typeLine("e")
 	h.waitFor("arguments: ")
 	h.typeLine(`{"ids": []}`)

@@ -4,6 +4,7 @@
 //	parley dev                       embedded NATS + JetStream and every worker
 //	parley processor|agent|toolexec|gate --nats URL   one worker
 //	parley send|answer|events|chat   what an integrator does
+//	parley approvals list|revoke     a thread's standing approvals
 //	parley validate ...              check MCP shapes
 //
 // Flags can also be set with PARLEY_* environment variables (see --help).
@@ -59,20 +60,21 @@ type cli struct {
 
 	Version kong.VersionFlag `name:"version" help:"Print parley's version (module version, commit when the build recorded it, Go version, platform) and exit."`
 
-	Demo      demoCmd     `cmd:"" help:"Run the three seed scenarios end to end on an embedded NATS server (exit 0 when all end as expected, 1 otherwise)."`
-	Dev       devCmd      `cmd:"" help:"Run an embedded NATS server with JetStream, every worker and the gateway with its web chat (data in --data-dir)."`
-	Processor workerCmd   `cmd:"" help:"Run the processor worker (turns, pauses, resumes)."`
-	Agent     agentCmd    `cmd:"" help:"Run the agent worker (the model and tool loop)."`
-	Toolexec  toolexecCmd `cmd:"" help:"Run the tool-executor worker (built-in tools and the tools of MCP servers, --mcp-config)."`
-	Gate      gateCmd     `cmd:"" help:"Run the gate: the default pre-execute policy service."`
-	Send      sendCmd     `cmd:"" help:"Send a user message to a thread (publishes turn.requested)."`
-	Answer    answerCmd   `cmd:"" help:"Answer an elicitation (publishes elicitation.responded)."`
-	Events    eventsCmd   `cmd:"" help:"Print the stored chat events of one thread (--thread) or of all, then exit; --follow keeps printing new ones."`
-	Chat      chatCmd     `cmd:"" help:"Chat in the terminal: messages, forms and confirmations."`
-	Validate  validateCmd `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
-	Gateway   gatewayCmd  `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`
-	Bench     benchCmd    `cmd:"" help:"Measure turns/s and pause-to-resume latency next to the raw NATS floor, in the same run."`
-	Auth      authCmd     `cmd:"" help:"Generate NATS credentials and the server's authorization for parley's principals."`
+	Demo      demoCmd      `cmd:"" help:"Run the three seed scenarios end to end on an embedded NATS server (exit 0 when all end as expected, 1 otherwise)."`
+	Dev       devCmd       `cmd:"" help:"Run an embedded NATS server with JetStream, every worker and the gateway with its web chat (data in --data-dir)."`
+	Processor workerCmd    `cmd:"" help:"Run the processor worker (turns, pauses, resumes)."`
+	Agent     agentCmd     `cmd:"" help:"Run the agent worker (the model and tool loop)."`
+	Toolexec  toolexecCmd  `cmd:"" help:"Run the tool-executor worker (built-in tools and the tools of MCP servers, --mcp-config)."`
+	Gate      gateCmd      `cmd:"" help:"Run the gate: the default pre-execute policy service."`
+	Send      sendCmd      `cmd:"" help:"Send a user message to a thread (publishes turn.requested)."`
+	Answer    answerCmd    `cmd:"" help:"Answer an elicitation (publishes elicitation.responded)."`
+	Events    eventsCmd    `cmd:"" help:"Print the stored chat events of one thread (--thread) or of all, then exit; --follow keeps printing new ones."`
+	Chat      chatCmd      `cmd:"" help:"Chat in the terminal: messages, forms and confirmations."`
+	Approvals approvalsCmd `cmd:"" help:"List or revoke a thread's standing approvals (tools a person allowed for the thread)."`
+	Validate  validateCmd  `cmd:"" help:"Validate MCP shapes: elicitation-request, elicitation-result, meta-key, content, tool."`
+	Gateway   gatewayCmd   `cmd:"" help:"Serve the HTTP + server-sent events API and the web chat."`
+	Bench     benchCmd     `cmd:"" help:"Measure turns/s and pause-to-resume latency next to the raw NATS floor, in the same run."`
+	Auth      authCmd      `cmd:"" help:"Generate NATS credentials and the server's authorization for parley's principals."`
 }
 
 // exitError carries a process exit status.

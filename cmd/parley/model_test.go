@@ -112,7 +112,7 @@ func TestChatWithOpenAICompatibleModel(t *testing.T) {
 	h.typeLine("delete the draft about page loads")
 	h.waitFor("… Thinking…")
 	h.waitFor("tool:        delete_entities")
-	h.waitFor("Allow? [y/n/c] ")
+	h.waitFor("Allow? [y/n/c")
 	h.typeLine("y") // an accept asks for no instructions
 	h.waitFor("→ accepted")
 	h.waitFor("assistant: Deleted the draft article.")

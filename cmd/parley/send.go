@@ -214,6 +214,8 @@ type answerCmd struct {
 	Arguments   string `name:"arguments" help:"Accept a tool confirmation with changed arguments: the complete arguments to run instead of the model's, as a JSON object (e.g. '{\"ids\":[\"article-2\"]}'); @FILE reads them from a file, - from standard input. Only with accept. The processor checks them against the tool's input schema; an invalid edit is rejected naming the field (exit status 1) and the question stays open."`
 	By          string `name:"by" help:"The end user you answer for (onBehalfOf, recorded on the decision). Honoured only if the processor trusts your principal to speak for users (--trusted-principals); otherwise the answer is rejected forbidden. Default: none (recorded as your principal)."`
 	Action      string `arg:"" enum:"accept,decline,cancel" help:"accept, decline or cancel."`
+	// ForThread: see events.StandingChoice.
+	ForThread bool `name:"for-thread" help:"With accept of a tool confirmation that offers it: also allow later calls of the tool, by the same agent, in this thread without asking (a standing approval; docs/POLICY.md)."`
 	deliveryFlags
 	principalFlag
 }
@@ -233,6 +235,9 @@ func (c *answerCmd) Validate() error {
 	}
 	if c.Arguments != "" && c.Action != string(schema.ActionAccept) {
 		return fmt.Errorf("--arguments: only with accept (a %s runs nothing, so it changes no arguments)", c.Action)
+	}
+	if c.ForThread && c.Action != string(schema.ActionAccept) {
+		return errors.New("--for-thread: only with accept")
 	}
 	if err := c.principalFlag.check(); err != nil {
 		return err
@@ -260,6 +265,12 @@ func (c *answerCmd) Run(e *env) error {
 			return &exitError{code: exitUsage, err: fmt.Errorf("--arguments: %w", err)}
 		}
 		res.Meta = schema.Meta{schema.MetaArguments: json.RawMessage(raw)}
+	}
+	if c.ForThread {
+		if res.Meta == nil {
+			res.Meta = schema.Meta{}
+		}
+		res.Meta[events.MetaStanding] = events.StandingChoice{Scope: events.StandingScopeThread}
 	}
 	by := c.By
 	cl, done, err := integratorAs(e, c.Principal)

@@ -45,6 +45,10 @@ type processorFlags struct {
 	Concurrency int           `name:"concurrency" env:"PARLEY_CONCURRENCY" default:"8" help:"Events handled at once per consumer (at least 1)."`
 	// TrustedPrincipals: see processor.Options.TrustedPrincipals.
 	TrustedPrincipals []string `name:"trusted-principals" env:"PARLEY_TRUSTED_PRINCIPALS" default:"gateway" help:"NATS principals trusted to name the end user they act for (onBehalfOf), comma-separated; a name from any other principal is rejected forbidden."`
+	// NoStandingApprovals, StandingTTLs: see
+	// processor.Options.NoStandingApprovals and StandingTTLs.
+	NoStandingApprovals bool            `name:"no-standing-approvals" env:"PARLEY_NO_STANDING_APPROVALS" help:"Offer no standing approvals (\"allow this tool for this thread\"), and run no call under one granted before."`
+	StandingTTLs        []time.Duration `name:"standing-ttl" env:"PARLEY_STANDING_TTLS" help:"Shorter lifetimes a confirmation offers for a standing approval besides the default (e.g. 1h: \"for 1 hour\"), comma-separated whole seconds; the default lasts the pause TTL for a destructive tool, the thread TTL otherwise."`
 }
 
 type agentFlags struct {
@@ -130,6 +134,11 @@ func (p processorFlags) check() error {
 	if p.PauseTTL < time.Second {
 		return fmt.Errorf("--pause-ttl must be at least 1s, got %v", p.PauseTTL)
 	}
+	for _, d := range p.StandingTTLs {
+		if d < time.Second || d%time.Second != 0 {
+			return fmt.Errorf("--standing-ttl: %v must be whole seconds, at least 1s", d)
+		}
+	}
 	for _, tp := range p.TrustedPrincipals {
 		if tp == "" {
 			continue // --trusted-principals "": none
@@ -208,7 +217,8 @@ func roleWorker(role string, cfg roleConfig, log *slog.Logger) (starter.Worker, 
 			trusted = []string{} // --trusted-principals "": none
 		}
 		return starter.Processor(c, processor.Options{Logger: log, PauseTTL: cfg.processor.PauseTTL, Concurrency: cfg.processor.Concurrency,
-			TrustedPrincipals: trusted}), nil
+			TrustedPrincipals: trusted, NoStandingApprovals: cfg.processor.NoStandingApprovals,
+			StandingTTLs: cfg.processor.StandingTTLs}), nil
 	case starter.RoleAgent:
 		provider, err := newProvider(cfg.agent, log)
 		if err != nil {

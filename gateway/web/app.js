@@ -14,6 +14,7 @@ const META = {
   widgets: "drupal.org/ai.widgets",
   mcpServer: "dev.parley/mcp_server",
   inputSchema: "dev.parley/input_schema",
+  standing: "dev.parley/standing",
 };
 
 const T = {
@@ -29,6 +30,9 @@ const T = {
   elicitCancelled: "dev.parley.elicitation.cancelled",
   progress: "dev.parley.progress",
   delta: "dev.parley.message.delta",
+  approvalGranted: "dev.parley.approval.granted",
+  approvalUsed: "dev.parley.approval.used",
+  approvalRevoked: "dev.parley.approval.revoked",
 };
 
 // drafts: streamed assistant text per turn ID, shown until the turn's
@@ -893,6 +897,9 @@ function renderQuestion(q) {
     card.dataset.unrenderable = "true";
     card.append(el("p", { class: "note", text: "This form cannot be shown here; answer the restated question in a message, or decline or cancel it." }));
   }
+  // A standing approval, where the question offers one: a checkbox next
+  // to the buttons; Allow stays the click that answers.
+  const standing = tc && renderable ? standingOption(meta, tc, id) : null;
   const answer = async (action, edit) => {
     const content = {};
     let bad = false;
@@ -922,6 +929,7 @@ function renderQuestion(q) {
     const body = { action };
     if (Object.keys(content).length) body.content = content;
     if (args) body.arguments = args;
+    if (action === "accept" && standing && standing.chosen()) body._meta = { [META.standing]: standing.chosen() };
     card.dataset.answering = action;
     const resp = await api("POST", "/v1/threads/" + state.thread + "/elicitations/" + encodeURIComponent(id), body);
     if (resp.status === 202) {
@@ -1003,6 +1011,7 @@ function renderQuestion(q) {
   actions.append(el("button", { type: "button", "data-action": "cancel", text: "Cancel", onclick: () => answer("cancel") }));
   // Allow comes last, set apart from Decline and Cancel.
   if (tc && renderable) actions.append(actions.querySelector("[data-action=accept]"));
+  if (standing) form.append(standing.field);
   form.append(actions);
   // Enter in a form's field submits the form: for a question that is its
   // answer; for a confirmation it does nothing (only a click, or a key on
@@ -1236,6 +1245,8 @@ function onEvent(ce) {
       }
       break;
     }
+    case T.approvalGranted: case T.approvalRevoked: loadApprovals(state.thread); break;
+    case T.approvalUsed: addItem(ranUnderApproval(d)); break;
     case T.progress: {
       const text = (typeof d.message === "string" && d.message) || ("Working… " + (d.total ? Math.round(100 * d.progress / d.total) + "%" : ""));
       status.textContent = text;
@@ -1506,6 +1517,7 @@ function openThread(id) {
   history.replaceState(null, "", "#thread=" + encodeURIComponent(id));
   follow(id);
   loadSharing(id);
+  loadApprovals(id);
 }
 
 async function loadThreads() {
@@ -1587,3 +1599,82 @@ document.addEventListener("DOMContentLoaded", () => {
   mentions = setupMentions(text);
   if (state.token) start(); else signOut();
 });
+
+// ---- standing approvals ----------------------------------------------------
+// A confirmation may offer "allow this tool for this thread"
+// (_meta["dev.parley/standing"], docs/POLICY.md): later calls of the tool
+// by the same agent in this thread then run without asking, until the
+// approval expires or its owner revokes it. The header lists the thread's
+// approvals ("allowed: delete_entities · revoke").
+
+// standingOption is the checkbox (and, when the deployment offers shorter
+// lifetimes, a choice of one) of a confirmation offering a standing
+// approval; null when it offers none. chosen() is the answer's
+// _meta["dev.parley/standing"], or null when unchecked.
+function standingOption(meta, tc, id) {
+  const offer = meta[META.standing];
+  if (!offer || typeof offer !== "object" || !Array.isArray(offer.scopes) || !offer.scopes.includes("thread")) return null;
+  const fid = "standing-" + id;
+  const box = el("input", { type: "checkbox", id: fid, name: "standing", "data-standing": "thread" });
+  const field = el("div", { class: "field standing" }, el("label", { for: fid }, box, " Also allow " + String(tc.name) + " in this thread without asking again"));
+  const ttls = (Array.isArray(offer.ttlSeconds) ? offer.ttlSeconds : []).filter((n) => Number.isInteger(n) && n > 0);
+  let pick = null;
+  if (ttls.length) {
+    pick = el("select", { "aria-label": "For how long", "data-standing-ttl": "" },
+      el("option", { value: "", text: "until the approval expires" }),
+      ...ttls.map((n) => el("option", { value: String(n), text: "for " + humanSeconds(n) })));
+    field.append(" ", pick);
+  }
+  const chosen = () => {
+    if (!box.checked) return null;
+    const v = { scope: "thread" };
+    if (pick && pick.value) v.ttlSeconds = Number(pick.value);
+    return v;
+  };
+  return { field, chosen };
+}
+
+function humanSeconds(n) {
+  if (n % 3600 === 0) return n / 3600 === 1 ? "1 hour" : n / 3600 + " hours";
+  if (n % 60 === 0) return n / 60 === 1 ? "1 minute" : n / 60 + " minutes";
+  return n + " seconds";
+}
+
+// ranUnderApproval notes a call that ran without a question.
+function ranUnderApproval(d) {
+  const a = d.approval || {};
+  const by = a.grantedBy ? (a.grantedBy.onBehalfOf || a.grantedBy.principal) : "someone";
+  return el("li", { class: "msg note approval-used", text: String(a.tool) + " ran without asking: allowed for this thread by " + by + "." });
+}
+
+// loadApprovals shows the thread's standing approvals in the header, each
+// with a revoke button (the gateway answers 403 to anyone but the owner).
+async function loadApprovals(thread) {
+  const line = document.getElementById("approvals");
+  if (!line || !thread) return;
+  const resp = await api("GET", "/v1/threads/" + thread + "/approvals");
+  if (thread !== state.thread) return;
+  if (resp.status !== 200) { line.hidden = true; line.replaceChildren(); return; }
+  const { approvals } = await resp.json();
+  const live = (approvals || []).filter((a) => Date.parse(a.expiresAt) > Date.now());
+  line.replaceChildren();
+  line.hidden = live.length === 0;
+  if (!live.length) return;
+  line.append("allowed: ");
+  live.forEach((a, i) => {
+    if (i) line.append(", ");
+    line.append(el("strong", { text: String(a.tool), title: "granted by " + (a.grantedBy ? (a.grantedBy.onBehalfOf || a.grantedBy.principal) : "?") + ", expires " + a.expiresAt }));
+    line.append(" · ", el("button", { type: "button", class: "link", "data-revoke": String(a.tool), text: "revoke", onclick: () => revokeApproval(thread, String(a.tool)) }));
+  });
+}
+
+async function revokeApproval(thread, tool) {
+  const resp = await api("DELETE", "/v1/threads/" + thread + "/approvals?tool=" + encodeURIComponent(tool));
+  const line = document.getElementById("approvals");
+  if (resp.status !== 200) {
+    const p = await resp.json().catch(() => ({}));
+    line.append(el("span", { class: "error", role: "alert", text: " Not revoked: " + (p.detail || p.reason || resp.status) }));
+    return;
+  }
+  loadApprovals(thread);
+}

@@ -230,6 +230,18 @@ func TestForbidden(t *testing.T) {
 		{"acme", "$JS.API.DIRECT.GET.KV_parley_threads.$KV.parley_threads.t1"},
 		{"gateway", "$JS.API.DIRECT.GET.KV_parley_threads.$KV.parley_threads.t1"},
 		{"gateway", "$JS.API.STREAM.INFO.KV_parley_threads"},
+		// Standing approvals: only the processor writes them; only the
+		// agent asks whether a call runs under one; an integrator asks
+		// about approvals only under its own principal.
+		{"integrator", "$KV.parley_approvals.t1.default.delete_entities"},
+		{"gateway", "$KV.parley_approvals.t1.default.delete_entities"},
+		{"agent", "$KV.parley_approvals.t1.default.delete_entities"},
+		{"integrator", "parley.approval.use.default.t1.delete_entities"},
+		{"gateway", "parley.approval.use.default.t1.delete_entities"},
+		{"gate", "parley.approval.use.default.t1.delete_entities"},
+		{"toolexec", "parley.approval.use.default.t1.delete_entities"},
+		{"integrator", "parley.approvals.gateway.t1"},
+		{"acme", "parley.approvals.integrator.t1"},
 		// Nobody publishes on an inbox (policies answer only the request
 		// they received, through allow_responses).
 		{"gate", "_INBOX_agent.abc"},
@@ -273,6 +285,10 @@ func TestForbidden(t *testing.T) {
 		{"gate", "_INBOX_agent.>"},
 		{"acme", "_INBOX_integrator.>"},
 		{"toolexec", "_INBOX_agent.>"},
+		// Nobody but the processor hears approvals requests.
+		{"integrator", "parley.approvals.>"},
+		{"agent", "parley.approval.use.>"},
+		{"gateway", "parley.approval.use.>"},
 		// Integrators do not read work queues or the input of others.
 		{"integrator", "parley.tool.call.>"},
 		{"integrator", "parley.in.>"},

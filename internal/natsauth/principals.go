@@ -53,13 +53,15 @@ const (
 	StreamTools      = "PARLEY_TOOLS"
 	StreamDeadLetter = "PARLEY_DLQ"
 
-	BucketPaused         = "parley_paused"
-	BucketThreads        = "parley_threads"
-	BucketRuns           = "parley_runs"
-	BucketToolResults    = "parley_tool_results"
-	BucketTools          = "parley_tools"
-	BucketDecisions      = "parley_decisions"
-	BucketContent        = "parley_content"
+	BucketPaused      = "parley_paused"
+	BucketThreads     = "parley_threads"
+	BucketRuns        = "parley_runs"
+	BucketToolResults = "parley_tool_results"
+	BucketTools       = "parley_tools"
+	BucketDecisions   = "parley_decisions"
+	BucketContent     = "parley_content"
+	// BucketApprovals holds the standing approvals (the processor's).
+	BucketApprovals      = "parley_approvals"
 	BucketGatewayThreads = "parley_gateway_threads"
 	// ObjectResults is the agent's object store of large tool results.
 	ObjectResults = "parley_results"
@@ -249,16 +251,21 @@ func (p Principal) Permissions() Permissions {
 			pub(consumer("KV_"+BucketPaused, "processor-timers")...)
 			pub(streamRead(StreamChat, StreamInput)...)
 			pub(msgGet(StreamAgent, StreamDeadLetter)...)
-			pub(bucketOwn(BucketThreads, BucketPaused)...)
+			pub(bucketOwn(BucketThreads, BucketPaused, BucketApprovals)...)
 			// The thread-state endpoint (events.SubjectThreadStateAll,
 			// NATS micro): answered through allow_responses; micro
 			// answers discovery ($SRV.PING|INFO|STATS).
-			sub("parley.state.>", "$SRV.>")
+			// The standing approvals (NATS micro, like the thread state):
+			// integrators list and revoke, the agent asks at call time.
+			sub("parley.state.>", "parley.approvals.>", "parley.approval.use.>", "$SRV.>")
 			perm.AllowResponses = true
 		case Agent:
 			pub("parley.agent.run.completed", "parley.agent.run.paused", "parley.agent.run.failed",
 				"parley.tool.call.>", "parley.tool.pre_execute.>",
-				"parley.chat.*.progress", "parley.chat.*.message.delta")
+				"parley.chat.*.progress", "parley.chat.*.message.delta",
+				// Whether a call runs under a standing approval
+				// (request-reply to the processor).
+				"parley.approval.use.>")
 			pub(consumer(StreamAgent, "agent")...)
 			pub(msgGet(StreamRuns, StreamTools, StreamChat, StreamDeadLetter)...)
 			pub(bucketOwn(BucketRuns, BucketDecisions)...)
@@ -304,6 +311,9 @@ func (p Principal) Permissions() Permissions {
 		// (events.ThreadStateSubject): only under its own principal,
 		// which the processor takes as the asker.
 		pub("parley.state." + p.Name + ".*")
+		// Its threads' standing approvals (events.ApprovalsSubject),
+		// likewise under its own principal.
+		pub("parley.approvals." + p.Name + ".*")
 		pub(msgGet(StreamInput)...)
 		pub(chatReader()...)
 		// `parley chat` reads the titles of the entities a confirmation

@@ -765,6 +765,9 @@ func (a *Agent) decide(ctx context.Context, run *Run, c *CallState) error {
 		c.Result = &schema.CallToolResult{Content: schema.ContentList{schema.Text(
 			fmt.Sprintf("Execution of %s was denied: %s", c.Call.Name, c.Decision.Reason))}}
 	case events.DecisionConfirm:
+		if a.runStanding(ctx, run, c) {
+			return a.recordDecision(ctx, run, c, tool.Annotations)
+		}
 		// The agent words every confirmation, from the registered
 		// definition and the exact call it will dispatch: a policy only
 		// decides (its reply has no text, see readReply).

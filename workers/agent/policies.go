@@ -273,7 +273,7 @@ func decodeReply(r bus.Reply) (events.PolicyDecision, error) {
 	dec.DisallowUnknownFields()
 	var in events.PolicyDecision
 	if err := dec.Decode(&in); err != nil {
-		return d, fmt.Errorf("data: %w (a policy answers only policy, decision, reason, configVersion and reconfirm)", err)
+		return d, fmt.Errorf("data: %w (a policy answers only policy, decision, reason, configVersion, reconfirm and askEveryTime)", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return d, errors.New("data: unexpected data after the JSON object")
@@ -408,6 +408,11 @@ func (a *Agent) recordDecision(ctx context.Context, run *Run, c *CallState, ann 
 	switch p.Decision {
 	case events.DecisionAllow:
 	case events.DecisionConfirm:
+		if c.Standing != nil { // a person allowed the tool in the thread earlier
+			rec.ConfirmedBy = &kvstate.Answerer{Principal: c.Standing.GrantedBy.Principal, OnBehalfOf: c.Standing.GrantedBy.OnBehalfOf}
+			rec.StandingApproval = c.Standing.ApprovalID
+			break
+		}
 		if c.Answer == nil || c.Answer.Result.Action != schema.ActionAccept {
 			return nil // not accepted: nothing may run (and nothing is dispatched)
 		}

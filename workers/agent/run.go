@@ -100,6 +100,10 @@ type CallState struct {
 	// person's answer to a confirmation.
 	Policy *events.Decision `json:"policy,omitempty"`
 	Answer *events.Answer   `json:"answer,omitempty"`
+	// Standing is the standing approval the call runs under, when a
+	// policy asked to confirm it and a person had allowed the tool in the
+	// thread (standing.go); Answer stays nil: nobody answered for it.
+	Standing *events.StandingUse `json:"standing,omitempty"`
 	// Edit is set once a person accepted the confirmation with changed
 	// arguments (events.Answer.Arguments): Call.Arguments are theirs from
 	// then on, and Edit keeps the model's.
@@ -207,6 +211,7 @@ func (c *CallState) record() events.DecisionRecord {
 			r.OriginalArguments, _ = json.Marshal(map[string]string{"omitted": fmt.Sprintf("%d bytes of arguments", len(e.OriginalArguments))})
 		}
 	}
+	r.StandingApproval = c.Standing
 	return r
 }
 

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -55,6 +56,14 @@ type AgentConfig struct {
 	Tools map[string]string `json:"tools,omitempty"`
 	// DenyReasons optionally explains a deny, per tool.
 	DenyReasons map[string]string `json:"deny_reasons,omitempty"`
+	// AskEveryTime lists tools whose confirmations no standing approval
+	// may cover: the decision carries askEveryTime, and a person is asked
+	// on every call (docs/POLICY.md). Optional. Default: none.
+	AskEveryTime []string `json:"ask_every_time,omitempty"`
+	// StandingApprovals false forbids standing approvals for every tool
+	// of the agent (every confirm carries askEveryTime). Optional.
+	// Default: true.
+	StandingApprovals *bool `json:"standing_approvals,omitempty"`
 }
 
 // Config is the gating configuration: per agent, with "*" as the fallback
@@ -129,6 +138,11 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("gating config: %w", err)
 			}
 		}
+		for i, tool := range a.AskEveryTime {
+			if err := events.ValidToken("tool", tool); err != nil {
+				return fmt.Errorf("gating config: agents.%s.ask_every_time[%d]: %w", name, i, err)
+			}
+		}
 		for tool, mode := range a.Tools {
 			switch mode {
 			case ModeAlways, ModeNever, ModeByAnnotation, ModeDeny:
@@ -185,6 +199,7 @@ func (c *Config) decide(req events.PreExecuteRequest, policy, version string) ev
 	case mode == ModeAlways || schema.ConfirmByAnnotation(req.Tool.Annotations):
 		d.Decision = events.DecisionConfirm
 		d.Reason = "the gating configuration asks a person to confirm " + req.Call.Name
+		d.AskEveryTime = (a.StandingApprovals != nil && !*a.StandingApprovals) || slices.Contains(a.AskEveryTime, req.Call.Name)
 	default:
 		d.Decision = events.DecisionAllow
 	}

@@ -267,3 +267,35 @@ func TestDevConfigDocumented(t *testing.T) {
 		t.Errorf("docs/POLICY.md shows a policy (%s) other than gate.DevConfig (%s):\n%s", got, want, block)
 	}
 }
+
+// The gate marks a confirm "ask every time" for the tools its
+// configuration lists under ask_every_time, and for every tool of an agent
+// with standing_approvals false; other confirms carry no mark, and an
+// allow never does.
+func TestAskEveryTime(t *testing.T) {
+	cfg, err := gate.ParseConfig([]byte(`{"agents":{
+	  "*":{"require_tool_confirmation":true,"ask_every_time":["wipe"]},
+	  "strict":{"require_tool_confirmation":true,"standing_approvals":false}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		agent, tool string
+		want        bool
+	}{{"any", "wipe", true}, {"any", "delete_entities", false}, {"strict", "delete_entities", true}} {
+		d := cfg.Decide(events.PreExecuteRequest{Agent: tt.agent, Call: schema.ToolCall{Name: tt.tool}})
+		if d.Decision != events.DecisionConfirm || d.AskEveryTime != tt.want {
+			t.Errorf("Decide(%s, %s) = %+v, want confirm with askEveryTime %v", tt.agent, tt.tool, d, tt.want)
+		}
+	}
+	ro := true
+	d := cfg.Decide(events.PreExecuteRequest{Agent: "any", Call: schema.ToolCall{Name: "wipe"},
+		Tool: schema.Tool{Name: "wipe", Annotations: &schema.ToolAnnotations{ReadOnlyHint: &ro}}})
+	if d.Decision != events.DecisionAllow || d.AskEveryTime {
+		t.Errorf("read-only wipe = %+v, want a plain allow", d)
+	}
+	if _, err := gate.ParseConfig([]byte(`{"agents":{"*":{"ask_every_time":["bad tool"]}}}`)); err == nil ||
+		!strings.Contains(err.Error(), "agents.*.ask_every_time[0]") {
+		t.Fatalf("err = %v, want it to name agents.*.ask_every_time[0]", err)
+	}
+}

@@ -582,6 +582,13 @@ func applyAnswer(t *Thread, id string, in events.ElicitationResponded, who event
 		v.reason, v.detail = events.RejectInvalidContent, "the edited arguments are not valid for the tool; "+questionState(t, in.ElicitationID, now)
 		return v
 	}
+	if _, drop, svs := standingChoice(el, result); len(svs) > 0 {
+		v.errors = svs
+		v.reason, v.detail = events.RejectInvalidContent, "the standing approval cannot be granted; "+questionState(t, in.ElicitationID, now)
+		return v
+	} else if drop != "" {
+		v.dropped = append(v.dropped, drop)
+	}
 	if n := answerGrowth(el, result, edited, who, id, now); n > answerRoom {
 		v.errors = []schema.Violation{{Path: "content", Rule: fmt.Sprintf(
 			"%d bytes as the thread stores the answer (JSON, escapes included) is over the limit of %d", n, answerRoom)}}

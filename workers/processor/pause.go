@@ -30,6 +30,13 @@ func (p *Processor) onRunPaused(ctx context.Context, d *bus.Delivery, in events.
 	if len(in.Elicitations) == 0 {
 		return fmt.Errorf("run.paused without elicitations: %w", errors.New("data.elicitations: required"))
 	}
+	if p.approvals != nil {
+		for i := range in.Elicitations {
+			// The standing-approval offer, before anything stores or
+			// publishes the question (every delivery computes the same).
+			p.offerStanding(&in.Elicitations[i])
+		}
+	}
 	// From the cache when there; anything but "apply" is read again
 	// (a cached record may be behind). An apply decided on a record that
 	// turns out behind is caught by the thread's revision-checked write
@@ -322,6 +329,10 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		in.Meta = in.Meta.Clone()
 		in.Meta[schema.MetaArguments] = raw
 	}
+	if vs := p.standingRoom(ctx, t, in); len(vs) > 0 {
+		return p.reject(ctx, thread, who, e.ID(), in.ElicitationID, events.RejectInvalidContent,
+			"the standing approval cannot be granted; "+questionState(t, in.ElicitationID, time.Now()), vs)
+	}
 	var (
 		v   answerVerdict
 		rec *pauseRecord
@@ -429,6 +440,12 @@ func (p *Processor) onResponded(ctx context.Context, src input) error {
 		p.log.InfoContext(ctx, "elicitation answered", "subject", thread, "elicitation_id", in.ElicitationID,
 			"action", in.Action, "answered_by", who.String())
 		metrics.Answered(ctx, string(in.Action))
+		if err := p.grantStanding(ctx, t, t.Paused.Find(in.ElicitationID)); err != nil {
+			// The answer stands; only the standing approval is lost: the
+			// next call asks again (fail safe).
+			p.log.ErrorContext(ctx, "the standing approval the answer granted was not stored", "subject", thread,
+				"elicitation_id", in.ElicitationID, "error", err)
+		}
 	}
 	if err := p.keepForResume(ctx, t, rec); err != nil {
 		return err

@@ -58,6 +58,17 @@ type Options struct {
 	// bus messages more per pause). Optional. Default: false (schedules
 	// where the server has them).
 	NoSchedules bool
+	// NoStandingApprovals turns standing approvals off for the
+	// deployment: no confirmation offers one, and no call runs under one
+	// granted before (docs/POLICY.md). Optional. Default: false (offered
+	// where no policy asks every time).
+	NoStandingApprovals bool
+	// StandingTTLs are the bounded lifetimes a confirmation offers for a
+	// standing approval besides the default (e.g. 1h: "for 1 hour"), each
+	// below the default's bound (PauseTTL for a destructive tool,
+	// ThreadTTL otherwise) — longer ones are not offered. Whole seconds,
+	// at least 1s. Optional. Default: none.
+	StandingTTLs []time.Duration
 }
 
 // DefaultTrustedPrincipals is the default of Options.TrustedPrincipals:
@@ -77,10 +88,13 @@ type Processor struct {
 	// there is no bus (package tests): references are then refused.
 	resolver requester
 	pauses   *pauseRecords
-	input    inputReader
-	opts     Options
-	log      *slog.Logger
-	faults   faults
+	// approvals are the standing approvals (approvals.go); nil in
+	// package tests on fakes, which then neither offer nor grant any.
+	approvals *approvalStore
+	input     inputReader
+	opts      Options
+	log       *slog.Logger
+	faults    faults
 }
 
 // New opens the processor's buckets (idempotently).
@@ -110,6 +124,11 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if o.TrustedPrincipals == nil {
 		o.TrustedPrincipals = DefaultTrustedPrincipals
 	}
+	for i, d := range o.StandingTTLs {
+		if d < time.Second || d%time.Second != 0 {
+			return nil, fmt.Errorf("StandingTTLs[%d]: %v must be whole seconds, at least 1s", i, d)
+		}
+	}
 	for _, tp := range o.TrustedPrincipals {
 		if err := events.ValidToken("TrustedPrincipals", tp); err != nil {
 			return nil, err
@@ -124,11 +143,17 @@ func New(ctx context.Context, b *bus.Client, opts *Options) (*Processor, error) 
 	if err != nil {
 		return nil, err
 	}
+	approvals, err := openApprovals(ctx, js, b.Storage(), b.Replicas(), o.ThreadTTL)
+	if err != nil {
+		return nil, err
+	}
 	input, err := js.Stream(ctx, events.StreamInput)
 	if err != nil {
 		return nil, fmt.Errorf("opening stream %s (run EnsureStreams first): %w", events.StreamInput, err)
 	}
-	return newProcessor(o, b, b, threads, pauses, input), nil
+	p := newProcessor(o, b, b, threads, pauses, input)
+	p.approvals = approvals
+	return p, nil
 }
 
 // newProcessor wires a Processor to its dependencies (New: on NATS; the
@@ -150,7 +175,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
+	errs := make(chan error, 6)
 	consume := func(spec bus.ConsumerSpec, h bus.Handler) {
 		wg.Go(func() {
 			if err := p.bus.Consume(ctx, spec, h); err != nil {
@@ -168,6 +193,12 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	wg.Go(func() {
 		if err := p.ServeState(ctx); err != nil {
+			errs <- err
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		if err := p.ServeApprovals(ctx); err != nil {
 			errs <- err
 			cancel()
 		}
