@@ -98,7 +98,8 @@ func startGateway(ctx context.Context, url string, auth gateway.Authenticator, f
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: f.storage(), Replicas: f.Replicas})
+	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: f.storage(), Replicas: f.Replicas,
+		StartupTimeout: f.StartupTimeout, PublishRetry: f.publishRetry()})
 	if err != nil {
 		nc.Close()
 		return nil, "", err

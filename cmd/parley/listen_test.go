@@ -79,6 +79,20 @@ func TestGatewayBusyPortNamesTheFlag(t *testing.T) {
 	}
 }
 
+// parley gateway gives up waiting for parley's streams after
+// --startup-timeout, as the flag says, not after the bus's default.
+func TestGatewayStartupTimeout(t *testing.T) {
+	url, tokens := gatewayPrereqs(t)
+	start := time.Now()
+	code, _, errOut := runCLI(t, url, "gateway", "--token-file", tokens, "--listen", "127.0.0.1:0", "--startup-timeout", "2s", "--log-level", "error")
+	if code != 1 || !strings.Contains(errOut, "PARLEY_CHAT") {
+		t.Errorf("gateway without streams: exit %d, %q; want 1 naming the missing stream", code, errOut)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("gateway with --startup-timeout 2s gave up after %v", d)
+	}
+}
+
 // gatewayPrereqs starts a NATS server without authentication and writes
 // a token file; it returns the server's URL and the file.
 func gatewayPrereqs(t *testing.T) (url, tokens string) {
