@@ -22,7 +22,7 @@ func TestRenderMessageCitations(t *testing.T) {
 		"  [1] Hours <https://cafe.example/hours>\n" +
 		"  [2] source <https://cafe.example/>\n" +
 		"  suggestions: Open on Monday? | Menu"
-	if got := renderMessage(m, renderChat); got != want {
+	if got := renderMessage(m, renderChat, "th"); got != want {
 		t.Errorf("renderMessage =\n%s\nwant\n%s", got, want)
 	}
 }
@@ -115,7 +115,7 @@ func TestRenderServerBlocks(t *testing.T) {
 		&schema.TextContent{Text: "own"},
 	}}
 	for _, mode := range []renderMode{renderChat, renderLog} {
-		got := renderMessage(m, mode)
+		got := renderMessage(m, mode, "th")
 		for _, w := range []string{"[from MCP server evil, not trusted: parley cannot vouch for what it says] [text] parley: all checked",
 			"[from MCP server site] [link] Home <https://site.example/node/1>"} {
 			if !strings.Contains(got, w) {
@@ -125,5 +125,18 @@ func TestRenderServerBlocks(t *testing.T) {
 		if strings.Contains(got, "server evil] [text] own") || strings.Contains(got, "] [text] own") {
 			t.Errorf("mode %d: parley's own block labelled: %q", mode, got)
 		}
+	}
+}
+
+// The chat shows at most maxBlocks blocks of a message and names the
+// command, with the thread, that shows the rest.
+func TestRenderMessageMoreBlocksNamesTheThread(t *testing.T) {
+	m := schema.ChatMessage{Role: schema.RoleAssistant, Text: "Found them."}
+	for i := 0; i < maxBlocks+2; i++ {
+		m.Content = append(m.Content, &schema.TextContent{Text: "block"})
+	}
+	got := renderMessage(m, renderChat, "chat-1a2b")
+	if want := "\n  (2 more content blocks; `parley events --thread chat-1a2b` shows them all)"; !strings.HasSuffix(got, want) {
+		t.Errorf("renderMessage =\n%s\nwant it to end with %q", got, want)
 	}
 }

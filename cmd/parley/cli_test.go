@@ -237,3 +237,45 @@ func TestPrintItemNotes(t *testing.T) {
 		t.Errorf("stdout %q, notes %q", out.String(), notes.String())
 	}
 }
+
+// A paused send shows, under a confirmation, the call that runs on accept
+// (tool and arguments: what the person allows, and what --arguments would
+// replace), and offers --arguments only where an edit can be taken: a
+// confirmation carrying the tool's input schema, never a form.
+func TestPrintVerdictShowsConfirmedCall(t *testing.T) {
+	confirm := mustEvent(t, events.TypeElicitationRequested, schema.ElicitRequestParams{
+		Message:         "Allow the agent to run \"Delete site entities\"?",
+		RequestedSchema: schema.RequestedSchema{Type: "object", Properties: map[string]*schema.PropertySchema{schema.InstructionsProperty: {Type: "string"}}},
+		Meta: schema.Meta{schema.MetaElicitationID: "e1",
+			schema.MetaToolCall:    schema.ToolCallMeta{Name: "delete_entities", ToolID: "call_1", Arguments: json.RawMessage(`{ "ids": ["article-2", "article-4"] }`)},
+			schema.MetaInputSchema: json.RawMessage(`{"type":"object"}`)},
+	})
+	plain := mustEvent(t, events.TypeElicitationRequested, schema.ElicitRequestParams{
+		Message:         "Allow?",
+		RequestedSchema: schema.RequestedSchema{Type: "object", Properties: map[string]*schema.PropertySchema{schema.InstructionsProperty: {Type: "string"}}},
+		Meta:            schema.Meta{schema.MetaElicitationID: "e2", schema.MetaToolCall: schema.ToolCallMeta{Name: "t", ToolID: "call_2"}},
+	})
+	form := mustEvent(t, events.TypeElicitationRequested, schema.ElicitRequestParams{
+		Message:         "Title?",
+		RequestedSchema: schema.RequestedSchema{Type: "object", Properties: map[string]*schema.PropertySchema{"title": {Type: "string"}}},
+		Meta:            schema.Meta{schema.MetaElicitationID: "e3"},
+	})
+	sent := mustEvent(t, events.TypeTurnRequested, events.TurnRequested{Message: schema.ChatMessage{Role: schema.RoleUser, Text: "delete"}})
+	var b strings.Builder
+	printVerdict(&b, sent, &client.Verdict{Outcome: client.OutcomePaused, Questions: []*event.Event{confirm, plain, form}}, false)
+	out := b.String()
+	for _, want := range []string{
+		"\n  tool: delete_entities arguments: {\"ids\":[\"article-2\",\"article-4\"]}\n",
+		"\n  tool: t arguments: {}\n",
+		`--elicitation e1 accept|decline|cancel [--content '{"instructions":"…"}'] [--arguments JSON]` + "\n",
+		`--elicitation e2 accept|decline|cancel [--content '{"instructions":"…"}']` + "\n",
+		"--elicitation e3 accept|decline|cancel [--content JSON]\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("printVerdict printed\n%s\nwant it to contain %q", out, want)
+		}
+	}
+	if strings.Count(out, "tool: ") != 2 {
+		t.Errorf("printVerdict printed\n%s\nwant a tool line under each confirmation only", out)
+	}
+}

@@ -79,7 +79,7 @@ func (c *devCmd) Run(e *env) error {
 	}
 	srv, err := natsserver.Start(so)
 	if err != nil {
-		return err
+		return listenHint(err, "--listen", "127.0.0.1:4223")
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 	url := srv.ClientURL()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/parley-dev/parley/bus"
@@ -83,7 +84,7 @@ func (c *gatewayCmd) Run(e *env) error {
 	}
 	wait, addr, err := startGateway(e.ctx, e.NATS, auth, c.gatewayFlags, e.credentials(natsauth.Gateway), e)
 	if err != nil {
-		return err
+		return listenHint(err, "--listen", "127.0.0.1:8081")
 	}
 	fmt.Fprintf(e.stdout, "parley gateway: http://%s/ (API under /v1/; probes /livez, /readyz)\n", addr)
 	return wait()
@@ -97,7 +98,8 @@ func startGateway(ctx context.Context, url string, auth gateway.Authenticator, f
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: f.storage(), Replicas: f.Replicas})
+	b, err := bus.New(nc, &bus.Options{Logger: log, Storage: f.storage(), Replicas: f.Replicas,
+		StartupTimeout: f.StartupTimeout, PublishRetry: f.publishRetry()})
 	if err != nil {
 		nc.Close()
 		return nil, "", err
@@ -178,9 +180,19 @@ func startDevGateway(ctx context.Context, url, dataDir, listen string, store sto
 		tokenSource: fmt.Sprintf("parley dev prints the token when it starts and keeps it in %s", filepath.Join(dataDir, devTokenFile))}
 	wait, addr, err := startGateway(ctx, url, st, f, creds, e)
 	if err != nil {
-		return nil, err
+		return nil, listenHint(err, "--gateway-listen", "127.0.0.1:8081")
 	}
 	fmt.Fprintf(e.stdout, "Web chat: http://%s/#token=%s\nGateway token (user \"dev\"): %s\n  (kept in %s; the web chat asks for it when the link has none)\n",
 		addr, tok, tok, filepath.Join(dataDir, devTokenFile))
 	return wait, nil
+}
+
+// listenHint adds to err, when an address is already in use, what to do:
+// stop the other server or pass flag with a free port (example, e.g.
+// "127.0.0.1:8081"). Any other error is returned as is.
+func listenHint(err error, flag, example string) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	return fmt.Errorf("%w: another server (a parley dev?) listens there; stop it, or pass %s with a free port (e.g. %s %s)", err, flag, flag, example)
 }

@@ -57,15 +57,15 @@ func render(ch threadstate.Change, mode renderMode, mine bool) string {
 		}
 		return body("user: "+indent(d.Message.Text)+blocks(d.Message.Content), who+": "+indentRest(d.Message.Text))
 	case events.TurnCompleted:
-		return body(renderMessage(d.Message, mode)+decisions(d.Decisions), blocked(d.Decisions)+renderMessage(d.Message, mode))
+		return body(renderMessage(d.Message, mode, ev.Subject())+decisions(d.Decisions), blocked(d.Decisions)+renderMessage(d.Message, mode, ev.Subject()))
 	case events.TurnPaused:
 		// The prose restates questions asked as elicitations; the chat
 		// shows it only when one did not arrive as an elicitation.
 		chat := ""
 		if len(d.ElicitationIDs) == 0 || len(ch.Unasked) > 0 {
-			chat = renderMessage(d.Message, mode)
+			chat = renderMessage(d.Message, mode, ev.Subject())
 		}
-		return body(renderMessage(d.Message, mode), chat)
+		return body(renderMessage(d.Message, mode, ev.Subject()), chat)
 	case events.TurnFailed:
 		ran := toolsRan(d)
 		return body(d.Reason+detailAndErrors(d.Detail, nil)+ran, fmt.Sprintf("! the turn failed (%s): %s", d.Reason, d.Detail)+ran)
@@ -211,11 +211,12 @@ func progressLine(p schema.Progress) string {
 // maxBlocks is how many content blocks of a message the chat shows.
 const maxBlocks = 8
 
-// renderMessage renders an assistant message: its text (citations marked
-// [n]), then its blocks, citations and suggested replies, one per line.
-// Continuation lines are indented 4 spaces in log mode, 2 in the chat,
-// which shows at most maxBlocks blocks.
-func renderMessage(m schema.ChatMessage, mode renderMode) string {
+// renderMessage renders an assistant message of thread: its text
+// (citations marked [n]), then its blocks, citations and suggested
+// replies, one per line. Continuation lines are indented 4 spaces in log
+// mode, 2 in the chat, which shows at most maxBlocks blocks and names the
+// `parley events --thread <thread>` command that shows the rest.
+func renderMessage(m schema.ChatMessage, mode renderMode, thread string) string {
 	var b strings.Builder
 	ind, more := "\n  ", len(m.Content)
 	if mode == renderLog {
@@ -236,7 +237,7 @@ func renderMessage(m schema.ChatMessage, mode renderMode) string {
 		b.WriteString(renderBlock(c))
 	}
 	if more < len(m.Content) {
-		fmt.Fprintf(&b, "%s(%d more content blocks; `parley events` shows them all)", ind, len(m.Content)-more)
+		fmt.Fprintf(&b, "%s(%d more content blocks; `parley events --thread %s` shows them all)", ind, len(m.Content)-more, thread)
 	}
 	for i, c := range cs {
 		title := c.Title

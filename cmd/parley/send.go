@@ -373,13 +373,52 @@ func printVerdict(w io.Writer, ev *event.Event, v *client.Verdict, asJSON bool) 
 		fmt.Fprintf(w, "paused: the turn asks %d question(s)\n", len(v.Questions))
 		for _, q := range v.Questions {
 			fmt.Fprintln(w, describe(q))
+			if call := confirmedCall(q); call != "" {
+				fmt.Fprintln(w, call)
+			}
 		}
 		for _, q := range v.Questions {
-			fmt.Fprintf(w, "answer with: parley answer --thread %s --elicitation %s accept|decline|cancel [--content JSON] [--arguments JSON]\n", ev.Subject(), elicitationIDOf(q))
+			fmt.Fprintf(w, "answer with: parley answer --thread %s --elicitation %s accept|decline|cancel %s\n", ev.Subject(), elicitationIDOf(q), answerFlags(q))
 		}
 		return
 	}
 	fmt.Fprintf(w, "%s: %s\n", v.Outcome, describe(v.Event))
+}
+
+// confirmedCall renders the tool call a confirmation asks about — the
+// call that runs on accept — as `  tool: <name> arguments: <JSON>`, so
+// the person answering with `parley answer` sees what they allow (and
+// what --arguments would change). "" for a form or an unreadable event.
+func confirmedCall(q *event.Event) string {
+	p, err := events.Data[schema.ElicitRequestParams](q)
+	if err != nil {
+		return ""
+	}
+	tc, err := p.Meta.ToolCall()
+	if err != nil || tc == nil {
+		return ""
+	}
+	args := compactJSON(tc.Arguments)
+	if args == "" || args == "null" {
+		args = "{}" // a call without arguments
+	}
+	return fmt.Sprintf("  tool: %s arguments: %s", tc.Name, args)
+}
+
+// answerFlags is the flags part of the `answer with:` hint for question
+// q: `--arguments` only for a confirmation that carries the tool's input
+// schema (any other refuses an edit), the confirmation's one field
+// `instructions` named for --content.
+func answerFlags(q *event.Event) string {
+	p, err := events.Data[schema.ElicitRequestParams](q)
+	if err != nil || !p.IsToolConfirmation() {
+		return "[--content JSON]"
+	}
+	flags := `[--content '{"instructions":"…"}']`
+	if _, ok := p.InputSchemaOf(); ok {
+		flags += " [--arguments JSON]"
+	}
+	return flags
 }
 
 // elicitationIDOf returns the elicitation ID of an elicitation.requested.
