@@ -43,8 +43,9 @@ const AGUIProtocolVersion = "1.0"
 // AGUICapabilities are the AG-UI AgentCapabilities (@ag-ui/core
 // AgentCapabilitiesSchema) the gateway declares at GET
 // /v1/ag-ui/capabilities: streaming over SSE, the agents' own tools (none
-// from the client), human in the loop through interrupts (no edited
-// arguments: what runs is what was confirmed), progress as activity.
+// from the client), human in the loop through interrupts (a confirmation
+// offering edits accepts editedArgs: what runs is what the person
+// confirmed, edited or not), progress as activity.
 func AGUICapabilities() map[string]any {
 	return map[string]any{
 		"identity": map[string]any{"name": "parley", "type": "parley-gateway",
@@ -52,7 +53,7 @@ func AGUICapabilities() map[string]any {
 		"transport":      map[string]any{"streaming": true, "websocket": false, "httpBinary": false, "resumable": false},
 		"tools":          map[string]any{"supported": true, "clientProvided": false},
 		"state":          map[string]any{"snapshots": false, "deltas": false, "memory": true},
-		"humanInTheLoop": map[string]any{"supported": true, "approvals": true, "interrupts": true, "approveWithEdits": false},
+		"humanInTheLoop": map[string]any{"supported": true, "approvals": true, "interrupts": true, "approveWithEdits": true},
 		"custom":         map[string]any{"dev.parley/progress": AGUIActivityProgress},
 	}
 }
@@ -170,6 +171,17 @@ type AGUIResume struct {
 type AGUIApproval struct {
 	Approved *bool  `json:"approved"`
 	Reason   string `json:"reason,omitempty"`
+	// EditedArgs accepts the call with changed arguments (AG-UI
+	// approveWithEdits): the complete arguments to run instead of the
+	// model's, a JSON object of at most schema.MaxEditedArgumentsBytes
+	// that fits the tool's input schema (the interrupt's
+	// responseSchema.properties.editedArgs). Only with approved true, and
+	// only for an interrupt whose responseSchema offers it. The gateway
+	// answers with them as the answer body's arguments
+	// (_meta["dev.parley/arguments"]); the processor checks them, and a
+	// refusal re-raises the interrupt with the field errors under
+	// "editedArgs". Optional.
+	EditedArgs json.RawMessage `json:"editedArgs,omitempty"`
 }
 
 // aguiForwarded is the forwardedProps parley reads.
@@ -341,8 +353,8 @@ func turnOfRequest(requestEventID string) string { return events.DerivedID("turn
 
 // answerOf turns a resume entry into the answer to question q: cancelled
 // is cancel (a payload is dropped, as a cancel's content is); a
-// confirmation's AGUIApproval is accept or decline with the reason as
-// instructions; a form's payload is its content (validated by the
+// confirmation's AGUIApproval is accept (with its editedArgs as the
+// answer's arguments) or decline with the reason as instructions; a form's payload is its content (validated by the
 // processor); a URL-mode question is accepted with no payload.
 func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRequest, *schema.Violation) {
 	if r.Status == "cancelled" {
@@ -361,7 +373,7 @@ func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRe
 		}
 		if err := strictDecode(payload, &a); err != nil {
 			return AnswerRequest{}, &schema.Violation{Path: path + ".payload",
-				Rule: `must be {"approved": true|false, "reason"?: "…"} (editedArgs are not supported: what runs is what was confirmed): ` + err.Error()}
+				Rule: `must be {"approved": true|false, "reason"?: "…", "editedArgs"?: {…}}: ` + err.Error()}
 		}
 		if a.Approved == nil {
 			return AnswerRequest{}, &schema.Violation{Path: path + ".payload.approved", Rule: "required: true or false"}
@@ -370,10 +382,25 @@ func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRe
 		if a.Reason != "" {
 			content = map[string]any{schema.InstructionsProperty: a.Reason}
 		}
-		if *a.Approved {
-			return AnswerRequest{Action: schema.ActionAccept, Content: content}, nil
+		if !*a.Approved {
+			if len(a.EditedArgs) > 0 {
+				return AnswerRequest{}, &schema.Violation{Path: path + ".payload.editedArgs",
+					Rule: "only with approved true: a declined call runs nothing, so it has no arguments to edit"}
+			}
+			return AnswerRequest{Action: schema.ActionDecline, Content: content}, nil
 		}
-		return AnswerRequest{Action: schema.ActionDecline, Content: content}, nil
+		req := AnswerRequest{Action: schema.ActionAccept, Content: content}
+		if len(a.EditedArgs) > 0 {
+			if _, ok := q.InputSchemaOf(); !ok {
+				return AnswerRequest{}, &schema.Violation{Path: path + ".payload.editedArgs",
+					Rule: "this interrupt offers no edit of the call's arguments (its responseSchema has no editedArgs): approve or decline the call as shown"}
+			}
+			req.Arguments = a.EditedArgs
+			if vs := req.editedArguments(); len(vs) > 0 {
+				return AnswerRequest{}, &schema.Violation{Path: path + ".payload.editedArgs" + strings.TrimPrefix(vs[0].Path, "arguments"), Rule: vs[0].Rule}
+			}
+		}
+		return req, nil
 	case q.IsURLMode():
 		if !absent && !bytes.Equal(payload, []byte("{}")) {
 			return AnswerRequest{}, &schema.Violation{Path: path + ".payload", Rule: "must be absent: a URL-mode question is answered by resolving it (consent) or cancelling it"}
@@ -399,17 +426,43 @@ func questionID(q schema.ElicitRequestParams) string {
 // turn ID does not.
 func aguiToolCallID(turn, callID string) string { return turn + "." + callID }
 
-// approvalSchema is the responseSchema of a tool_approval interrupt: the
-// payload that resolves it (AGUIApproval).
-var approvalSchema = map[string]any{
-	"type": "object",
-	"properties": map[string]any{
-		"approved": map[string]any{"type": "boolean", "description": "true runs the call exactly as shown; false declines it"},
+// approvalSchema is the responseSchema of a tool_approval interrupt of
+// confirmation q: the payload that resolves it (AGUIApproval). When q
+// offers edits (_meta["dev.parley/input_schema"]), the tool's input
+// schema is the schema of its editedArgs member.
+func approvalSchema(q schema.ElicitRequestParams) map[string]any {
+	props := map[string]any{
+		"approved": map[string]any{"type": "boolean", "description": "true runs the call as shown (or with editedArgs when given); false declines it"},
 		"reason": map[string]any{"type": "string",
 			"description": "Optional instructions if you want the agent to do something differently"},
-	},
-	"required":             []any{"approved"},
-	"additionalProperties": false,
+	}
+	if in, ok := q.InputSchemaOf(); ok {
+		var edit map[string]any
+		if json.Unmarshal(in, &edit) == nil && edit != nil {
+			edit["description"] = "Optional, only with approved true: the complete arguments to run instead of the call's own"
+			props["editedArgs"] = edit
+		}
+	}
+	return map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"required":             []any{"approved"},
+		"additionalProperties": false,
+	}
+}
+
+// aguiEditPaths names the processor's violations of edited arguments as
+// the resume payload gave them: `_meta["dev.parley/arguments"].ids`
+// becomes "editedArgs.ids".
+func aguiEditPaths(vs []schema.Violation) []schema.Violation {
+	out := make([]schema.Violation, len(vs))
+	for i, v := range vs {
+		if rest, ok := strings.CutPrefix(v.Path, schema.EditPath); ok {
+			v.Path = "editedArgs" + rest
+		}
+		out[i] = v
+	}
+	return out
 }
 
 // interruptOf is the AG-UI Interrupt of a pending question of turn: id =
@@ -430,7 +483,7 @@ func interruptOf(turn string, q schema.ElicitRequestParams, expires *time.Time, 
 	switch {
 	case q.IsToolConfirmation():
 		in["reason"] = AGUIReasonToolApproval
-		in["responseSchema"] = approvalSchema
+		in["responseSchema"] = approvalSchema(q)
 		if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
 			in["toolCallId"] = aguiToolCallID(turn, tc.ToolID)
 		}
@@ -1264,7 +1317,7 @@ func (g *Gateway) aguiResume(w http.ResponseWriter, r *http.Request, user string
 				if errs == nil {
 					errs = map[string][]schema.Violation{}
 				}
-				errs[a.id] = d.Errors
+				errs[a.id] = aguiEditPaths(d.Errors)
 				continue
 			}
 			early = append(early, run.runError(d.Reason, "the answer to "+a.id+" was refused: "+d.Detail)...)
