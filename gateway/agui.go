@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
@@ -711,22 +710,6 @@ func (a *aguiRun) toolCalls(calls []events.ToolRan) []aguiEvent {
 	return out
 }
 
-// toolResultContent is the content of the TOOL_CALL_RESULT of a call of
-// tool that ran: its summary (the first line of the tool's result, the
-// tool's words, an MCP server's too), labelled "<tool> returned: " when
-// it reads as parley's own note ("[parley: not run: declined by …]"):
-// once look-alike letters are folded (schema.FoldLookAlikes) and leading
-// marks dropped, it starts with "parley" in any case. So a result worded
-// as parley's never tells the person a call that ran did not.
-func toolResultContent(tool, summary string) string {
-	f := strings.ToLower(schema.FoldLookAlikes(summary))
-	f = strings.TrimLeftFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
-	if strings.HasPrefix(f, "parley") {
-		return tool + " returned: " + summary
-	}
-	return summary
-}
-
 // openCall returns TOOL_CALL_START, ARGS and END for call id.
 func (a *aguiRun) openCall(id, tool string, args json.RawMessage) []aguiEvent {
 	out := []aguiEvent{{"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": tool}}
@@ -772,27 +755,13 @@ func (a *aguiRun) notRun(decisions []events.DecisionRecord) []aguiEvent {
 func (a *aguiRun) blocked(decisions []events.DecisionRecord) []aguiEvent {
 	var out []aguiEvent
 	for _, d := range decisions {
-		md := map[string]any{"dev.parley/tool": d.Tool, "dev.parley/notRun": true}
-		var content string
-		switch d.Decision {
-		case events.DecisionVeto:
-			who := "policy " + d.Policy
-			switch {
-			case d.Policy == "":
-				who = "policy"
-			case strings.Contains(d.Policy, ","):
-				who = "policies " + strings.ReplaceAll(d.Policy, ",", ", ")
-			}
-			reason := d.Reason
-			if reason == "" {
-				reason = "no reason given"
-			}
-			content = "[parley: not run: blocked by " + who + ": " + reason + "]"
-			md["dev.parley/vetoed"] = true
-		case events.DecisionUnavailable:
-			content = "[parley: not run: " + d.Reason + "]"
-		default:
+		content, ok := blockedNote(d)
+		if !ok {
 			continue
+		}
+		md := map[string]any{"dev.parley/tool": d.Tool, "dev.parley/notRun": true}
+		if d.Decision == events.DecisionVeto {
+			md["dev.parley/vetoed"] = true
 		}
 		id := aguiToolCallID(a.turnID, d.CallID)
 		if a.prior[d.CallID] || a.resulted[id] {

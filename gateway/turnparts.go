@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
+	"unicode"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -371,4 +373,46 @@ func suggestionsOf(m schema.ChatMessage) []string {
 		return nil
 	}
 	return s
+}
+
+// toolResultContent is the content of the TOOL_CALL_RESULT of a call of
+// tool that ran: its summary (the first line of the tool's result, the
+// tool's words, an MCP server's too), labelled "<tool> returned: " when
+// it reads as parley's own note ("[parley: not run: declined by …]"):
+// once look-alike letters are folded (schema.FoldLookAlikes) and leading
+// marks dropped, it starts with "parley" in any case. So a result worded
+// as parley's never tells the person a call that ran did not.
+func toolResultContent(tool, summary string) string {
+	f := strings.ToLower(schema.FoldLookAlikes(summary))
+	f = strings.TrimLeftFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if strings.HasPrefix(f, "parley") {
+		return tool + " returned: " + summary
+	}
+	return summary
+}
+
+// blockedNote is parley's note on a call a policy kept from running
+// (decision d a veto, or no policy service answering): "[parley: not
+// run: blocked by policy <p>: <reason>]" (policies joined by ", ", "no
+// reason given" without one) or "[parley: not run: <reason>]"; ok false
+// for any other decision.
+func blockedNote(d events.DecisionRecord) (note string, ok bool) {
+	switch d.Decision {
+	case events.DecisionVeto:
+		who := "policy " + d.Policy
+		switch {
+		case d.Policy == "":
+			who = "policy"
+		case strings.Contains(d.Policy, ","):
+			who = "policies " + strings.ReplaceAll(d.Policy, ",", ", ")
+		}
+		reason := d.Reason
+		if reason == "" {
+			reason = "no reason given"
+		}
+		return "[parley: not run: blocked by " + who + ": " + reason + "]", true
+	case events.DecisionUnavailable:
+		return "[parley: not run: " + d.Reason + "]", true
+	}
+	return "", false
 }
