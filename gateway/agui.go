@@ -414,12 +414,6 @@ func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRe
 	}
 }
 
-// questionID is a question's elicitation ID.
-func questionID(q schema.ElicitRequestParams) string {
-	id, _ := q.Meta.ElicitationID()
-	return id
-}
-
 // aguiToolCallID is the AG-UI tool call ID of parley's call callID of
 // turn: parley's call IDs (call_<step>_<index>) repeat across turns, the
 // turn ID does not.
@@ -483,7 +477,7 @@ func interruptOf(turn string, q schema.ElicitRequestParams, expires *time.Time, 
 	case q.IsToolConfirmation():
 		in["reason"] = AGUIReasonToolApproval
 		in["responseSchema"] = approvalSchema(q)
-		if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
+		if tc, ok := toolCallOf(q); ok {
 			in["toolCallId"] = aguiToolCallID(turn, tc.ToolID)
 		}
 	case q.IsURLMode():
@@ -788,7 +782,7 @@ func (a *aguiRun) interrupt(pending []schema.ElicitRequestParams, expires *time.
 	var list []any
 	for _, q := range pending {
 		if q.IsToolConfirmation() {
-			if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
+			if tc, ok := toolCallOf(q); ok {
 				id := aguiToolCallID(a.turnID, tc.ToolID)
 				if !a.started[id] && !a.resulted[id] {
 					out = append(out, a.openCall(id, tc.Name, tc.Arguments)...)
@@ -1269,7 +1263,7 @@ func (g *Gateway) aguiResume(w http.ResponseWriter, r *http.Request, user string
 	var early []aguiEvent
 	// The run that ended with these interrupts opened their gated calls.
 	for _, q := range pending {
-		if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
+		if tc, ok := toolCallOf(q); ok {
 			run.started[aguiToolCallID(rs.TurnID, tc.ToolID)] = true
 		}
 	}

@@ -156,17 +156,20 @@ func newTurnReader(principal, turnID, requestID string, answerIDs []string, befo
 	return r
 }
 
-// toolCallOf returns the call a confirmation question is about.
+// toolCallOf returns the call a confirmation question is about
+// (_meta["drupal.org/ai.tool_call"] readable and naming its call ID).
 func toolCallOf(q schema.ElicitRequestParams) (schema.ToolCallMeta, bool) {
-	v, ok := q.Meta[schema.MetaToolCall]
-	if !ok {
+	tc, err := q.Meta.ToolCall()
+	if err != nil || tc == nil || tc.ToolID == "" {
 		return schema.ToolCallMeta{}, false
 	}
-	var tc schema.ToolCallMeta
-	if b, err := json.Marshal(v); err != nil || json.Unmarshal(b, &tc) != nil || tc.ToolID == "" {
-		return schema.ToolCallMeta{}, false
-	}
-	return tc, true
+	return *tc, true
+}
+
+// questionID is a question's elicitation ID.
+func questionID(q schema.ElicitRequestParams) string {
+	id, _ := q.Meta.ElicitationID()
+	return id
 }
 
 // read returns the parts ev adds; done is true once the part ended (the
@@ -200,7 +203,7 @@ func (r *turnReader) read(ev *event.Event) (parts []TurnPart, done bool) {
 		}
 	case events.TypeElicitationRequested:
 		q, err := events.Data[schema.ElicitRequestParams](ev)
-		id, _ := q.Meta[schema.MetaElicitationID].(string)
+		id := questionID(q)
 		if err != nil || turnOf(ev) != r.turnID || id == "" || r.hasQuestion(id) {
 			return nil, false
 		}
