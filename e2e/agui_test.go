@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,25 @@ func TestAGUIApprove(t *testing.T) {
 	}
 	if n := s.drafts(); n != 0 {
 		t.Errorf("drafts = %d, want 0", n)
+	}
+}
+
+// approveWithEdits: the client resumes the confirmation with editedArgs;
+// an edit that does not fit the tool's input schema re-raises the
+// interrupt naming editedArgs.ids and deletes nothing, and the valid edit
+// deletes exactly article-2 of the ten drafts.
+func TestAGUIApproveWithEdits(t *testing.T) {
+	s := start(t, options{})
+	x := s.startGateway(nil)
+	sum := runAGUI(t, "edit", x.srv.URL, "agedit", nil)
+	if got := s.deletedIDs(); !slices.Equal(got, []string{"article-2"}) {
+		t.Fatalf("deleted %v, want exactly the edit [article-2]", got)
+	}
+	if n := s.drafts(); n != 9 {
+		t.Errorf("drafts = %d, want 9", n)
+	}
+	if !strings.Contains(sum.Text, `to {"ids":["article-2"]}`) {
+		t.Errorf("final text = %q, want the edit named", sum.Text)
 	}
 }
 

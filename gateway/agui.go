@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/parley-dev/parley/events"
 	"github.com/parley-dev/parley/schema"
@@ -43,8 +42,9 @@ const AGUIProtocolVersion = "1.0"
 // AGUICapabilities are the AG-UI AgentCapabilities (@ag-ui/core
 // AgentCapabilitiesSchema) the gateway declares at GET
 // /v1/ag-ui/capabilities: streaming over SSE, the agents' own tools (none
-// from the client), human in the loop through interrupts (no edited
-// arguments: what runs is what was confirmed), progress as activity.
+// from the client), human in the loop through interrupts (a confirmation
+// offering edits accepts editedArgs: what runs is what the person
+// confirmed, edited or not), progress as activity.
 func AGUICapabilities() map[string]any {
 	return map[string]any{
 		"identity": map[string]any{"name": "parley", "type": "parley-gateway",
@@ -52,7 +52,7 @@ func AGUICapabilities() map[string]any {
 		"transport":      map[string]any{"streaming": true, "websocket": false, "httpBinary": false, "resumable": false},
 		"tools":          map[string]any{"supported": true, "clientProvided": false},
 		"state":          map[string]any{"snapshots": false, "deltas": false, "memory": true},
-		"humanInTheLoop": map[string]any{"supported": true, "approvals": true, "interrupts": true, "approveWithEdits": false},
+		"humanInTheLoop": map[string]any{"supported": true, "approvals": true, "interrupts": true, "approveWithEdits": true},
 		"custom":         map[string]any{"dev.parley/progress": AGUIActivityProgress},
 	}
 }
@@ -170,6 +170,17 @@ type AGUIResume struct {
 type AGUIApproval struct {
 	Approved *bool  `json:"approved"`
 	Reason   string `json:"reason,omitempty"`
+	// EditedArgs accepts the call with changed arguments (AG-UI
+	// approveWithEdits): the complete arguments to run instead of the
+	// model's, a JSON object of at most schema.MaxEditedArgumentsBytes
+	// that fits the tool's input schema (the interrupt's
+	// responseSchema.properties.editedArgs). Only with approved true, and
+	// only for an interrupt whose responseSchema offers it. The gateway
+	// answers with them as the answer body's arguments
+	// (_meta["dev.parley/arguments"]); the processor checks them, and a
+	// refusal re-raises the interrupt with the field errors under
+	// "editedArgs". Optional.
+	EditedArgs json.RawMessage `json:"editedArgs,omitempty"`
 }
 
 // aguiForwarded is the forwardedProps parley reads.
@@ -341,8 +352,8 @@ func turnOfRequest(requestEventID string) string { return events.DerivedID("turn
 
 // answerOf turns a resume entry into the answer to question q: cancelled
 // is cancel (a payload is dropped, as a cancel's content is); a
-// confirmation's AGUIApproval is accept or decline with the reason as
-// instructions; a form's payload is its content (validated by the
+// confirmation's AGUIApproval is accept (with its editedArgs as the
+// answer's arguments) or decline with the reason as instructions; a form's payload is its content (validated by the
 // processor); a URL-mode question is accepted with no payload.
 func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRequest, *schema.Violation) {
 	if r.Status == "cancelled" {
@@ -361,7 +372,7 @@ func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRe
 		}
 		if err := strictDecode(payload, &a); err != nil {
 			return AnswerRequest{}, &schema.Violation{Path: path + ".payload",
-				Rule: `must be {"approved": true|false, "reason"?: "…"} (editedArgs are not supported: what runs is what was confirmed): ` + err.Error()}
+				Rule: `must be {"approved": true|false, "reason"?: "…", "editedArgs"?: {…}}: ` + err.Error()}
 		}
 		if a.Approved == nil {
 			return AnswerRequest{}, &schema.Violation{Path: path + ".payload.approved", Rule: "required: true or false"}
@@ -370,10 +381,25 @@ func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRe
 		if a.Reason != "" {
 			content = map[string]any{schema.InstructionsProperty: a.Reason}
 		}
-		if *a.Approved {
-			return AnswerRequest{Action: schema.ActionAccept, Content: content}, nil
+		if !*a.Approved {
+			if len(a.EditedArgs) > 0 {
+				return AnswerRequest{}, &schema.Violation{Path: path + ".payload.editedArgs",
+					Rule: "only with approved true: a declined call runs nothing, so it has no arguments to edit"}
+			}
+			return AnswerRequest{Action: schema.ActionDecline, Content: content}, nil
 		}
-		return AnswerRequest{Action: schema.ActionDecline, Content: content}, nil
+		req := AnswerRequest{Action: schema.ActionAccept, Content: content}
+		if len(a.EditedArgs) > 0 {
+			if _, ok := q.InputSchemaOf(); !ok {
+				return AnswerRequest{}, &schema.Violation{Path: path + ".payload.editedArgs",
+					Rule: "this interrupt offers no edit of the call's arguments (its responseSchema has no editedArgs): approve or decline the call as shown"}
+			}
+			req.Arguments = a.EditedArgs
+			if vs := req.editedArguments(); len(vs) > 0 {
+				return AnswerRequest{}, &schema.Violation{Path: path + ".payload.editedArgs" + strings.TrimPrefix(vs[0].Path, "arguments"), Rule: vs[0].Rule}
+			}
+		}
+		return req, nil
 	case q.IsURLMode():
 		if !absent && !bytes.Equal(payload, []byte("{}")) {
 			return AnswerRequest{}, &schema.Violation{Path: path + ".payload", Rule: "must be absent: a URL-mode question is answered by resolving it (consent) or cancelling it"}
@@ -388,28 +414,48 @@ func answerOf(r AGUIResume, q schema.ElicitRequestParams, path string) (AnswerRe
 	}
 }
 
-// questionID is a question's elicitation ID.
-func questionID(q schema.ElicitRequestParams) string {
-	id, _ := q.Meta.ElicitationID()
-	return id
-}
-
 // aguiToolCallID is the AG-UI tool call ID of parley's call callID of
 // turn: parley's call IDs (call_<step>_<index>) repeat across turns, the
 // turn ID does not.
 func aguiToolCallID(turn, callID string) string { return turn + "." + callID }
 
-// approvalSchema is the responseSchema of a tool_approval interrupt: the
-// payload that resolves it (AGUIApproval).
-var approvalSchema = map[string]any{
-	"type": "object",
-	"properties": map[string]any{
-		"approved": map[string]any{"type": "boolean", "description": "true runs the call exactly as shown; false declines it"},
+// approvalSchema is the responseSchema of a tool_approval interrupt of
+// confirmation q: the payload that resolves it (AGUIApproval). When q
+// offers edits (_meta["dev.parley/input_schema"]), the tool's input
+// schema is the schema of its editedArgs member.
+func approvalSchema(q schema.ElicitRequestParams) map[string]any {
+	props := map[string]any{
+		"approved": map[string]any{"type": "boolean", "description": "true runs the call as shown (or with editedArgs when given); false declines it"},
 		"reason": map[string]any{"type": "string",
 			"description": "Optional instructions if you want the agent to do something differently"},
-	},
-	"required":             []any{"approved"},
-	"additionalProperties": false,
+	}
+	if in, ok := q.InputSchemaOf(); ok {
+		var edit map[string]any
+		if json.Unmarshal(in, &edit) == nil && edit != nil {
+			edit["description"] = "Optional, only with approved true: the complete arguments to run instead of the call's own"
+			props["editedArgs"] = edit
+		}
+	}
+	return map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"required":             []any{"approved"},
+		"additionalProperties": false,
+	}
+}
+
+// aguiEditPaths names the processor's violations of edited arguments as
+// the resume payload gave them: `_meta["dev.parley/arguments"].ids`
+// becomes "editedArgs.ids".
+func aguiEditPaths(vs []schema.Violation) []schema.Violation {
+	out := make([]schema.Violation, len(vs))
+	for i, v := range vs {
+		if rest, ok := strings.CutPrefix(v.Path, schema.EditPath); ok {
+			v.Path = "editedArgs" + rest
+		}
+		out[i] = v
+	}
+	return out
 }
 
 // interruptOf is the AG-UI Interrupt of a pending question of turn: id =
@@ -430,8 +476,8 @@ func interruptOf(turn string, q schema.ElicitRequestParams, expires *time.Time, 
 	switch {
 	case q.IsToolConfirmation():
 		in["reason"] = AGUIReasonToolApproval
-		in["responseSchema"] = approvalSchema
-		if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
+		in["responseSchema"] = approvalSchema(q)
+		if tc, ok := toolCallOf(q); ok {
 			in["toolCallId"] = aguiToolCallID(turn, tc.ToolID)
 		}
 	case q.IsURLMode():
@@ -658,22 +704,6 @@ func (a *aguiRun) toolCalls(calls []events.ToolRan) []aguiEvent {
 	return out
 }
 
-// toolResultContent is the content of the TOOL_CALL_RESULT of a call of
-// tool that ran: its summary (the first line of the tool's result, the
-// tool's words, an MCP server's too), labelled "<tool> returned: " when
-// it reads as parley's own note ("[parley: not run: declined by …]"):
-// once look-alike letters are folded (schema.FoldLookAlikes) and leading
-// marks dropped, it starts with "parley" in any case. So a result worded
-// as parley's never tells the person a call that ran did not.
-func toolResultContent(tool, summary string) string {
-	f := strings.ToLower(schema.FoldLookAlikes(summary))
-	f = strings.TrimLeftFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
-	if strings.HasPrefix(f, "parley") {
-		return tool + " returned: " + summary
-	}
-	return summary
-}
-
 // openCall returns TOOL_CALL_START, ARGS and END for call id.
 func (a *aguiRun) openCall(id, tool string, args json.RawMessage) []aguiEvent {
 	out := []aguiEvent{{"type": "TOOL_CALL_START", "toolCallId": id, "toolCallName": tool}}
@@ -719,27 +749,13 @@ func (a *aguiRun) notRun(decisions []events.DecisionRecord) []aguiEvent {
 func (a *aguiRun) blocked(decisions []events.DecisionRecord) []aguiEvent {
 	var out []aguiEvent
 	for _, d := range decisions {
-		md := map[string]any{"dev.parley/tool": d.Tool, "dev.parley/notRun": true}
-		var content string
-		switch d.Decision {
-		case events.DecisionVeto:
-			who := "policy " + d.Policy
-			switch {
-			case d.Policy == "":
-				who = "policy"
-			case strings.Contains(d.Policy, ","):
-				who = "policies " + strings.ReplaceAll(d.Policy, ",", ", ")
-			}
-			reason := d.Reason
-			if reason == "" {
-				reason = "no reason given"
-			}
-			content = "[parley: not run: blocked by " + who + ": " + reason + "]"
-			md["dev.parley/vetoed"] = true
-		case events.DecisionUnavailable:
-			content = "[parley: not run: " + d.Reason + "]"
-		default:
+		content, ok := blockedNote(d)
+		if !ok {
 			continue
+		}
+		md := map[string]any{"dev.parley/tool": d.Tool, "dev.parley/notRun": true}
+		if d.Decision == events.DecisionVeto {
+			md["dev.parley/vetoed"] = true
 		}
 		id := aguiToolCallID(a.turnID, d.CallID)
 		if a.prior[d.CallID] || a.resulted[id] {
@@ -766,7 +782,7 @@ func (a *aguiRun) interrupt(pending []schema.ElicitRequestParams, expires *time.
 	var list []any
 	for _, q := range pending {
 		if q.IsToolConfirmation() {
-			if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
+			if tc, ok := toolCallOf(q); ok {
 				id := aguiToolCallID(a.turnID, tc.ToolID)
 				if !a.started[id] && !a.resulted[id] {
 					out = append(out, a.openCall(id, tc.Name, tc.Arguments)...)
@@ -1247,7 +1263,7 @@ func (g *Gateway) aguiResume(w http.ResponseWriter, r *http.Request, user string
 	var early []aguiEvent
 	// The run that ended with these interrupts opened their gated calls.
 	for _, q := range pending {
-		if tc, err := q.Meta.ToolCall(); err == nil && tc != nil {
+		if tc, ok := toolCallOf(q); ok {
 			run.started[aguiToolCallID(rs.TurnID, tc.ToolID)] = true
 		}
 	}
@@ -1264,7 +1280,7 @@ func (g *Gateway) aguiResume(w http.ResponseWriter, r *http.Request, user string
 				if errs == nil {
 					errs = map[string][]schema.Violation{}
 				}
-				errs[a.id] = d.Errors
+				errs[a.id] = aguiEditPaths(d.Errors)
 				continue
 			}
 			early = append(early, run.runError(d.Reason, "the answer to "+a.id+" was refused: "+d.Detail)...)

@@ -76,6 +76,20 @@ func confirmation(t *testing.T) schema.ElicitRequestParams {
 	return *q
 }
 
+// editableConfirmation is a confirmation that offers edits: the tool's
+// input schema in _meta["dev.parley/input_schema"].
+func editableConfirmation(t *testing.T) schema.ElicitRequestParams {
+	t.Helper()
+	q := schema.NewConfirmationRequest(&schema.Tool{Name: "delete_entities", Description: "Delete site entities",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"ids":{"type":"array","items":{"type":"string"},"minItems":1}},"required":["ids"]}`)},
+		schema.ToolCall{ID: "call_1_0", Name: "delete_entities", Arguments: json.RawMessage(`{"ids":["a"]}`)})
+	q.Meta[schema.MetaElicitationID] = "el-1"
+	if _, ok := q.InputSchemaOf(); !ok {
+		t.Fatal("the confirmation carries no input schema")
+	}
+	return *q
+}
+
 func form() schema.ElicitRequestParams {
 	return schema.ElicitRequestParams{Message: "Which date?", Meta: schema.Meta{schema.MetaElicitationID: "el-2"},
 		RequestedSchema: schema.RequestedSchema{Type: "object",
@@ -83,7 +97,7 @@ func form() schema.ElicitRequestParams {
 }
 
 func TestAGUIAnswerOf(t *testing.T) {
-	conf, f := confirmation(t), form()
+	conf, edit, f := confirmation(t), editableConfirmation(t), form()
 	url := schema.ElicitRequestParams{Mode: schema.ModeURL, Message: "Sign in", URL: "https://example.com/a"}
 	tests := []struct {
 		name    string
@@ -102,7 +116,16 @@ func TestAGUIAnswerOf(t *testing.T) {
 		{"approved missing", conf, `{"interruptId":"el-1","status":"resolved","payload":{"reason":"x"}}`, AnswerRequest{}, "r.payload.approved"},
 		{"approved string", conf, `{"interruptId":"el-1","status":"resolved","payload":{"approved":"yes"}}`, AnswerRequest{}, "r.payload"},
 		{"approved case", conf, `{"interruptId":"el-1","status":"resolved","payload":{"approved":false,"Approved":true}}`, AnswerRequest{}, "r.payload.Approved"},
-		{"edited args", conf, `{"interruptId":"el-1","status":"resolved","payload":{"approved":true,"editedArgs":{"ids":["b"]}}}`, AnswerRequest{}, "r.payload"},
+		{"edited args", edit, `{"interruptId":"el-1","status":"resolved","payload":{"approved":true,"editedArgs":{"ids":["b"]}}}`,
+			AnswerRequest{Action: schema.ActionAccept, Arguments: json.RawMessage(`{"ids":["b"]}`),
+				Meta: schema.Meta{schema.MetaArguments: json.RawMessage(`{"ids":["b"]}`)}}, ""},
+		{"edited args with reason", edit, `{"interruptId":"el-1","status":"resolved","payload":{"approved":true,"reason":"only b","editedArgs":{"ids":["b"]}}}`,
+			AnswerRequest{Action: schema.ActionAccept, Content: map[string]any{"instructions": "only b"}, Arguments: json.RawMessage(`{"ids":["b"]}`),
+				Meta: schema.Meta{schema.MetaArguments: json.RawMessage(`{"ids":["b"]}`)}}, ""},
+		{"edited args declined", edit, `{"interruptId":"el-1","status":"resolved","payload":{"approved":false,"editedArgs":{"ids":["b"]}}}`, AnswerRequest{}, "r.payload.editedArgs"},
+		{"edited args not offered", conf, `{"interruptId":"el-1","status":"resolved","payload":{"approved":true,"editedArgs":{"ids":["b"]}}}`, AnswerRequest{}, "r.payload.editedArgs"},
+		{"edited args not an object", edit, `{"interruptId":"el-1","status":"resolved","payload":{"approved":true,"editedArgs":["b"]}}`, AnswerRequest{}, "r.payload.editedArgs"},
+		{"edited args case", edit, `{"interruptId":"el-1","status":"resolved","payload":{"approved":true,"editedargs":{"ids":["b"]}}}`, AnswerRequest{}, "r.payload.editedargs"},
 		{"form", f, `{"interruptId":"el-2","status":"resolved","payload":{"date":"2027-01-01"}}`,
 			AnswerRequest{Action: schema.ActionAccept, Content: map[string]any{"date": "2027-01-01"}}, ""},
 		{"form not object", f, `{"interruptId":"el-2","status":"resolved","payload":"2027-01-01"}`, AnswerRequest{}, "r.payload"},
@@ -457,7 +480,7 @@ func TestAGUIProblems(t *testing.T) {
 			Interrupts, ApproveWithEdits bool
 		} `json:"humanInTheLoop"`
 	}
-	if err := json.Unmarshal(w.Body.Bytes(), &caps); w.Code != http.StatusOK || err != nil || !caps.HumanInTheLoop.Interrupts || caps.HumanInTheLoop.ApproveWithEdits {
+	if err := json.Unmarshal(w.Body.Bytes(), &caps); w.Code != http.StatusOK || err != nil || !caps.HumanInTheLoop.Interrupts || !caps.HumanInTheLoop.ApproveWithEdits {
 		t.Fatalf("capabilities %d %s", w.Code, w.Body)
 	}
 }
@@ -567,5 +590,28 @@ func TestAGUIVetoedCallIsReported(t *testing.T) {
 	}
 	if got[5]["content"] != "[parley: not run: no policy service answered]" {
 		t.Errorf("unavailable call's result %v", got[5])
+	}
+}
+
+// A confirmation offering edits puts the tool's input schema in its
+// interrupt's responseSchema as editedArgs; one without offers none; a
+// refused edit re-raises the interrupt with the field errors named as the
+// payload named them.
+func TestAGUIApprovalOffersEdits(t *testing.T) {
+	props := func(q schema.ElicitRequestParams) map[string]any {
+		out := newAGUIRun("t1", "r", "tu", "").interrupt([]schema.ElicitRequestParams{q}, nil, nil)
+		in := normalize(t, out)[len(out)-1]["outcome"].(map[string]any)["interrupts"].([]any)[0].(map[string]any)
+		return in["responseSchema"].(map[string]any)["properties"].(map[string]any)
+	}
+	edit, ok := props(editableConfirmation(t))["editedArgs"].(map[string]any)
+	if !ok || edit["properties"].(map[string]any)["ids"].(map[string]any)["minItems"] != float64(1) {
+		t.Fatalf("editedArgs %v, want the tool's input schema", edit)
+	}
+	if p := props(confirmation(t)); p["editedArgs"] != nil || p["approved"] == nil {
+		t.Fatalf("a confirmation without an input schema offers %v", p)
+	}
+	got := aguiEditPaths([]schema.Violation{{Path: schema.EditPath + ".ids", Rule: "minItems: 1"}, {Path: "date", Rule: "x"}})
+	if got[0].Path != "editedArgs.ids" || got[1].Path != "date" {
+		t.Fatalf("aguiEditPaths = %v", got)
 	}
 }

@@ -806,9 +806,13 @@ func (m *uiMapper) part(p TurnPart) {
 			m.emit(uiChunk{"type": "tool-output-error", "toolCallId": t.CallID, "dynamic": true,
 				"errorText": "outcome unknown: the call was sent to the tool and no result came back (it may have run)"})
 		case t.IsError:
-			m.emit(uiChunk{"type": "tool-output-error", "toolCallId": t.CallID, "dynamic": true, "errorText": nonEmpty(t.Summary, "the tool reported an error")})
+			m.emit(uiChunk{"type": "tool-output-error", "toolCallId": t.CallID, "dynamic": true,
+				"errorText": nonEmpty(toolResultContent(t.Tool, t.Summary), "the tool reported an error")})
 		default:
-			m.emit(uiChunk{"type": "tool-output-available", "toolCallId": t.CallID, "dynamic": true, "output": map[string]any{"summary": t.Summary}})
+			// The summary is the tool's words (an MCP server's too):
+			// worded as parley's own note, it is labelled with the tool.
+			m.emit(uiChunk{"type": "tool-output-available", "toolCallId": t.CallID, "dynamic": true,
+				"output": map[string]any{"summary": toolResultContent(t.Tool, t.Summary)}})
 		}
 	case PartToolDenied:
 		if !p.InputShown {
@@ -816,16 +820,18 @@ func (m *uiMapper) part(p TurnPart) {
 		}
 		m.emit(uiChunk{"type": "tool-output-denied", "toolCallId": p.Decision.CallID})
 	case PartToolVetoed:
+		// Not run: the part ends in output-error (a page shows the reason)
+		// whose text and providerMetadata say the call did not run, as
+		// AG-UI's TOOL_CALL_RESULT does.
 		d := p.Decision
 		m.input(d.CallID, d.Tool, nil, nil)
-		text := "No policy service answered; not run"
+		text, _ := blockedNote(d)
+		meta := map[string]any{"notRun": true}
 		if d.Decision == events.DecisionVeto {
-			text = "Blocked by policy " + nonEmpty(d.Policy, "(unnamed)")
+			meta["vetoed"] = true
 		}
-		if d.Reason != "" {
-			text += ": " + d.Reason
-		}
-		m.emit(uiChunk{"type": "tool-output-error", "toolCallId": d.CallID, "dynamic": true, "errorText": text})
+		m.emit(uiChunk{"type": "tool-output-error", "toolCallId": d.CallID, "dynamic": true, "errorText": text,
+			"providerMetadata": map[string]any{"parley": meta}})
 	case PartConfirmation:
 		tc, _ := toolCallOf(p.Question)
 		// destructive is parley's reading of the hints (MCP's defaults for
@@ -841,7 +847,13 @@ func (m *uiMapper) part(p TurnPart) {
 		m.emit(uiChunk{"type": "tool-approval-request", "approvalId": p.QuestionID, "toolCallId": tc.ToolID, "reason": p.Question.Message})
 		m.confirm = true
 	case PartForm:
-		m.emit(uiChunk{"type": UIPartForm, "id": p.QuestionID, "data": map[string]any{"elicitationId": p.QuestionID, "question": p.Question}})
+		// A page shows the question's message: an MCP server's is framed
+		// as the server's (askedMessage), in data.message and in the
+		// question itself, so its words never read as parley's.
+		q := p.Question
+		q.Message = askedMessage(q)
+		m.emit(uiChunk{"type": UIPartForm, "id": p.QuestionID, "data": map[string]any{"elicitationId": p.QuestionID,
+			"message": q.Message, "question": q}})
 	case PartProgress:
 		d := map[string]any{"progress": p.Progress.Progress}
 		if p.Progress.Message != "" {

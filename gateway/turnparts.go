@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
+	"unicode"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -154,17 +156,20 @@ func newTurnReader(principal, turnID, requestID string, answerIDs []string, befo
 	return r
 }
 
-// toolCallOf returns the call a confirmation question is about.
+// toolCallOf returns the call a confirmation question is about
+// (_meta["drupal.org/ai.tool_call"] readable and naming its call ID).
 func toolCallOf(q schema.ElicitRequestParams) (schema.ToolCallMeta, bool) {
-	v, ok := q.Meta[schema.MetaToolCall]
-	if !ok {
+	tc, err := q.Meta.ToolCall()
+	if err != nil || tc == nil || tc.ToolID == "" {
 		return schema.ToolCallMeta{}, false
 	}
-	var tc schema.ToolCallMeta
-	if b, err := json.Marshal(v); err != nil || json.Unmarshal(b, &tc) != nil || tc.ToolID == "" {
-		return schema.ToolCallMeta{}, false
-	}
-	return tc, true
+	return *tc, true
+}
+
+// questionID is a question's elicitation ID.
+func questionID(q schema.ElicitRequestParams) string {
+	id, _ := q.Meta.ElicitationID()
+	return id
 }
 
 // read returns the parts ev adds; done is true once the part ended (the
@@ -198,7 +203,7 @@ func (r *turnReader) read(ev *event.Event) (parts []TurnPart, done bool) {
 		}
 	case events.TypeElicitationRequested:
 		q, err := events.Data[schema.ElicitRequestParams](ev)
-		id, _ := q.Meta[schema.MetaElicitationID].(string)
+		id := questionID(q)
 		if err != nil || turnOf(ev) != r.turnID || id == "" || r.hasQuestion(id) {
 			return nil, false
 		}
@@ -371,4 +376,46 @@ func suggestionsOf(m schema.ChatMessage) []string {
 		return nil
 	}
 	return s
+}
+
+// toolResultContent is the content of the TOOL_CALL_RESULT of a call of
+// tool that ran: its summary (the first line of the tool's result, the
+// tool's words, an MCP server's too), labelled "<tool> returned: " when
+// it reads as parley's own note ("[parley: not run: declined by …]"):
+// once look-alike letters are folded (schema.FoldLookAlikes) and leading
+// marks dropped, it starts with "parley" in any case. So a result worded
+// as parley's never tells the person a call that ran did not.
+func toolResultContent(tool, summary string) string {
+	f := strings.ToLower(schema.FoldLookAlikes(summary))
+	f = strings.TrimLeftFunc(f, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	if strings.HasPrefix(f, "parley") {
+		return tool + " returned: " + summary
+	}
+	return summary
+}
+
+// blockedNote is parley's note on a call a policy kept from running
+// (decision d a veto, or no policy service answering): "[parley: not
+// run: blocked by policy <p>: <reason>]" (policies joined by ", ", "no
+// reason given" without one) or "[parley: not run: <reason>]"; ok false
+// for any other decision.
+func blockedNote(d events.DecisionRecord) (note string, ok bool) {
+	switch d.Decision {
+	case events.DecisionVeto:
+		who := "policy " + d.Policy
+		switch {
+		case d.Policy == "":
+			who = "policy"
+		case strings.Contains(d.Policy, ","):
+			who = "policies " + strings.ReplaceAll(d.Policy, ",", ", ")
+		}
+		reason := d.Reason
+		if reason == "" {
+			reason = "no reason given"
+		}
+		return "[parley: not run: blocked by " + who + ": " + reason + "]", true
+	case events.DecisionUnavailable:
+		return "[parley: not run: " + d.Reason + "]", true
+	}
+	return "", false
 }

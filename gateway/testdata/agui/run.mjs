@@ -8,7 +8,7 @@
 //
 //	node run.mjs <scenario> <gateway base URL> <token> <thread>
 //
-// Scenarios: approve, decline, form, stream, restart (pauses, prints
+// Scenarios: approve, decline, edit, form, stream, restart (pauses, prints
 // {"paused": true} and reads the base URL of a gateway to resume through
 // from standard input). The last line printed is a JSON summary; the
 // exit status is 0 only when every check passed.
@@ -161,6 +161,31 @@ try {
       const result = r.events.find((e) => e.type === "TOOL_CALL_RESULT" && e.toolCallId === i.toolCallId);
       check(result && result.metadata?.["dev.parley/notRun"], "the declined call is closed, not run", r.events);
       summary.text = text(r.events);
+      break;
+    }
+    case "edit": {
+      // approveWithEdits: the interrupt's responseSchema offers editedArgs
+      // (the tool's input schema); an edit that does not fit it re-raises
+      // the interrupt with the field's error; a valid one runs as edited.
+      check(caps.humanInTheLoop?.approveWithEdits === true, "capabilities declare approveWithEdits", caps);
+      const { i } = await approval("delete the 10 draft articles");
+      const edit = i.responseSchema?.properties?.editedArgs;
+      check(edit?.properties?.ids?.type === "array", "responseSchema offers editedArgs", i.responseSchema);
+      let r = await resume(i, "resolved", { approved: true, editedArgs: { ids: [] } });
+      check(!r.error, "invalid edit errored", r.error);
+      check(r.finished?.outcome === "interrupt", "re-raised", r.finished?.event);
+      const again = agent.pendingInterrupts[0];
+      check(again?.id === i.id, "the same interrupt", agent.pendingInterrupts);
+      const errs = again.metadata?.["dev.parley/errors"];
+      check(Array.isArray(errs) && errs[0]?.path === "editedArgs.ids", "the field's error", again);
+      summary.errors = errs;
+      r = await resume(again, "resolved", { approved: true, editedArgs: { ids: ["article-2"] } });
+      check(!r.error, "resume errored", r.error);
+      check(r.finished?.outcome === "success", "resume outcome", r.finished?.event);
+      const result = r.events.find((e) => e.type === "TOOL_CALL_RESULT" && e.toolCallId === i.toolCallId);
+      check(result && !result.metadata?.["dev.parley/isError"], "the edited call's result", r.events);
+      summary.text = text(r.events);
+      summary.result = result.content;
       break;
     }
     case "form": {
