@@ -172,6 +172,38 @@ func (s *Store[T]) CreateNew(ctx context.Context, key string, v *T) (uint64, err
 	return rev, nil
 }
 
+// Replace stores v under key whatever is there (nothing, a record, or
+// one Decode cannot read), with the TTL StoreOptions.ExpiresAt asks for,
+// unlike Put: a revision-checked write at the revision read, reading
+// again when another writer got there first, up to MaxMutateAttempts
+// (then an error wrapping ErrConflict). ErrExpired when the expiry has
+// passed. It returns the new revision.
+func (s *Store[T]) Replace(ctx context.Context, key string, v *T) (uint64, error) {
+	for conflicts := 0; conflicts < MaxMutateAttempts; {
+		_, rev, err := s.recs.Get(ctx, key)
+		if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrIncompatible) {
+			return 0, err
+		}
+		nrev, err := s.write(ctx, key, v, rev)
+		if errors.Is(err, ErrConflict) {
+			s.cache.Drop(key)
+			conflicts++
+			if err := backOff(ctx, conflicts); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if err != nil {
+			s.cache.Drop(key)
+			return 0, err
+		}
+		s.cache.Put(key, v, nrev)
+		s.wrote(key)
+		return nrev, nil
+	}
+	return 0, fmt.Errorf("replacing %s %s: too many concurrent writers: %w", s.opts.Name, key, ErrConflict)
+}
+
 // Put stores v under key whatever is there (a record replaced because it
 // cannot be read), without a TTL, and returns its revision.
 func (s *Store[T]) Put(ctx context.Context, key string, v *T) (uint64, error) {

@@ -217,3 +217,61 @@ func TestStoreMutateOnReplicatedBucket(t *testing.T) {
 		raceIncrements(t, stores, fmt.Sprintf("k%d", i), 9)
 	}
 }
+
+// Replace writes over whatever is under the key (nothing, a record, or
+// bytes Decode cannot read) and keeps the TTL ExpiresAt asks for; a
+// passed expiry is ErrExpired.
+func TestStoreReplace(t *testing.T) {
+	js := newJS(t)
+	until := time.Now().Add(2 * time.Second)
+	s := openStore(t, js, "repl", BucketOptions{PerKeyTTL: true},
+		StoreOptions[rec]{ExpiresAt: func(r *rec) time.Time {
+			if r.S == "past" {
+				return time.Now().Add(-time.Second)
+			}
+			return until
+		}})
+	ctx := t.Context()
+	if _, err := s.Replace(ctx, "k", &rec{N: 1}); err != nil {
+		t.Fatalf("Replace(absent) = %v", err)
+	}
+	if _, err := s.Replace(ctx, "k", &rec{N: 2}); err != nil {
+		t.Fatalf("Replace(a record) = %v", err)
+	}
+	if v, _, err := s.Get(ctx, "k"); err != nil || v.N != 2 {
+		t.Fatalf("Get after Replace = %+v, %v; want N=2", v, err)
+	}
+	if _, err := s.Records().Put(ctx, "bad", json.RawMessage(`"not a rec"`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("Get(unreadable) = %v, want ErrIncompatible", err)
+	}
+	if _, err := s.Replace(ctx, "bad", &rec{N: 3}); err != nil {
+		t.Fatalf("Replace(unreadable) = %v", err)
+	}
+	if _, err := s.Replace(ctx, "late", &rec{S: "past"}); !errors.Is(err, ErrExpired) {
+		t.Fatalf("Replace(expired) = %v, want ErrExpired", err)
+	}
+	// Racing replacers all succeed (a lost race reads again).
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := s.Replace(ctx, "race", &rec{N: i})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("racing Replace = %v", err)
+		}
+	}
+	eventually(t, 5*time.Second, "the replaced records to expire", func() bool {
+		_, _, e1 := s.Get(ctx, "k")
+		_, _, e2 := s.Get(ctx, "bad")
+		return errors.Is(e1, ErrNotFound) && errors.Is(e2, ErrNotFound)
+	})
+}
