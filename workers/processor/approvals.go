@@ -36,18 +36,24 @@ func approvalKey(thread, agent, tool string) string {
 	return thread + "." + agent + "." + tool
 }
 
-// approvalStore is the processor's access to BucketApprovals.
+// approvalStore is the processor's access to BucketApprovals: every
+// write goes through s, which keeps each record's TTL until its
+// ExpiresAt; b only lists a thread's keys.
 type approvalStore struct {
-	b *kvstate.Bucket[events.Approval]
+	b *kvstate.Bucket[json.RawMessage]
+	s *kvstate.Store[events.Approval]
 }
 
 func openApprovals(ctx context.Context, js jetstream.JetStream, storage jetstream.StorageType, replicas int, threadTTL time.Duration) (*approvalStore, error) {
-	b, err := kvstate.OpenBucket[events.Approval](ctx, js, BucketApprovals,
+	b, err := kvstate.OpenBucket[json.RawMessage](ctx, js, BucketApprovals,
 		kvstate.BucketOptions{Storage: storage, Replicas: replicas, TTL: threadTTL, PerKeyTTL: true})
 	if err != nil {
 		return nil, err
 	}
-	return &approvalStore{b: b}, nil
+	return &approvalStore{b: b, s: kvstate.NewStore(b, kvstate.StoreOptions[events.Approval]{
+		Name:      "standing approval",
+		ExpiresAt: func(a *events.Approval) time.Time { return a.ExpiresAt },
+	})}, nil
 }
 
 // list returns thread's live approvals, sorted by agent and tool.
@@ -65,7 +71,7 @@ func (s *approvalStore) list(ctx context.Context, thread string) ([]events.Appro
 	var revs []uint64
 	now := time.Now()
 	for _, k := range keys {
-		a, rev, err := s.b.Get(ctx, k)
+		a, rev, err := s.s.Get(ctx, k)
 		if errors.Is(err, kvstate.ErrNotFound) {
 			continue
 		}
@@ -75,7 +81,7 @@ func (s *approvalStore) list(ctx context.Context, thread string) ([]events.Appro
 		if !now.Before(a.ExpiresAt) {
 			continue // expired to the second; the server removes it
 		}
-		out = append(out, a)
+		out = append(out, *a)
 		revs = append(revs, rev)
 	}
 	return out, revs, nil
@@ -239,31 +245,19 @@ func (p *Processor) grantStanding(ctx context.Context, t *Thread, el *Elicitatio
 		Scope: c.Scope, GrantedBy: el.AnsweredBy, GrantedAt: granted, ExpiresAt: granted.Add(life),
 		ElicitationID: el.ID, Destructive: destructive}
 	key := approvalKey(t.ID, agent, el.Tool)
-	for range kvstate.MaxMutateAttempts {
-		_, rev, err := p.approvals.b.Get(ctx, key)
-		if err != nil && !errors.Is(err, kvstate.ErrNotFound) && !errors.Is(err, kvstate.ErrIncompatible) {
-			return err
-		}
-		if rev == 0 {
-			_, err = p.approvals.b.CreateUntil(ctx, key, a, a.ExpiresAt)
-		} else {
-			_, err = p.approvals.b.UpdateUntil(ctx, key, a, rev, a.ExpiresAt)
-		}
-		if errors.Is(err, kvstate.ErrConflict) {
-			continue
-		}
-		if errors.Is(err, kvstate.ErrExpired) {
-			return nil // granted longer ago than it lasts (a slow redelivery)
-		}
-		if err != nil {
-			return fmt.Errorf("storing the standing approval of %s: %w", key, err)
-		}
-		p.log.InfoContext(ctx, "standing approval granted", "subject", t.ID, "tool", el.Tool, "agent", agent,
-			"granted_by", a.GrantedBy.String(), "expires_at", a.ExpiresAt)
-		return publishChat(ctx, p, t.ID, events.KindApprovalGranted, events.DerivedID("approval.granted", a.ID),
-			t.Paused.TurnID, events.ApprovalGranted{Approval: a})
+	// Replace: the grant overwrites whatever approval of the tool is
+	// there, even one this version cannot read.
+	_, err := p.approvals.s.Replace(ctx, key, &a)
+	if errors.Is(err, kvstate.ErrExpired) {
+		return nil // granted longer ago than it lasts (a slow redelivery)
 	}
-	return fmt.Errorf("storing the standing approval of %s: %w", key, kvstate.ErrConflict)
+	if err != nil {
+		return fmt.Errorf("storing the standing approval of %s: %w", key, err)
+	}
+	p.log.InfoContext(ctx, "standing approval granted", "subject", t.ID, "tool", el.Tool, "agent", agent,
+		"granted_by", a.GrantedBy.String(), "expires_at", a.ExpiresAt)
+	return publishChat(ctx, p, t.ID, events.KindApprovalGranted, events.DerivedID("approval.granted", a.ID),
+		t.Paused.TurnID, events.ApprovalGranted{Approval: a})
 }
 
 // ServeApprovals answers the integrators' approvals requests
@@ -339,12 +333,10 @@ func (p *Processor) answerApprovals(ctx context.Context, req *event.Event) (*eve
 		}
 		// The revoke deletes the revision it read: a use recorded in
 		// between (a newer revision) means the call ran before the
-		// revoke; reading again and deleting that one still revokes.
-		err := p.approvals.b.Delete(ctx, approvalKey(thread, a.Agent, a.Tool), revs[i])
-		if errors.Is(err, kvstate.ErrConflict) {
-			err = p.approvals.b.Delete(ctx, approvalKey(thread, a.Agent, a.Tool), 0)
-		}
-		if err != nil {
+		// revoke; reading again and deleting that one still revokes
+		// (whatever the record then holds: keep always holds).
+		if _, err := p.approvals.s.DeleteIf(ctx, approvalKey(thread, a.Agent, a.Tool), &a, revs[i],
+			func(*events.Approval) bool { return true }); err != nil {
 			return nil, err
 		}
 		reply.Revoked = append(reply.Revoked, a)
@@ -394,29 +386,22 @@ func (p *Processor) answerApprovalUse(ctx context.Context, req *event.Event) (*e
 // and returns it; nil when there is none (never granted, revoked or
 // expired).
 func (p *Processor) useApproval(ctx context.Context, thread, agent, tool string) (*events.Approval, error) {
-	key := approvalKey(thread, agent, tool)
-	for range kvstate.MaxMutateAttempts {
-		a, rev, err := p.approvals.b.Get(ctx, key)
-		if errors.Is(err, kvstate.ErrNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	a, _, err := p.approvals.s.Mutate(ctx, approvalKey(thread, agent, tool), func(a *events.Approval) error {
 		if a.Thread != thread || a.Agent != agent || a.Tool != tool {
-			return nil, nil // not this call's (never written so; refuse rather than trust)
+			return errNotThisCall // never written so; refuse rather than trust
 		}
 		a.Uses++
-		_, err = p.approvals.b.UpdateUntil(ctx, key, a, rev, a.ExpiresAt)
-		switch {
-		case errors.Is(err, kvstate.ErrConflict):
-			continue
-		case errors.Is(err, kvstate.ErrExpired):
-			return nil, nil
-		case err != nil:
-			return nil, err
-		}
-		return &a, nil
+		return nil
+	})
+	switch {
+	case errors.Is(err, kvstate.ErrNotFound), errors.Is(err, kvstate.ErrExpired), errors.Is(err, errNotThisCall):
+		return nil, nil
+	case err != nil:
+		return nil, err
 	}
-	return nil, fmt.Errorf("recording a use of %s: %w", key, kvstate.ErrConflict)
+	return a, nil
 }
+
+// errNotThisCall: the approval under a call's key names another thread,
+// agent or tool.
+var errNotThisCall = errors.New("the standing approval is not this call's")
