@@ -355,8 +355,7 @@ func TestOpenAIPausedTurnResumesOnFreshWorkers(t *testing.T) {
 // reach the model as context.
 func TestOpenAIUserContextReachesModel(t *testing.T) {
 	s, srv := startOpenAI(t, reply("text.sse"))
-	link := &schema.ResourceLink{URI: "https://example.com/node/2", Name: "article-2", Title: "Draft about NATS"}
-	link.Meta.SetEntity(schema.Entity{EntityType: "node", ID: "2", Bundle: "article"})
+	link := events.ReferenceLink(schema.Entity{EntityType: "page", ID: "page-1"}, "")
 	e, err := events.New("/parley/test", events.TypeTurnRequested, "oa11", events.TurnRequested{
 		Message: schema.ChatMessage{Role: schema.RoleUser, Text: "summarise this", Content: schema.ContentList{link}}})
 	if err != nil {
@@ -369,7 +368,9 @@ func TestOpenAIUserContextReachesModel(t *testing.T) {
 	msgs := srv.Requests()[0]["messages"].([]any)
 	user := msgs[len(msgs)-1].(map[string]any)
 	content, _ := user["content"].(string)
-	for _, want := range []string{"summarise this", "https://example.com/node/2", `"entity_type":"node"`, `"id":"2"`} {
+	// The reference reaches the model resolved (label, link and summary
+	// from the site), never as the sender's unchecked claim.
+	for _, want := range []string{"summarise this", "page-1", "About us", "https://site.example/node/page-1", "The about us page of the demo site."} {
 		if !strings.Contains(content, want) {
 			t.Errorf("user message sent to the model = %q, lacks %q", content, want)
 		}
