@@ -147,6 +147,9 @@ var kinds = []subjecter{
 	events.KindToolResultReady, events.KindRunCompleted, events.KindRunPaused, events.KindRunFailed,
 	events.KindToolCallRequested, events.KindPreExecuteRequested, events.KindPreExecuteDecided,
 	events.KindLookupEntitiesRequested, events.KindLookupEntitiesAnswered, events.KindThreadStateRequested, events.KindThreadStateAnswered, events.KindDeadLettered,
+	events.KindResolveReferencesRequested, events.KindResolveReferencesAnswered,
+	events.KindApprovalGranted, events.KindApprovalUsed, events.KindApprovalRevoked,
+	events.KindApprovalsRequested, events.KindApprovalsAnswered, events.KindApprovalUseRequested, events.KindApprovalUseAnswered,
 }
 
 // TestKindSubjectsAreStoredByTheirStream publishes on every stored route
