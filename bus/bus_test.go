@@ -1001,7 +1001,7 @@ func TestConsumeUndecodableToWorker(t *testing.T) {
 	}
 }
 
-// Issue 9 item 6: a duplicate PubAck is checked against what is stored. A
+// A duplicate PubAck is checked against what is stored. A
 // message planted under the Nats-Msg-Id of another thread's derived event
 // (another subject, type and thread) does not make Publish report the
 // event stored: the error names both messages. A re-publish of the same
@@ -1042,7 +1042,7 @@ func TestPublishDuplicateCheckedAgainstStored(t *testing.T) {
 	}
 }
 
-// Issue 9 item 7: every stream is bounded, work queues discard new
+// Every stream is bounded, work queues discard new
 // messages (the publisher sees the error) and the histories their oldest.
 func TestEveryStreamBounded(t *testing.T) {
 	t.Parallel()

@@ -285,7 +285,7 @@ func TestEnsureStreamsReplicasOnSingleServer(t *testing.T) {
 
 // Two replicas of each of four roles creating parley's streams (R3) and
 // their consumers at the same moment on a fresh 3-node cluster all succeed
-// (issue 15: concurrent create-or-update of an R3 stream timed out and
+// (concurrent create-or-update of an R3 stream timed out and
 // start-up never retried).
 func TestEnsureConcurrentOnFreshCluster(t *testing.T) {
 	if testing.Short() {

@@ -38,7 +38,7 @@ import (
 //     party the owner had shared the thread with (even one revoked since:
 //     the processor keeps grants) post first after the gap, while the
 //     processor still held the owner's record, and take the thread from
-//     its owner (breaker, session 10);
+//     its owner;
 //   - at a reset (turn.failed, reason state_incompatible, naming no turn);
 //   - at an accepted message (turn.requested echo) of a party the claim
 //     does not know, when the claim's owner is the processor's owner: the

@@ -355,7 +355,7 @@ func TestEpochRule(t *testing.T) {
 		{"a gap, then someone else", own, []step{{time.Minute, completed, true}, {62 * time.Minute, echo("integrator", ""), false}}},
 		// The processor accepts a granted (even revoked) party while it
 		// holds the owner's record: a gap does not let her take the
-		// thread (breaker, session 10). If the processor had forgotten
+		// thread. If the processor had forgotten
 		// it and she is its new owner, the owner who once shared it
 		// with her still reads it (docs/SECURITY.md, Known limits).
 		{"a gap, then a granted user", own, []step{{61 * time.Minute, echo("gateway", "eve"), true}}},
@@ -485,8 +485,8 @@ func TestPostToForgottenThread(t *testing.T) {
 // a user the owner shared the thread with (even one revoked since: the
 // processor keeps grants) cannot take the thread: the owner keeps it, a
 // shared user's message is a shared user's, a revoked user gets 404
-// (breaker, session 10: the gap ended the owner's claim and the first
-// poster after it became the gateway's owner).
+// (the gap must not end the owner's claim and make the first poster
+// after it the gateway's owner).
 func TestGrantedUserCannotTakeThreadAfterIdleGap(t *testing.T) {
 	s := newEpochSystemTTLs(t, 2*time.Second, time.Hour) // gateway idle bound 1.8 s
 	h := s.g.Handler()
@@ -535,9 +535,9 @@ func TestGrantedUserCannotTakeThreadAfterIdleGap(t *testing.T) {
 }
 
 // A claim made by a share on an unused name, whose name an integrator
-// then starts, does not let its user publish into the integrator's thread
-// (breaker, session 10, B3): the first message is 404, nothing is
-// published, and the claim is released.
+// then starts, does not let its user publish into the integrator's
+// thread: the first message is 404, nothing is published, and the claim
+// is released.
 func TestShareClaimOnNameTakenSincePublishesNothing(t *testing.T) {
 	s := newEpochSystem(t, time.Hour)
 	h := s.g.Handler()

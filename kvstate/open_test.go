@@ -13,7 +13,7 @@ import (
 )
 
 // Replicas of several roles opening the same R3 buckets at the same moment
-// on a fresh 3-node cluster all succeed (issue 15).
+// on a fresh 3-node cluster all succeed.
 func TestOpenBucketConcurrentOnFreshCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")

@@ -11,7 +11,7 @@ import (
 	"github.com/parley-dev/parley/schema"
 )
 
-// TestToolRegistryUnreadableDefinition is issue 8 item 9: one bad
+// TestToolRegistryUnreadableDefinition: one bad
 // definition in parley_tools ("readOnlyHint": "true") must not take every
 // tool down. Register refuses it with the rule; read back, its annotation
 // counts as absent; a definition unreadable even so is skipped by List and

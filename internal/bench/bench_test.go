@@ -64,7 +64,7 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("minimal floor read turn: %d %s, want %d (%v)", got, kind, n, rep.OpsFloorMin.TurnTrace)
 		}
 	}
-	// What one read turn costs parley on its buckets (issue 10 item 6):
+	// What one read turn costs parley on its buckets:
 	// the agent writes its run record once (the checkpoint before the
 	// tool call) and never reads it back (the result's first delivery is
 	// applied to its memory of that write, agent.runCache: the bench runs
