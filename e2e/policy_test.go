@@ -144,8 +144,27 @@ func TestPolicyDecisionsOnSpan(t *testing.T) {
 	s := start(t, options{policies: map[string]*gate.Config{"compliance": compliance}})
 	s.send("pol3", deleteDrafts)
 	s.completed("pol3", 1)
+	// The agent's span ends when its handler returns, which may be after
+	// the processor announced the turn's end: wait for it.
 	var found bool
-	for _, sp := range spans.Ended() {
+	deadline := time.Now().Add(10 * time.Second)
+	for !found && time.Now().Before(deadline) {
+		found = checkDecidedEvent(t, spans.Ended())
+		if !found {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !found {
+		t.Fatalf("no parley.pre_execute.decided span event for delete_entities among %d spans", len(spans.Ended()))
+	}
+}
+
+// checkDecidedEvent reports whether one of spans carries the
+// parley.pre_execute.decided event of delete_entities, and checks its
+// attributes name both policies' answers and the veto.
+func checkDecidedEvent(t *testing.T, spans []sdktrace.ReadOnlySpan) bool {
+	t.Helper()
+	for _, sp := range spans {
 		for _, ev := range sp.Events() {
 			if ev.Name != "parley.pre_execute.decided" {
 				continue
@@ -157,15 +176,13 @@ func TestPolicyDecisionsOnSpan(t *testing.T) {
 			if attrs["parley.tool.name"] != "delete_entities" {
 				continue
 			}
-			found = true
 			if attrs["parley.policy.decision"] != events.DecisionVeto ||
 				!strings.Contains(attrs["parley.policy.names"], "gate") || !strings.Contains(attrs["parley.policy.names"], "compliance") ||
 				!strings.Contains(attrs["parley.policy.decisions"], "confirm") || !strings.Contains(attrs["parley.policy.decisions"], "veto") {
 				t.Errorf("span event attributes %v, want both policies' answers and the veto", attrs)
 			}
+			return true
 		}
 	}
-	if !found {
-		t.Fatalf("no parley.pre_execute.decided span event for delete_entities among %d spans", len(spans.Ended()))
-	}
+	return false
 }
